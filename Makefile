@@ -1,0 +1,53 @@
+# gpubench: every target sets up what it needs (the virtual environment included).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help install proto test test-docker test-gpu demo bench lint clean
+
+help:
+	@echo "make demo         run the benchmark against an embedded collector and compare"
+	@echo "make test         the default test suite (unit + integration, CPU only)"
+	@echo "make test-docker  build the images and run agent + collector containers"
+	@echo "make bench        collector and sampler benchmarks (figures and ratios)"
+	@echo "make install      the virtual environment with every extra ($(VENV))"
+	@echo "make proto        regenerate the wire code from protos/"
+	@echo "make lint         ruff"
+
+$(STAMP): pyproject.toml setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q grpcio-tools
+	$(PY) -c "import setup; setup.generate_wire_code()"
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+proto: $(STAMP)
+	$(PY) -c "import setup; setup.generate_wire_code()"
+
+test: proto
+	$(PY) -m pytest -m "not docker and not gpu" $(PYTEST_ARGS)
+
+test-docker: proto
+	$(PY) -m pytest -m docker tests/docker $(PYTEST_ARGS)
+
+test-gpu: proto
+	$(PY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
+
+demo: proto
+	$(PY) -m gpubench.demo
+
+bench: proto
+	$(PY) bench/collector_bench.py
+	$(PY) bench/sampler_overhead.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache gpubench/v1/*_pb2*.py*

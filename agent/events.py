@@ -1,0 +1,124 @@
+"""The workload's event stream: versioned JSON lines from the workload to the agent.
+
+The workload (a child process or a container) writes one JSON object per line
+on its stdout; the agent reads them. Every event carries:
+
+    {"event": KIND, "v": STREAM_VERSION, "t": <time.monotonic()>, "wall": <time.time()>, ...}
+
+`t` is CLOCK_MONOTONIC, which the agent's telemetry sampler uses too (it is the
+same clock in a container, which shares the host's kernel), so epochs and GPU
+samples line up without wall-clock jumps.
+
+Kinds and their fields (all optional fields may be absent):
+
+- started: backend, backend_version, keras_version, python_version,
+  cuda_runtime_version, cudnn_version, model, image_size, batch_per_gpu,
+  global_batch, batch_choice ("given"|"searched"), precision, gpu_count, epochs,
+  pipeline, weights, jit_compile, dataset {name, image_count, fingerprint,
+  train_images, validation_images, validation_split, seed, skipped_files}, pid
+- batch_trial: batch, fits, peak_memory_bytes, seconds, message
+- batch_chosen: batch
+- epoch_started: epoch, steps
+- step: epoch, step, steps                       (progress; throttled)
+- epoch_finished: epoch, wall_seconds, train_seconds, validation_seconds,
+  loss, accuracy, val_loss, val_accuracy, t_start, t_end
+- result: measured_epoch, train_images_per_second, step_time_median_seconds,
+  step_time_cv, memory [{gpu_index, allocator_peak_bytes, memory_total_bytes}],
+  warnings [str]
+- warning: message
+- log: message
+- error: status ("out_of_memory"|"error"), message
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+STREAM_VERSION = 1
+
+KINDS = frozenset(
+    {
+        "started",
+        "batch_trial",
+        "batch_chosen",
+        "epoch_started",
+        "step",
+        "epoch_finished",
+        "result",
+        "warning",
+        "log",
+        "error",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of the stream."""
+
+    kind: str
+    t: float
+    wall: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field of the event, or `default`."""
+        return self.data.get(key, default)
+
+
+class EventWriter:
+    """Writes events as JSON lines to a stream (the workload's real stdout)."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self._stream = stream if stream is not None else sys.stdout
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Write one event and flush, so the agent sees it at once."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        record = {"event": kind, "v": STREAM_VERSION, "t": time.monotonic(), "wall": time.time()}
+        record.update(fields)
+        self._stream.write(json.dumps(record, allow_nan=False, default=_jsonable) + "\n")
+        self._stream.flush()
+
+
+def _jsonable(value: Any) -> Any:
+    # numpy scalars and paths reach the writer from the workload.
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def parse_line(line: str) -> Event | None:
+    """Parse one line of the stream.
+
+    Returns None for a line that is not an event (a framework's stray print):
+    the caller shows it as log output. A line that claims to be an event but is
+    from a newer stream version, or of an unknown kind, is reported as a
+    `warning` event rather than dropped silently.
+    """
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or "event" not in record:
+        return None
+    kind = record.pop("event")
+    version = record.pop("v", None)
+    t = float(record.pop("t", time.monotonic()))
+    wall = float(record.pop("wall", time.time()))
+    if version != STREAM_VERSION:
+        return Event(
+            "warning", t, wall, {"message": f"event stream version {version!r} is not {STREAM_VERSION}; "
+                                 f"ignored a {kind!r} event"}
+        )
+    if kind not in KINDS:
+        return Event("warning", t, wall, {"message": f"ignored an unknown event kind {kind!r}"})
+    return Event(kind, t, wall, record)

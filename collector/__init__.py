@@ -1,0 +1,1 @@
+"""The gpubench collector: a gRPC service over DuckDB that stores runs and compares GPUs."""

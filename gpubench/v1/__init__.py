@@ -1,0 +1,1 @@
+"""Wire code generated from protos/gpubench/v1 by `make proto` (not committed)."""
