@@ -1,0 +1,340 @@
+"""`gpubench`: query a collector - compare GPUs, list and show runs, export them.
+
+A thin layer over `gpubench.Client`: tables go to stdout, json and csv go to stdout
+for scripts, warnings go to stderr. A `GpubenchError` ends the command with one line
+"gpubench: error: ..." on stderr and its exit code (3 collector unreachable, 4 token
+refused, 5 not found, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+import pandas as pd
+from rich.console import Console
+
+from gpubench import __version__, record, tables
+from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
+from gpubench.errors import ExitCode, GpubenchError
+
+
+class CommandFailed(click.ClickException):
+    """A GpubenchError at the CLI boundary: one line on stderr, the error's exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"gpubench: error: {self.format_message()}", err=True, file=file)
+
+
+class Group(click.Group):
+    """The command group that turns user-facing errors into one-line messages."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GpubenchError as exc:
+            raise CommandFailed(str(exc), exc.exit_code) from exc
+        except KeyboardInterrupt:
+            raise CommandFailed("interrupted", ExitCode.INTERRUPTED) from None
+
+
+MODEL = click.Choice(record.MODELS, case_sensitive=False)
+PRECISION = click.Choice(record.PRECISIONS)
+BACKEND = click.Choice(record.BACKENDS)
+
+
+def _format_option(*choices: str, default: str = "table") -> Any:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(choices),
+        default=default,
+        show_default=True,
+        help="table for people; json or csv (on stdout) for scripts.",
+    )
+
+
+def _client(ctx: click.Context) -> Client:
+    """The client for this command, built from the global options and closed at exit."""
+    options = ctx.find_root().obj
+    client = Client(
+        options["collector"],
+        options["token"],
+        ca=options["ca"],
+        tls=options["tls"],
+        timeout=options["timeout"],
+    )
+    return ctx.with_resource(client)
+
+
+def _console() -> Console:
+    # Piped into a file or another program, rich would squeeze tables into 80 columns.
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(f"warning: {line}", err=True)
+
+
+def _emit_frame(frame: pd.DataFrame, fmt: str, table: Any) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(tables.frame_records(frame), indent=2))
+    elif fmt == "csv":
+        click.echo(frame.to_csv(index=False), nl=False)
+    else:
+        _console().print(table)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--collector",
+    metavar="HOST:PORT",
+    envvar=ADDRESS_ENV,
+    default=DEFAULT_ADDRESS,
+    show_default=True,
+    help=f"The collector's address (or ${ADDRESS_ENV}).",
+)
+@click.option(
+    "--token",
+    envvar=TOKEN_ENV,
+    default=None,
+    help=f"Access token sent as a bearer token (or ${TOKEN_ENV}).",
+)
+@click.option(
+    "--ca",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate to trust: talk TLS to the collector, verified against this CA.",
+)
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Talk TLS to the collector, verified against the system's roots (implied by --ca).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for each answer from the collector.",
+)
+@click.version_option(__version__, prog_name="gpubench")
+@click.pass_context
+def cli(
+    ctx: click.Context, collector: str, token: str | None, ca: str | None, tls: bool, timeout: float
+) -> None:
+    """Query a gpubench collector: compare GPUs on the standard EfficientNet benchmark,
+    list, show, delete and export runs."""
+    ctx.obj = {"collector": collector, "token": token, "ca": ca, "tls": tls, "timeout": timeout}
+
+
+@cli.command()
+@click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
+@click.option(
+    "--baseline",
+    metavar="GPU",
+    help='GPU name of the 1.0x reference, e.g. "Tesla T4" (default: the slowest).',
+)
+@click.option(
+    "--baseline-count",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="How many GPUs the baseline configuration has.",
+)
+@click.option(
+    "--gpu",
+    "gpus",
+    metavar="NAME",
+    multiple=True,
+    help="Compare only this GPU (repeat for several; default: every GPU).",
+)
+@click.option("--precision", type=PRECISION, help="Only runs at this precision.")
+@click.option("--backend", type=BACKEND, help="Only runs on this Keras backend.")
+@click.option("--image-size", type=click.IntRange(min=1), help="Only runs at this image size (px).")
+@click.option(
+    "--allow-mixed",
+    is_flag=True,
+    help="Compare runs that differ in benchmark version, backend, precision or image size.",
+)
+@click.option("--include-outliers", is_flag=True, help="Keep runs flagged as outliers.")
+@click.option(
+    "--chart",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also draw the speedups into this image file (PNG, SVG or PDF; needs matplotlib).",
+)
+@_format_option("table", "json", "csv")
+@click.pass_context
+def compare(
+    ctx: click.Context,
+    model: str,
+    baseline: str | None,
+    baseline_count: int,
+    gpus: tuple[str, ...],
+    precision: str | None,
+    backend: str | None,
+    image_size: int | None,
+    allow_mixed: bool,
+    include_outliers: bool,
+    chart: str | None,
+    fmt: str,
+) -> None:
+    """Compare GPU configurations on one model: epoch-2 time, throughput, largest
+    batch, peak memory, energy and speedup against a baseline."""
+    frame = _client(ctx).compare(
+        model.upper(),
+        baseline=baseline,
+        baseline_count=baseline_count,
+        gpus=gpus,
+        precision=precision,
+        backend=backend,
+        image_size=image_size,
+        allow_mixed=allow_mixed,
+        include_outliers=include_outliers,
+    )
+    if fmt == "json":
+        click.echo(json.dumps(tables.compare_document(frame), indent=2))
+    elif fmt == "csv":
+        click.echo(frame.to_csv(index=False), nl=False)
+    elif frame.empty:
+        click.echo(f"no runs of {model.upper()} match", err=True)
+    else:
+        _console().print(tables.compare_table(frame))
+    if fmt != "json":
+        _warn(frame.attrs.get("warnings", []))
+    if chart:
+        from gpubench import charts
+
+        charts.speedup_chart(frame, chart)
+        click.echo(f"chart written to {chart}", err=True)
+
+
+@cli.group()
+def runs() -> None:
+    """List, show and delete stored runs."""
+
+
+@runs.command("list")
+@click.option("--gpu", metavar="NAME", help="GPU name contains this (case-insensitive).")
+@click.option("--model", type=MODEL, help="Only this network.")
+@click.option("--backend", type=BACKEND, help="Only this Keras backend.")
+@click.option("--precision", type=PRECISION, help="Only this precision.")
+@click.option("--gpu-count", type=click.IntRange(min=1), help="Only runs on this many GPUs.")
+@click.option("--submitter", metavar="TOKEN_NAME", help="Only runs submitted with this token.")
+@click.option("--since", metavar="WHEN", help="Created at or after (ISO 8601, e.g. 2025-06-30).")
+@click.option("--until", metavar="WHEN", help="Created before (ISO 8601).")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many."
+)
+@_format_option("table", "json", "csv")
+@click.pass_context
+def runs_list(
+    ctx: click.Context,
+    gpu: str | None,
+    model: str | None,
+    backend: str | None,
+    precision: str | None,
+    gpu_count: int | None,
+    submitter: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+    fmt: str,
+) -> None:
+    """Stored runs, newest first."""
+    frame = _client(ctx).list_runs(
+        gpu=gpu,
+        model=model.upper() if model else None,
+        backend=backend,
+        precision=precision,
+        gpu_count=gpu_count,
+        submitter=submitter,
+        since=since,
+        until=until,
+        limit=limit,
+    )
+    if fmt == "table" and frame.empty:
+        click.echo("no runs match", err=True)
+        return
+    _emit_frame(frame, fmt, tables.runs_table(frame) if fmt == "table" else None)
+
+
+@runs.command("show")
+@click.argument("run_id")
+@_format_option("table", "json")
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, fmt: str) -> None:
+    """One stored run: the full record as json, or a summary with its epochs."""
+    stored = _client(ctx).get_run(run_id)
+    if fmt == "json":
+        click.echo(json.dumps(tables.stored_run_dict(stored), indent=2))
+        return
+    console = _console()
+    for table in tables.run_tables(stored):
+        console.print(table)
+
+
+@runs.command("delete")
+@click.argument("run_id")
+@click.pass_context
+def runs_delete(ctx: click.Context, run_id: str) -> None:
+    """Delete a run (only its submitter or an admin may)."""
+    deleted = _client(ctx).delete_run(run_id)
+    click.echo(f"deleted run {deleted or run_id}")
+
+
+@cli.command()
+@click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
+@click.option("--precision", type=PRECISION, help="Only runs at this precision.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Entries to show."
+)
+@_format_option("table", "json", "csv")
+@click.pass_context
+def leaderboard(
+    ctx: click.Context, model: str, precision: str | None, limit: int, fmt: str
+) -> None:
+    """The fastest GPU configurations on one model, by best epoch-2 time."""
+    frame = _client(ctx).leaderboard(model.upper(), precision=precision, limit=limit)
+    if fmt == "table" and frame.empty:
+        click.echo(f"no runs of {model.upper()} yet", err=True)
+        return
+    _emit_frame(frame, fmt, tables.leaderboard_table(frame) if fmt == "table" else None)
+
+
+@cli.command()
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["parquet", "csv"]),
+    default="parquet",
+    show_default=True,
+    help="File format.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, writable=True),
+    required=True,
+    help="The file to write (replaced if it exists).",
+)
+@click.pass_context
+def export(ctx: click.Context, fmt: str, out: str) -> None:
+    """Write every stored run to a file, one row per run with flattened columns."""
+    count = _client(ctx).export(out, format=fmt)
+    click.echo(f"wrote {count} runs to {out}", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `gpubench` console script."""
+    cli.main(args=argv, prog_name="gpubench")
+
+
+if __name__ == "__main__":
+    main()

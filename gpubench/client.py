@@ -1,0 +1,444 @@
+"""The Python client of a gpubench collector: the one module that talks gRPC as a client.
+
+    with Client("collector.lab:50051", token="...") as client:
+        client.submit_run(run)
+        table = client.compare("B7", baseline="Tesla T4")
+
+Every call carries a deadline and the bearer token; every gRPC failure becomes a
+`gpubench.errors.GpubenchError` subclass whose message names the collector and
+the server's detail, with a `retryable` attribute so a caller (the agent's push)
+can decide whether to try again. Retrying itself is the caller's business.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pandas as pd
+
+from gpubench import __version__, tables
+from gpubench.errors import (
+    AccessDenied,
+    CollectorUnavailable,
+    ExitCode,
+    GpubenchError,
+    NotFound,
+    RequestRefused,
+)
+from gpubench.v1 import collector_pb2, collector_pb2_grpc, run_pb2
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+ADDRESS_ENV = "GPUBENCH_COLLECTOR"
+TOKEN_ENV = "GPUBENCH_TOKEN"
+
+# The collector caps a page at 1000 runs; a run with its epochs and batch trials is a
+# few kB, so pages of this size stay far below the message limit below.
+EXPORT_PAGE_SIZE = 500
+# A page of 1000 full runs can pass gRPC's default 4 MiB receive limit.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    # Keepalive pings only while a call is open, so an idle client never trips the
+    # server's ping policy but a hung connection is noticed within a call.
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.primary_user_agent", f"gpubench/{__version__}"),
+]
+
+
+class RequestLimited(RequestRefused):
+    """The collector refused the request for now (RESOURCE_EXHAUSTED): a limit or quota.
+
+    Retryable: the same request may succeed after a pause.
+    """
+
+    retryable = True
+
+
+_RETRYABLE_CODES = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.ABORTED,
+}
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether the same request may succeed if sent again later."""
+    return bool(getattr(error, "retryable", False))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# gRPC's wording for a failed connection, up to the reason ("Connection refused").
+_CONNECT_PREFIX = re.compile(
+    r"^failed to connect to all addresses; last error: \w+: (?:ipv[46]:\S+: )?"
+    r"(?:Failed to connect to remote host: )?"
+)
+
+
+def translate_error(
+    error: grpc.RpcError, address: str, what: str, subject: str | None = None
+) -> GpubenchError:
+    """The user-facing error for a failed call to `address`.
+
+    `what` says what was asked ("deleting run 1234"); `subject` names the thing a
+    NOT_FOUND is about ("run 1234").
+
+    The returned error carries `retryable`, `status_code` (the gRPC code's name) and
+    `detail` (the server's message) as attributes.
+    """
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    detail = _one_line((error.details() if hasattr(error, "details") else "") or "")
+    suffix = f": {detail}" if detail else ""
+    exc: GpubenchError
+    if code == grpc.StatusCode.UNAVAILABLE:
+        reason = _CONNECT_PREFIX.sub("", detail) or code.name
+        exc = CollectorUnavailable(f"cannot reach the collector at {address} ({reason})")
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        exc = CollectorUnavailable(
+            f"the collector at {address} did not answer in time ({what}){suffix}"
+        )
+    elif code == grpc.StatusCode.UNAUTHENTICATED:
+        exc = AccessDenied(f"the collector at {address} did not accept the token ({what}){suffix}")
+    elif code == grpc.StatusCode.PERMISSION_DENIED:
+        exc = AccessDenied(f"the collector at {address} does not allow {what}{suffix}")
+    elif code == grpc.StatusCode.NOT_FOUND:
+        exc = NotFound(f"the collector at {address} has no {subject or 'such thing'}{suffix}")
+    elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        exc = RequestLimited(f"the collector at {address} is over a limit ({what}){suffix}")
+    elif code in (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.OUT_OF_RANGE,
+    ):
+        exc = RequestRefused(f"the collector at {address} refused {what}{suffix}")
+    else:
+        exc = GpubenchError(
+            f"the collector at {address} failed on {what} ({code.name}){suffix}",
+            exit_code=ExitCode.FAILURE,
+        )
+    exc.retryable = code in _RETRYABLE_CODES  # type: ignore[attr-defined]
+    exc.status_code = code.name  # type: ignore[attr-defined]
+    exc.detail = detail  # type: ignore[attr-defined]
+    return exc
+
+
+def _timestamp(value: datetime | str | None, field: str) -> Any:
+    """A protobuf Timestamp from a datetime or an ISO 8601 string (naive means UTC)."""
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise GpubenchError(
+                f"{field}: {value!r} is not an ISO 8601 date or time (e.g. 2025-06-30 or "
+                "2025-06-30T14:00)",
+                exit_code=ExitCode.USAGE,
+            ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    stamp = Timestamp()
+    stamp.FromDatetime(value.astimezone(timezone.utc))
+    return stamp
+
+
+class Client:
+    """A connection to one collector.
+
+    `address` and `token` default to $GPUBENCH_COLLECTOR ("127.0.0.1:50051") and
+    $GPUBENCH_TOKEN. With `ca` (a PEM file) the channel uses TLS trusting that
+    certificate; with `tls=True` and no `ca` it uses TLS with the system's roots.
+    `timeout` is the deadline of every call, in seconds.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        token: str | None = None,
+        *,
+        ca: str | Path | None = None,
+        tls: bool = False,
+        timeout: float = 10.0,
+    ) -> None:
+        self.address = (address or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS).strip()
+        self._token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        if timeout <= 0:
+            raise GpubenchError(
+                f"timeout: must be positive, got {timeout}", exit_code=ExitCode.USAGE
+            )
+        self.timeout = float(timeout)
+        self.tls = bool(tls or ca)
+        if ca is not None:
+            try:
+                root = Path(ca).read_bytes()
+            except OSError as exc:
+                raise GpubenchError(
+                    f"CA certificate {ca}: cannot read it ({exc.strerror})",
+                    exit_code=ExitCode.BAD_DATA,
+                ) from None
+            credentials = grpc.ssl_channel_credentials(root_certificates=root)
+            self._channel = grpc.secure_channel(self.address, credentials, _CHANNEL_OPTIONS)
+        elif tls:
+            credentials = grpc.ssl_channel_credentials()
+            self._channel = grpc.secure_channel(self.address, credentials, _CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.insecure_channel(self.address, _CHANNEL_OPTIONS)
+        self._collector = collector_pb2_grpc.CollectorStub(self._channel)
+        self._admin = collector_pb2_grpc.AdminStub(self._channel)
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.address!r}, tls={self.tls})"
+
+    def close(self) -> None:
+        """Close the channel; the client cannot be used afterwards."""
+        self._channel.close()
+
+    def _call(self, method: Any, request: Any, what: str, subject: str | None = None) -> Any:
+        metadata = [("authorization", f"Bearer {self._token}")] if self._token else None
+        try:
+            return method(request, timeout=self.timeout, metadata=metadata)
+        except grpc.RpcError as exc:
+            raise translate_error(exc, self.address, what, subject) from None
+        except ValueError as exc:
+            # grpc raises ValueError on a closed channel and on malformed metadata.
+            raise GpubenchError(f"collector at {self.address}: {exc}") from None
+
+    # -- runs -----------------------------------------------------------------------
+
+    def submit_run(self, run: run_pb2.Run) -> collector_pb2.SubmitRunResponse:
+        """Send one run record; the collector stores it durably before answering.
+
+        Resubmitting the same run is safe (the collector is idempotent on run_id).
+        Raises CollectorUnavailable (retryable), AccessDenied, RequestRefused or
+        RequestLimited (retryable).
+        """
+        request = collector_pb2.SubmitRunRequest(run=run)
+        return self._call(self._collector.SubmitRun, request, f"submitting run {run.run_id}")
+
+    def get_run(self, run_id: str) -> collector_pb2.StoredRun:
+        """One stored run by its id; NotFound if the collector has none."""
+        request = collector_pb2.GetRunRequest(run_id=run_id)
+        return self._call(self._collector.GetRun, request, f"reading run {run_id}", f"run {run_id}")
+
+    def delete_run(self, run_id: str) -> str:
+        """Delete a run (only its submitter or an admin may); returns its id."""
+        request = collector_pb2.DeleteRunRequest(run_id=run_id)
+        response = self._call(
+            self._collector.DeleteRun, request, f"deleting run {run_id}", f"run {run_id}"
+        )
+        return response.run_id
+
+    def iter_runs(
+        self,
+        *,
+        gpu: str | None = None,
+        model: str | None = None,
+        backend: str | None = None,
+        precision: str | None = None,
+        gpu_count: int | None = None,
+        submitter: str | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        limit: int | None = None,
+        page_size: int = 200,
+    ) -> Iterator[collector_pb2.StoredRun]:
+        """Stored runs matching the filters, newest first as the collector orders them.
+
+        Pages are fetched as the iterator advances. `gpu` matches a part of the GPU
+        name, case-insensitively; `since`/`until` take datetimes or ISO 8601 strings.
+        """
+        if limit is not None and limit <= 0:
+            return
+        request = collector_pb2.ListRunsRequest(
+            gpu_name=gpu or "",
+            model=model or "",
+            backend=backend or "",
+            precision=precision or "",
+            gpu_count=gpu_count or 0,
+            submitter=submitter or "",
+            page_size=min(page_size, limit) if limit else page_size,
+        )
+        for field, value in (("since", since), ("until", until)):
+            stamp = _timestamp(value, field)
+            if stamp is not None:
+                getattr(request, field).CopyFrom(stamp)
+        seen_tokens: set[str] = set()
+        yielded = 0
+        while True:
+            page = self._call(self._collector.ListRuns, request, "listing runs")
+            for stored in page.runs:
+                yield stored
+                yielded += 1
+                if limit is not None and yielded >= limit:
+                    return
+            token = page.next_page_token
+            # An empty token ends the listing; a repeated one would loop forever.
+            if not token or token in seen_tokens:
+                return
+            seen_tokens.add(token)
+            request.page_token = token
+
+    def list_runs(self, **filters: Any) -> pd.DataFrame:
+        """Stored runs as a table, one row per run with flattened, unit-named columns.
+
+        Takes the filters of `iter_runs`. Columns are those of `gpubench.tables.run_row`.
+        """
+        return tables.runs_frame(self.iter_runs(**filters))
+
+    def export(self, path: str | Path, format: str = "parquet", **filters: Any) -> int:
+        """Write every stored run (or those matching the filters of `iter_runs`) to a
+        Parquet or CSV file with flattened columns; returns the number of runs written.
+        """
+        fmt = format.lower()
+        if fmt not in ("parquet", "csv"):
+            raise GpubenchError(
+                f"format: {format!r} is not one of parquet, csv", exit_code=ExitCode.USAGE
+            )
+        filters.setdefault("page_size", EXPORT_PAGE_SIZE)
+        frame = tables.runs_frame(self.iter_runs(**filters))
+        target = Path(path)
+        try:
+            if fmt == "csv":
+                frame.to_csv(target, index=False)
+            else:
+                try:
+                    frame.to_parquet(target, index=False)
+                except ImportError:
+                    raise GpubenchError(
+                        "parquet export needs pyarrow (pip install pyarrow), or use csv",
+                        exit_code=ExitCode.USAGE,
+                    ) from None
+        except OSError as exc:
+            raise GpubenchError(
+                f"{target}: cannot write it ({exc.strerror or exc})", exit_code=ExitCode.BAD_DATA
+            ) from None
+        return len(frame)
+
+    # -- comparisons ----------------------------------------------------------------
+
+    def compare_response(
+        self,
+        model: str,
+        baseline: str | None = None,
+        baseline_count: int = 1,
+        gpus: Sequence[str] = (),
+        precision: str | None = None,
+        backend: str | None = None,
+        image_size: int | None = None,
+        allow_mixed: bool = False,
+        include_outliers: bool = False,
+        benchmark_version: str | None = None,
+    ) -> collector_pb2.CompareResponse:
+        """The collector's raw comparison; see `compare` for the arguments."""
+        request = collector_pb2.CompareRequest(
+            model=model,
+            precision=precision or "",
+            backend=backend or "",
+            image_size=image_size or 0,
+            benchmark_version=benchmark_version or "",
+            gpu_names=list(gpus),
+            baseline_gpu=baseline or "",
+            baseline_gpu_count=baseline_count or 0,
+            allow_mixed=allow_mixed,
+            include_outliers=include_outliers,
+        )
+        return self._call(self._collector.Compare, request, f"comparing {model}")
+
+    def compare(
+        self,
+        model: str,
+        baseline: str | None = None,
+        baseline_count: int = 1,
+        gpus: Sequence[str] = (),
+        precision: str | None = None,
+        backend: str | None = None,
+        image_size: int | None = None,
+        allow_mixed: bool = False,
+        include_outliers: bool = False,
+        benchmark_version: str | None = None,
+    ) -> pd.DataFrame:
+        """Compare GPU configurations on one model: one row per GPU configuration,
+        fastest first.
+
+        `baseline` names the GPU whose `baseline_count`-GPU configuration is the 1.0x
+        reference (default: the slowest). `gpus` keeps only those GPU names. Runs that
+        differ in precision, backend, image size or benchmark version are refused
+        unless `allow_mixed`. Outlier runs are left out unless `include_outliers`.
+
+        Columns: see `gpubench.tables.compare_frame`; `df.attrs` holds the raw
+        response ("response"), "baseline", "warnings" and what the runs share.
+        """
+        response = self.compare_response(
+            model,
+            baseline=baseline,
+            baseline_count=baseline_count,
+            gpus=gpus,
+            precision=precision,
+            backend=backend,
+            image_size=image_size,
+            allow_mixed=allow_mixed,
+            include_outliers=include_outliers,
+            benchmark_version=benchmark_version,
+        )
+        return tables.compare_frame(response)
+
+    def leaderboard_response(
+        self, model: str, precision: str | None = None, limit: int = 20
+    ) -> collector_pb2.LeaderboardResponse:
+        """The collector's raw leaderboard; see `leaderboard`."""
+        request = collector_pb2.LeaderboardRequest(
+            model=model, precision=precision or "", limit=max(limit, 0)
+        )
+        return self._call(self._collector.Leaderboard, request, f"the {model} leaderboard")
+
+    def leaderboard(
+        self, model: str, precision: str | None = None, limit: int = 20
+    ) -> pd.DataFrame:
+        """The fastest GPU configurations on `model`, best epoch-2 time first."""
+        return tables.leaderboard_frame(self.leaderboard_response(model, precision, limit))
+
+    # -- tokens (admin) -------------------------------------------------------------
+
+    def create_token(self, name: str, admin: bool = False) -> collector_pb2.CreateTokenResponse:
+        """Create an access token; the response's `secret` is shown this once only."""
+        request = collector_pb2.CreateTokenRequest(name=name, admin=admin)
+        return self._call(self._admin.CreateToken, request, f"creating token {name!r}")
+
+    def list_tokens(self) -> list[collector_pb2.Token]:
+        """Every token the collector knows (names and state, never secrets)."""
+        response = self._call(
+            self._admin.ListTokens, collector_pb2.ListTokensRequest(), "listing tokens"
+        )
+        return list(response.tokens)
+
+    def revoke_token(self, name: str) -> collector_pb2.Token:
+        """Revoke a token by name; it is refused from then on."""
+        request = collector_pb2.RevokeTokenRequest(name=name)
+        response = self._call(
+            self._admin.RevokeToken, request, f"revoking token {name!r}", f"token {name!r}"
+        )
+        return response.token
