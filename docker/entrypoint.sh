@@ -1,0 +1,15 @@
+#!/bin/sh
+# Entry point of the agent and workload images.
+#
+# Flags alone (`docker run IMAGE --collector HOST:50051 --token T`) are for
+# `gpubench-agent run`, after this image's defaults in GPUBENCH_RUN_DEFAULTS (later flags
+# win). Anything else is a command to run as it is (`docker run IMAGE gpubench-agent --help`,
+# `python -m gpubench.agent.workload run ...`). exec: the command gets the signals.
+set -e
+case "${1:-}" in
+    "" | -*)
+        # shellcheck disable=SC2086  # the defaults are a list of words
+        set -- gpubench-agent run ${GPUBENCH_RUN_DEFAULTS:-} "$@"
+        ;;
+esac
+exec "$@"
