@@ -108,7 +108,10 @@ def train_for(seconds: float, batch: int, image_size: int, precision: str) -> di
     """Train on random data on cuda:0 for about `seconds`; what ran and how fast."""
     import torch
 
-    torch.backends.cudnn.benchmark = True
+    # cudnn.benchmark would spend most of the phase autotuning EfficientNet's
+    # many depthwise convolutions (seen: 40 s for the first step on an H200),
+    # which is not the steady training load the trace should show.
+    torch.backends.cudnn.benchmark = False
     device = torch.device("cuda:0")
     model, model_name = build_model(torch)
     model = model.to(device).to(memory_format=torch.channels_last)
@@ -148,6 +151,25 @@ def train_for(seconds: float, batch: int, image_size: int, precision: str) -> di
     del model, optimizer, images, labels
     torch.cuda.empty_cache()
     return result
+
+
+def time_fields(nvml_module: ModuleType, nvml: object, repeats: int = 50) -> dict[str, float]:
+    """Median seconds of each SAMPLE_FIELDS reader on GPU 0 (what a sample costs)."""
+    nv = nvml._nv
+    handle = nvml._handle(0)
+    medians = {}
+    for key, reader in nvml_module.SAMPLE_FIELDS.items():
+        name = key if isinstance(key, str) else "+".join(key)
+        costs = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            try:
+                reader(nv, handle)
+            except nv.NVMLError:
+                pass
+            costs.append(time.perf_counter() - began)
+        medians[name] = round(statistics.median(costs), 6)
+    return medians
 
 
 def main() -> int:
@@ -198,6 +220,7 @@ def main() -> int:
                                                 args.precision))
     phase("cooldown", lambda: time.sleep(args.idle_after))
     sampler.stop()
+    field_seconds = time_fields(nvml_module, nvml)
     errors = nvml.field_errors()
     nvml.close()
 
@@ -214,12 +237,14 @@ def main() -> int:
             "p99": calls[int(0.99 * (len(calls) - 1))],
             "max": calls[-1],
         },
+        "field_call_seconds_median": field_seconds,
         "training": training,
     }
     nvml_module.write_trace(args.out, system=system, gpus=gpus, samples=sampler.samples,
                             t0=t0, phases=phases, meta=meta)
     print(f"{len(sampler.samples)} samples over {time.monotonic() - t0:.1f} s -> {args.out}")
     print(f"training: {training}")
+    print(f"per field (median s): {field_seconds}")
     print(f"one sample call: median {meta['sample_call_seconds']['median'] * 1e3:.2f} ms, "
           f"p99 {meta['sample_call_seconds']['p99'] * 1e3:.2f} ms; "
           f"missing fields: {errors or 'none'}")
