@@ -1,0 +1,278 @@
+"""Who may call what: bearer tokens, the server interceptor, the submission rate limit.
+
+A token is a random secret ("gpb_" + 43 URL-safe characters) handed out once; the
+store keeps only its sha256. Calls carry it as `authorization: Bearer <secret>`
+metadata. The interceptor decides per method:
+
+- health checks and server reflection: open to all;
+- reads (GetRun, ListRuns, Compare, Leaderboard): a valid token, unless the
+  collector runs with public reads;
+- writes (SubmitRun, DeleteRun): a valid token; SubmitRun is rate limited per token;
+- the Admin service: an admin token.
+
+Missing, unknown or revoked tokens get UNAUTHENTICATED; a valid token that may
+not do something gets PERMISSION_DENIED (DeleteRun's "submitter or admin" rule
+is checked by the servicer, which knows the run).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+import grpc
+
+from collector.store import Store, TokenRow, utc_now
+from gpubench.errors import InvalidRecord
+
+TOKEN_PREFIX = "gpb_"
+# Token names become run submitters: keep them printable and short.
+TOKEN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
+# The name runs submitted with the serve process's own local credential carry.
+LOCAL_ADMIN = "local-admin"
+# How often a token's last_used_at is written back (not on every call).
+LAST_USED_INTERVAL_S = 60.0
+
+
+def new_secret() -> str:
+    """A fresh token secret."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def secret_hash(secret: str) -> str:
+    """What the store keeps of a secret."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def check_token_name(name: str) -> None:
+    """Raise InvalidRecord unless `name` is a usable token name."""
+    if not TOKEN_NAME.match(name):
+        raise InvalidRecord(
+            "token name",
+            f"{name[:80]!r} must be 1-64 characters: letters, digits and _ . @ + - "
+            "(starting with a letter or digit)",
+        )
+    if name == LOCAL_ADMIN:
+        raise InvalidRecord("token name", f"{name!r} is reserved for the collector itself")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The identity behind a call."""
+
+    name: str
+    admin: bool
+
+
+# The caller of the RPC being handled (set by the interceptor, read by the servicers).
+current_caller: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
+    "current_caller", default=None
+)
+
+
+class Access(Enum):
+    """What a method needs."""
+
+    OPEN = "open"
+    READ = "read"
+    WRITE = "write"
+    SUBMIT = "submit"  # a write that is rate limited
+    ADMIN = "admin"
+
+
+METHODS: dict[str, Access] = {
+    "/gpubench.v1.Collector/SubmitRun": Access.SUBMIT,
+    "/gpubench.v1.Collector/DeleteRun": Access.WRITE,
+    "/gpubench.v1.Collector/GetRun": Access.READ,
+    "/gpubench.v1.Collector/ListRuns": Access.READ,
+    "/gpubench.v1.Collector/Compare": Access.READ,
+    "/gpubench.v1.Collector/Leaderboard": Access.READ,
+    "/gpubench.v1.Admin/CreateToken": Access.ADMIN,
+    "/gpubench.v1.Admin/ListTokens": Access.ADMIN,
+    "/gpubench.v1.Admin/RevokeToken": Access.ADMIN,
+}
+OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+def access_of(method: str) -> Access:
+    """What `method` (a full gRPC method path) needs; unknown methods need an admin."""
+    if method.startswith(OPEN_SERVICES):
+        return Access.OPEN
+    return METHODS.get(method, Access.ADMIN)
+
+
+class TokenBook:
+    """Token administration and lookup, with a cache in front of the store.
+
+    Every token change while the collector runs goes through this object (the
+    Admin service), so the cache never serves a revoked token.
+    """
+
+    def __init__(self, store: Store, *, local_admin_secret: str | None = None) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._by_hash: dict[str, TokenRow] = {}
+        self._used: dict[str, datetime] = {}
+        self._flushed_at = time.monotonic()
+        self._local_hash = secret_hash(local_admin_secret) if local_admin_secret else None
+
+    def create(self, name: str, *, admin: bool) -> tuple[TokenRow, str]:
+        """A new token and its secret (shown once)."""
+        check_token_name(name)
+        secret = new_secret()
+        row = self._store.create_token(name, secret_hash(secret), admin)
+        with self._lock:  # a replaced (revoked) token of the same name must not linger
+            self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
+        return row, secret
+
+    def list(self) -> list[TokenRow]:
+        """Every token."""
+        self.flush()
+        return self._store.tokens()
+
+    def revoke(self, name: str) -> TokenRow:
+        """Revoke a token by name (NotFound if absent)."""
+        row = self._store.revoke_token(name)
+        with self._lock:
+            self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
+        return row
+
+    def identify(self, secret: str) -> Caller | None:
+        """The caller a secret belongs to; None for unknown or revoked secrets."""
+        digest = secret_hash(secret)
+        if self._local_hash is not None and secrets.compare_digest(digest, self._local_hash):
+            return Caller(LOCAL_ADMIN, True)
+        with self._lock:
+            row = self._by_hash.get(digest)
+        if row is None:
+            row = self._store.token_by_secret_hash(digest)
+            if row is None:
+                return None
+            with self._lock:
+                self._by_hash[digest] = row
+        if row.revoked:
+            return None
+        self._note_use(row.name)
+        return Caller(row.name, row.admin)
+
+    def _note_use(self, name: str) -> None:
+        with self._lock:
+            self._used[name] = utc_now()
+            due = time.monotonic() - self._flushed_at >= LAST_USED_INTERVAL_S
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the last-used times noted since the previous flush."""
+        with self._lock:
+            used, self._used = self._used, {}
+            self._flushed_at = time.monotonic()
+        self._store.record_token_use(used)
+
+
+class RateLimiter:
+    """A token bucket per caller: `rate` submissions per second, bursts up to `burst`."""
+
+    def __init__(self, rate: float, burst: float | None = None) -> None:
+        self.rate = rate
+        self.burst = burst if burst is not None else max(rate, 1.0)
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}  # name -> (tokens, at)
+
+    def allow(self, name: str) -> bool:
+        """Take one submission from `name`'s bucket; False when it is empty."""
+        if self.rate <= 0:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            tokens, at = self._buckets.get(name, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - at) * self.rate)
+            if tokens < 1.0:
+                self._buckets[name] = (tokens, now)
+                return False
+            self._buckets[name] = (tokens - 1.0, now)
+            return True
+
+
+def bearer_secret(metadata: Any) -> str | None:
+    """The secret of an `authorization: Bearer ...` entry; None when there is none.
+
+    Returns "" for an authorization entry that is not a bearer token.
+    """
+    for key, value in metadata or ():
+        if key == "authorization":
+            scheme, _, secret = str(value).partition(" ")
+            return secret.strip() if scheme.lower() == "bearer" else ""
+    return None
+
+
+class AuthInterceptor(grpc.ServerInterceptor):
+    """Checks every call's token against what its method needs, before the servicer runs."""
+
+    def __init__(
+        self, tokens: TokenBook, *, public_read: bool = False, limiter: RateLimiter | None = None
+    ) -> None:
+        self._tokens = tokens
+        self._public_read = public_read
+        self._limiter = limiter
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        access = access_of(handler_call_details.method)
+        if handler is None or access is Access.OPEN or handler.unary_unary is None:
+            return handler
+        inner = handler.unary_unary
+        secret = bearer_secret(handler_call_details.invocation_metadata)
+
+        def checked(request: Any, context: grpc.ServicerContext) -> Any:
+            caller = self._check(access, secret, context)
+            reset = current_caller.set(caller)
+            try:
+                return inner(request, context)
+            finally:
+                current_caller.reset(reset)
+
+        return grpc.unary_unary_rpc_method_handler(
+            checked,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _check(
+        self, access: Access, secret: str | None, context: grpc.ServicerContext
+    ) -> Caller | None:
+        if secret is None:
+            if access is Access.READ and self._public_read:
+                return None
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "no token: send 'authorization: Bearer <token>' "
+                "(gpubench --token or GPUBENCH_TOKEN)",
+            )
+        caller = self._tokens.identify(secret) if secret else None
+        if caller is None:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "token unknown or revoked")
+        if access is Access.ADMIN and not caller.admin:
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED, f"token {caller.name!r} is not an admin token"
+            )
+        if access is Access.SUBMIT and self._limiter and not self._limiter.allow(caller.name):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"token {caller.name!r}: over the submission rate limit "
+                f"({self._limiter.rate:g}/s); retry later",
+            )
+        return caller

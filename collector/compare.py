@@ -1,0 +1,190 @@
+"""The comparison's arithmetic: like-with-like checks, the baseline, speedups, memory shares.
+
+The store aggregates each GPU configuration's runs (medians, minima, maxima over
+OK runs, outliers left out unless asked); this module turns those per-group
+figures into a comparison. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collector.errors import MixedRuns
+from gpubench.errors import NotFound
+from gpubench.record import gpu_config_name
+
+# pyperf warns when a result looks unstable; so do we.
+FEW_RUNS = 3
+WIDE_SPREAD = 0.10  # (max - min) / median of the epoch-2 times
+MIXED = "mixed"
+
+
+@dataclass(frozen=True)
+class GroupFigures:
+    """Aggregated figures of one GPU configuration's runs (medians are over runs)."""
+
+    gpu_name: str
+    gpu_count: int
+    runs: int
+    outliers_excluded: int
+    epoch2_median_seconds: float
+    epoch2_min_seconds: float
+    epoch2_max_seconds: float
+    train_images_per_second_median: float | None
+    max_batch_per_gpu: int
+    max_global_batch: int
+    peak_memory_median_bytes: float | None  # per GPU, framework allocator
+    memory_total_bytes: float | None  # the card's memory
+    energy_per_epoch_median_joules: float | None
+    images_per_joule_median: float | None
+    benchmark_versions: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ()
+    precisions: tuple[str, ...] = ()
+    image_sizes: tuple[int, ...] = ()
+
+    @property
+    def config_name(self) -> str:
+        """'2x NVIDIA RTX 6000 Ada Generation', 'CPU', ..."""
+        return gpu_config_name(self.gpu_name, self.gpu_count)
+
+
+@dataclass(frozen=True)
+class ComparedGroup:
+    """One GPU configuration in a comparison."""
+
+    figures: GroupFigures
+    speedup: float
+    is_baseline: bool
+    peak_memory_share: float | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The answer to "how much faster is each GPU configuration than the baseline?"."""
+
+    model: str
+    baseline: str
+    groups: tuple[ComparedGroup, ...]  # fastest first
+    warnings: tuple[str, ...]
+    benchmark_version: str
+    backend: str
+    precision: str
+    image_size: int  # 0 when mixed
+
+
+# The dimensions that must agree, with the CLI flag that pins each.
+DIMENSIONS = (
+    ("benchmark_version", "benchmark_versions", "--benchmark-version"),
+    ("backend", "backends", "--backend"),
+    ("precision", "precisions", "--precision"),
+    ("image_size", "image_sizes", "--image-size"),
+)
+
+
+def shared_settings(
+    model: str, groups: list[GroupFigures], *, allow_mixed: bool
+) -> dict[str, str | int]:
+    """What all groups' runs share per dimension; MixedRuns names any that differ.
+
+    With allow_mixed a differing dimension reads "mixed" (0 for image_size) instead.
+    """
+    shared: dict[str, str | int] = {}
+    mixed: list[str] = []
+    for dimension, attribute, flag in DIMENSIONS:
+        values = sorted({v for g in groups for v in getattr(g, attribute)}, key=str)
+        if len(values) <= 1:
+            shared[dimension] = values[0] if values else (0 if dimension == "image_size" else "")
+            continue
+        shared[dimension] = 0 if dimension == "image_size" else MIXED
+        mixed.append(f"{dimension} ({', '.join(str(v) for v in values)}; pin one with {flag})")
+    if mixed and not allow_mixed:
+        raise MixedRuns(
+            f"the {model} runs differ in {'; '.join(mixed)}; or compare them anyway with "
+            "allow_mixed (--allow-mixed)"
+        )
+    return shared
+
+
+def choose_baseline(
+    groups: list[GroupFigures], gpu_name: str = "", gpu_count: int = 0
+) -> GroupFigures:
+    """The group named (GPU name, case-insensitive, and count, default 1), else the slowest."""
+    if not groups:
+        raise NotFound("no runs to compare")
+    if not gpu_name:
+        return max(groups, key=lambda g: (g.epoch2_median_seconds, g.config_name))
+    count = gpu_count or 1
+    for group in groups:
+        if group.gpu_name.lower() == gpu_name.lower() and group.gpu_count == count:
+            return group
+    found = ", ".join(sorted(g.config_name for g in groups))
+    raise NotFound(
+        f"baseline_gpu: no runs of {gpu_config_name(gpu_name, count)} to compare against "
+        f"(found: {found})"
+    )
+
+
+def speedup(baseline_seconds: float, group_seconds: float) -> float:
+    """How many times faster a group is than the baseline (by median epoch-2 time)."""
+    return baseline_seconds / group_seconds
+
+
+def memory_share(peak_bytes: float | None, total_bytes: float | None) -> float | None:
+    """The peak's share of the card's memory, 0..1; None when either is unknown."""
+    if not peak_bytes or not total_bytes:
+        return None
+    return peak_bytes / total_bytes
+
+
+def group_warnings(group: GroupFigures) -> list[str]:
+    """Why a group's figures may not be trustworthy."""
+    found = []
+    name = group.config_name
+    if group.runs < FEW_RUNS:
+        found.append(f"{name}: only {group.runs} run(s); the median is shaky below {FEW_RUNS}")
+    spread = (group.epoch2_max_seconds - group.epoch2_min_seconds) / group.epoch2_median_seconds
+    if spread > WIDE_SPREAD:
+        found.append(
+            f"{name}: epoch-2 times spread {spread:.0%} of the median "
+            f"({group.epoch2_min_seconds:.3g}-{group.epoch2_max_seconds:.3g} s)"
+        )
+    if group.outliers_excluded:
+        found.append(f"{name}: {group.outliers_excluded} outlier run(s) left out")
+    return found
+
+
+def compare(
+    model: str,
+    groups: list[GroupFigures],
+    *,
+    baseline_gpu: str = "",
+    baseline_gpu_count: int = 0,
+    allow_mixed: bool = False,
+) -> Comparison:
+    """Compare GPU configurations against a baseline; fastest first."""
+    groups = [g for g in groups if g.runs > 0]
+    if not groups:
+        return Comparison(model, "", (), (f"no OK runs of {model} match",), "", "", "", 0)
+    shared = shared_settings(model, groups, allow_mixed=allow_mixed)
+    baseline = choose_baseline(groups, baseline_gpu, baseline_gpu_count)
+    ordered = sorted(groups, key=lambda g: (g.epoch2_median_seconds, g.config_name))
+    compared = tuple(
+        ComparedGroup(
+            figures=g,
+            speedup=speedup(baseline.epoch2_median_seconds, g.epoch2_median_seconds),
+            is_baseline=g is baseline,
+            peak_memory_share=memory_share(g.peak_memory_median_bytes, g.memory_total_bytes),
+        )
+        for g in ordered
+    )
+    warnings = tuple(w for g in ordered for w in group_warnings(g))
+    return Comparison(
+        model=model,
+        baseline=baseline.config_name,
+        groups=compared,
+        warnings=warnings,
+        benchmark_version=str(shared["benchmark_version"]),
+        backend=str(shared["backend"]),
+        precision=str(shared["precision"]),
+        image_size=int(shared["image_size"]),
+    )

@@ -1,0 +1,29 @@
+"""The collector's user-facing errors: `GpubenchError`s the service maps to gRPC codes."""
+
+from __future__ import annotations
+
+from gpubench.errors import ExitCode, GpubenchError, RequestRefused
+
+
+class RunConflict(RequestRefused):
+    """A run_id already stored with different content (ALREADY_EXISTS)."""
+
+
+class TokenExists(RequestRefused):
+    """A token of that name exists and is not revoked (ALREADY_EXISTS)."""
+
+
+class MixedRuns(RequestRefused):
+    """A comparison would mix runs that are not alike (FAILED_PRECONDITION)."""
+
+
+class DatabaseLocked(GpubenchError):
+    """Another process (a running collector) holds the database file."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class SchemaTooNew(GpubenchError):
+    """The database was written by a newer collector."""
+
+    exit_code = ExitCode.BAD_DATA

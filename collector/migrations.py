@@ -1,0 +1,93 @@
+"""The collector database's schema, as named migrations applied in order.
+
+Each migration is a name and the SQL that moves the schema one step forward. The
+names applied so far are recorded in `schema_migrations`, so opening an older
+database upgrades it and opening a current one does nothing. Migrations are
+only ever appended; one already released is never edited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One named step of the schema."""
+
+    name: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        "0001_runs",
+        (
+            """
+            CREATE TABLE runs (
+                run_id VARCHAR PRIMARY KEY,
+                content_sha256 VARCHAR NOT NULL,
+                submitter VARCHAR NOT NULL,
+                received_at TIMESTAMP NOT NULL,          -- UTC
+                created_at TIMESTAMP,                    -- UTC, as the agent said
+                schema_version INTEGER NOT NULL,
+                benchmark_version VARCHAR NOT NULL,
+                label VARCHAR NOT NULL,
+                status VARCHAR NOT NULL,                 -- ok, out_of_memory, error, interrupted
+                model VARCHAR NOT NULL,
+                backend VARCHAR NOT NULL,
+                precision VARCHAR NOT NULL,
+                image_size INTEGER NOT NULL,
+                gpu_name VARCHAR NOT NULL,               -- '' for a CPU-only run
+                gpu_count INTEGER NOT NULL,
+                batch_per_gpu INTEGER NOT NULL,
+                global_batch INTEGER NOT NULL,
+                train_images INTEGER NOT NULL,
+                epoch2_seconds DOUBLE,                   -- NULL unless measured
+                train_images_per_second DOUBLE,
+                peak_memory_bytes UBIGINT,               -- allocator peak, the largest of the GPUs
+                memory_total_bytes UBIGINT,              -- the card's memory (smallest of the GPUs)
+                energy_per_epoch_joules DOUBLE,          -- NULL when not measured
+                images_per_joule DOUBLE,                 -- train_images / measured epoch's energy
+                outlier BOOLEAN NOT NULL DEFAULT false,
+                outlier_score DOUBLE NOT NULL DEFAULT 0,
+                record BLOB NOT NULL                     -- the submitted gpubench.v1.Run
+            )
+            """,
+        ),
+    ),
+    Migration(
+        "0002_tokens",
+        (
+            """
+            CREATE TABLE tokens (
+                name VARCHAR PRIMARY KEY,
+                secret_sha256 VARCHAR NOT NULL UNIQUE,   -- the secret itself is never stored
+                admin BOOLEAN NOT NULL,
+                created_at TIMESTAMP NOT NULL,
+                revoked BOOLEAN NOT NULL DEFAULT false,
+                last_used_at TIMESTAMP
+            )
+            """,
+        ),
+    ),
+)
+
+
+CREATE_LEDGER = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    name VARCHAR PRIMARY KEY,
+    applied_at TIMESTAMP NOT NULL
+)
+"""
+
+
+def pending(applied: set[str]) -> list[Migration]:
+    """The migrations not yet in `applied`, in order."""
+    return [m for m in MIGRATIONS if m.name not in applied]
+
+
+def unknown(applied: set[str]) -> list[str]:
+    """Names recorded in the database that this code does not know (a newer collector's)."""
+    known = {m.name for m in MIGRATIONS}
+    return sorted(applied - known)

@@ -1,0 +1,250 @@
+"""The gRPC servicers: thin translations between the wire messages and the store.
+
+Authentication happened before these run (collector.auth); a servicer reads the
+caller from `auth.current_caller`. User-facing errors raised below become gRPC
+status codes with their message, in one place (`_translating_errors`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import grpc
+
+from collector import compare, validation
+from collector.auth import Caller, TokenBook, current_caller
+from collector.errors import MixedRuns, RunConflict, TokenExists
+from collector.store import CompareQuery, RunFilter, Store, TokenRow
+from gpubench import record
+from gpubench.errors import AccessDenied, GpubenchError, InvalidRecord, NotFound
+from gpubench.v1 import collector_pb2, collector_pb2_grpc
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+DEFAULT_LEADERBOARD = 20
+
+# Most specific first: the first class an error is an instance of decides its code.
+STATUS_OF_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
+    (InvalidRecord, grpc.StatusCode.INVALID_ARGUMENT),
+    (RunConflict, grpc.StatusCode.ALREADY_EXISTS),
+    (TokenExists, grpc.StatusCode.ALREADY_EXISTS),
+    (MixedRuns, grpc.StatusCode.FAILED_PRECONDITION),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (AccessDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (GpubenchError, grpc.StatusCode.FAILED_PRECONDITION),
+)
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def _translating_errors(method: Handler) -> Handler:
+    """Turn the collector's user-facing errors into gRPC status codes."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except GpubenchError as exc:
+            code = next(c for cls, c in STATUS_OF_ERROR if isinstance(exc, cls))
+            context.abort(code, str(exc))
+        except RuntimeError as exc:  # the store is closing: the server is shutting down
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"collector shutting down ({exc})")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _caller() -> Caller:
+    caller = current_caller.get()
+    if caller is None:  # the interceptor guarantees one for writes; this is a wiring bug
+        raise AccessDenied("no caller identified")
+    return caller
+
+
+def _optional_time(message: Any, field: str) -> datetime | None:
+    return getattr(message, field).ToDatetime() if message.HasField(field) else None
+
+
+def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value and value not in allowed:
+        raise InvalidRecord(field, f"unknown {value[:64]!r} (one of {', '.join(allowed)})")
+
+
+def _check_limit(field: str, value: int, default: int, most: int) -> int:
+    if value > most:
+        raise InvalidRecord(field, f"must be <= {most}, got {value}")
+    return value or default
+
+
+class CollectorService(collector_pb2_grpc.CollectorServicer):
+    """Runs: submit, read, list, delete, compare, leaderboard."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    @_translating_errors
+    def SubmitRun(self, request, context):  # noqa: N802 - gRPC's method names
+        caller = _caller()
+        validation.validate(request.run)
+        ack = self._store.submit(request.run, caller.name)
+        response = collector_pb2.SubmitRunResponse(
+            run_id=ack.run_id, content_sha256=ack.content_sha256
+        )
+        response.received_at.FromDatetime(ack.received_at)
+        return response
+
+    @_translating_errors
+    def GetRun(self, request, context):  # noqa: N802
+        return self._store.get(request.run_id)
+
+    @_translating_errors
+    def ListRuns(self, request, context):  # noqa: N802
+        page_size = _check_limit("page_size", request.page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        where = RunFilter(
+            gpu_name=request.gpu_name,
+            model=request.model,
+            backend=request.backend,
+            precision=request.precision,
+            gpu_count=request.gpu_count,
+            submitter=request.submitter,
+            since=_optional_time(request, "since"),
+            until=_optional_time(request, "until"),
+        )
+        runs, token = self._store.list(where, page_size=page_size, page_token=request.page_token)
+        return collector_pb2.ListRunsResponse(runs=runs, next_page_token=token)
+
+    @_translating_errors
+    def DeleteRun(self, request, context):  # noqa: N802
+        caller = _caller()
+        submitter = self._store.submitter_of(request.run_id)
+        if submitter != caller.name and not caller.admin:
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"run_id {request.run_id}: submitted by {submitter!r}; only its submitter "
+                f"or an admin may delete it (token {caller.name!r})",
+            )
+        self._store.delete(request.run_id)
+        return collector_pb2.DeleteRunResponse(run_id=request.run_id)
+
+    @_translating_errors
+    def Compare(self, request, context):  # noqa: N802
+        _check_choice("model", request.model, record.MODELS)
+        if not request.model:
+            raise InvalidRecord("model", f"missing (one of {', '.join(record.MODELS)})")
+        _check_choice("precision", request.precision, record.PRECISIONS)
+        _check_choice("backend", request.backend, record.BACKENDS)
+        query = CompareQuery(
+            model=request.model,
+            precision=request.precision,
+            backend=request.backend,
+            image_size=request.image_size,
+            benchmark_version=request.benchmark_version,
+            gpu_names=tuple(request.gpu_names),
+            include_outliers=request.include_outliers,
+        )
+        result = compare.compare(
+            request.model,
+            self._store.compare_groups(query),
+            baseline_gpu=request.baseline_gpu,
+            baseline_gpu_count=request.baseline_gpu_count,
+            allow_mixed=request.allow_mixed,
+        )
+        return _comparison_message(result)
+
+    @_translating_errors
+    def Leaderboard(self, request, context):  # noqa: N802
+        if not request.model:
+            raise InvalidRecord("model", f"missing (one of {', '.join(record.MODELS)})")
+        _check_choice("model", request.model, record.MODELS)
+        _check_choice("precision", request.precision, record.PRECISIONS)
+        limit = _check_limit("limit", request.limit, DEFAULT_LEADERBOARD, MAX_PAGE_SIZE)
+        rows = self._store.leaderboard(request.model, request.precision, limit)
+        return collector_pb2.LeaderboardResponse(
+            model=request.model,
+            entries=[
+                collector_pb2.LeaderboardEntry(
+                    rank=rank,
+                    gpu_name=r.gpu_name,
+                    gpu_count=r.gpu_count,
+                    runs=r.runs,
+                    best_epoch2_seconds=r.best_epoch2_seconds,
+                    epoch2_median_seconds=r.epoch2_median_seconds,
+                    train_images_per_second_median=r.train_images_per_second_median or 0.0,
+                    max_batch_per_gpu=r.max_batch_per_gpu,
+                    backend=r.backend,
+                    precision=r.precision,
+                )
+                for rank, r in enumerate(rows, start=1)
+            ],
+        )
+
+
+def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResponse:
+    groups = []
+    for g in result.groups:
+        f = g.figures
+        groups.append(
+            collector_pb2.CompareGroup(
+                gpu_name=f.gpu_name,
+                gpu_count=f.gpu_count,
+                runs=f.runs,
+                epoch2_median_seconds=f.epoch2_median_seconds,
+                epoch2_min_seconds=f.epoch2_min_seconds,
+                epoch2_max_seconds=f.epoch2_max_seconds,
+                train_images_per_second_median=f.train_images_per_second_median or 0.0,
+                max_batch_per_gpu=f.max_batch_per_gpu,
+                max_global_batch=f.max_global_batch,
+                peak_memory_median_bytes=round(f.peak_memory_median_bytes or 0),
+                peak_memory_share=g.peak_memory_share or 0.0,
+                energy_per_epoch_median_joules=f.energy_per_epoch_median_joules or 0.0,
+                images_per_joule=f.images_per_joule_median or 0.0,
+                speedup=g.speedup,
+                is_baseline=g.is_baseline,
+                outliers_excluded=f.outliers_excluded,
+                memory_total_bytes=round(f.memory_total_bytes or 0),
+            )
+        )
+    return collector_pb2.CompareResponse(
+        model=result.model,
+        baseline=result.baseline,
+        groups=groups,
+        warnings=list(result.warnings),
+        benchmark_version=result.benchmark_version,
+        backend=result.backend,
+        precision=result.precision,
+        image_size=result.image_size,
+    )
+
+
+def token_message(row: TokenRow) -> collector_pb2.Token:
+    """A stored token as the wire's Token (never the secret or its hash)."""
+    token = collector_pb2.Token(name=row.name, admin=row.admin, revoked=row.revoked)
+    token.created_at.FromDatetime(row.created_at)
+    if row.last_used_at is not None:
+        token.last_used_at.FromDatetime(row.last_used_at)
+    return token
+
+
+class AdminService(collector_pb2_grpc.AdminServicer):
+    """Token administration on a live collector (admin tokens only; see collector.auth)."""
+
+    def __init__(self, tokens: TokenBook) -> None:
+        self._tokens = tokens
+
+    @_translating_errors
+    def CreateToken(self, request, context):  # noqa: N802
+        row, secret = self._tokens.create(request.name, admin=request.admin)
+        return collector_pb2.CreateTokenResponse(token=token_message(row), secret=secret)
+
+    @_translating_errors
+    def ListTokens(self, request, context):  # noqa: N802
+        return collector_pb2.ListTokensResponse(
+            tokens=[token_message(t) for t in self._tokens.list()]
+        )
+
+    @_translating_errors
+    def RevokeToken(self, request, context):  # noqa: N802
+        row = self._tokens.revoke(request.name)
+        return collector_pb2.RevokeTokenResponse(token=token_message(row))

@@ -1,0 +1,693 @@
+"""The collector's store: runs and tokens in one DuckDB file.
+
+This is the only module that talks to DuckDB. It keeps one connection to the
+file and hands each thread its own cursor (DuckDB cursors are connections of
+their own and safe to use side by side). Every write goes through one lock, so
+concurrent RPCs never produce transaction conflicts.
+
+Submissions are group-committed: RPC threads queue their run and wait, a writer
+thread inserts everything queued into one transaction, commits (DuckDB writes
+the commit to its write-ahead log before returning), and only then wakes the
+waiting threads with their acknowledgements. Many concurrent submissions thus
+share one commit instead of paying for one each.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from collector import migrations
+from collector.compare import GroupFigures
+from collector.errors import DatabaseLocked, RunConflict, SchemaTooNew, TokenExists
+from gpubench import record
+from gpubench.errors import InvalidRecord, NotFound
+from gpubench.v1 import collector_pb2, run_pb2
+
+# Robust z-score (Iglewicz and Hoaglin): 0.6745 * (x - median) / MAD; beyond 3.5 is an outlier.
+OUTLIER_THRESHOLD = 3.5
+# The columns that decide which runs are "the same GPU configuration" for outliers.
+OUTLIER_GROUP = (
+    "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "benchmark_version",
+)
+# The most runs one group commit inserts; more wait for the next commit.
+MAX_BATCH = 1024
+
+# The runs table's columns in insert order, with their Arrow types.
+RUN_COLUMNS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("content_sha256", pa.string()),
+        ("submitter", pa.string()),
+        ("received_at", pa.timestamp("us")),
+        ("created_at", pa.timestamp("us")),
+        ("schema_version", pa.int32()),
+        ("benchmark_version", pa.string()),
+        ("label", pa.string()),
+        ("status", pa.string()),
+        ("model", pa.string()),
+        ("backend", pa.string()),
+        ("precision", pa.string()),
+        ("image_size", pa.int32()),
+        ("gpu_name", pa.string()),
+        ("gpu_count", pa.int32()),
+        ("batch_per_gpu", pa.int32()),
+        ("global_batch", pa.int32()),
+        ("train_images", pa.int32()),
+        ("epoch2_seconds", pa.float64()),
+        ("train_images_per_second", pa.float64()),
+        ("peak_memory_bytes", pa.uint64()),
+        ("memory_total_bytes", pa.uint64()),
+        ("energy_per_epoch_joules", pa.float64()),
+        ("images_per_joule", pa.float64()),
+        ("outlier", pa.bool_()),
+        ("outlier_score", pa.float64()),
+        ("record", pa.binary()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Ack:
+    """What a submission is acknowledged with; the same for every resubmission."""
+
+    run_id: str
+    received_at: datetime  # UTC, naive
+    content_sha256: str
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    """A stored access token (never the secret, only its hash)."""
+
+    name: str
+    admin: bool
+    created_at: datetime
+    revoked: bool
+    last_used_at: datetime | None
+    secret_sha256: str = ""
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs to list; empty/zero fields match everything."""
+
+    gpu_name: str = ""  # case-insensitive substring
+    model: str = ""
+    backend: str = ""
+    precision: str = ""
+    gpu_count: int = 0
+    submitter: str = ""
+    since: datetime | None = None  # created_at, UTC
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CompareQuery:
+    """Which runs a comparison covers; empty/zero fields match everything."""
+
+    model: str
+    precision: str = ""
+    backend: str = ""
+    image_size: int = 0
+    benchmark_version: str = ""
+    gpu_names: tuple[str, ...] = ()  # exact, case-insensitive
+    include_outliers: bool = False
+
+
+@dataclass(frozen=True)
+class LeaderboardRow:
+    """One GPU configuration on a model's leaderboard."""
+
+    gpu_name: str
+    gpu_count: int
+    backend: str
+    precision: str
+    runs: int
+    best_epoch2_seconds: float
+    epoch2_median_seconds: float
+    train_images_per_second_median: float | None
+    max_batch_per_gpu: int
+
+
+@dataclass
+class _Pending:
+    row: dict[str, Any]
+    future: Future = field(default_factory=Future)
+
+
+def utc_now() -> datetime:
+    """Now in UTC as a naive datetime at microsecond precision (what the store keeps)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def run_row(run: run_pb2.Run, submitter: str, sha: str | None = None) -> dict[str, Any]:
+    """The runs-table row of a (validated) run; received_at is filled in at commit."""
+    cfg, res = run.config, run.result
+    gpus = list(run.gpus)
+    # A run on unlike cards (rare) is its own configuration: "A + B".
+    names = list(dict.fromkeys(g.name for g in gpus[: cfg.gpu_count]))
+    totals = [g.memory_total_bytes for g in gpus if g.memory_total_bytes] + [
+        m.memory_total_bytes for m in res.memory if m.memory_total_bytes
+    ]
+    peaks = [m.allocator_peak_bytes for m in res.memory if m.allocator_peak_bytes]
+    ok = res.status == run_pb2.RUN_STATUS_OK
+    energy = res.energy_per_epoch_joules if res.energy_per_epoch_joules > 0 else None
+    return {
+        "run_id": run.run_id,
+        "content_sha256": sha or record.content_sha256(run),
+        "submitter": submitter,
+        "received_at": None,
+        "created_at": run.created_at.ToDatetime() if run.HasField("created_at") else None,
+        "schema_version": run.schema_version,
+        "benchmark_version": run.benchmark_version,
+        "label": run.label,
+        "status": record.status_name(res.status),
+        "model": cfg.model,
+        "backend": run.software.backend,
+        "precision": cfg.precision,
+        "image_size": cfg.image_size,
+        "gpu_name": " + ".join(names),
+        "gpu_count": cfg.gpu_count,
+        "batch_per_gpu": cfg.batch_per_gpu,
+        "global_batch": cfg.global_batch,
+        "train_images": cfg.train_images,
+        "epoch2_seconds": res.epoch2_seconds if ok and res.epoch2_seconds > 0 else None,
+        "train_images_per_second": (
+            res.train_images_per_second if ok and res.train_images_per_second > 0 else None
+        ),
+        "peak_memory_bytes": max(peaks) if peaks else None,
+        "memory_total_bytes": min(totals) if totals else None,
+        "energy_per_epoch_joules": energy,
+        "images_per_joule": (
+            cfg.train_images / energy if ok and energy and cfg.train_images else None
+        ),
+        "outlier": False,
+        "outlier_score": 0.0,
+        "record": run.SerializeToString(deterministic=True),
+    }
+
+
+def rows_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """Rows (as `run_row` makes them) as an Arrow table in the runs table's column order."""
+    return pa.table(
+        {name: [r[name] for r in rows] for name in RUN_COLUMNS.names}, schema=RUN_COLUMNS
+    )
+
+
+class Store:
+    """Runs and tokens in a DuckDB file; safe to share between threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = duckdb.connect(str(self.path))
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower():
+                raise DatabaseLocked(
+                    f"{self.path}: the database is in use by another process (a running collector?)"
+                ) from exc
+            raise
+        self._cursor_lock = threading.Lock()
+        self._cursors: list[duckdb.DuckDBPyConnection] = []
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._closed = False
+        self._migrate()
+        self._queue: list[_Pending] = []
+        self._queue_ready = threading.Condition()
+        self._stopping = False
+        self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
+        self._writer.start()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        cursor = getattr(self._local, "cursor", None)
+        if cursor is None:
+            with self._cursor_lock:
+                if self._closed:
+                    raise RuntimeError("the store is closed")
+                cursor = self._conn.cursor()
+                self._cursors.append(cursor)
+            self._local.cursor = cursor
+        return cursor
+
+    def _migrate(self) -> None:
+        con = self._conn
+        con.execute(migrations.CREATE_LEDGER)
+        applied = {name for (name,) in con.execute("SELECT name FROM schema_migrations").fetchall()}
+        newer = migrations.unknown(applied)
+        if newer:
+            raise SchemaTooNew(
+                f"{self.path}: written by a newer collector (migrations {', '.join(newer)}); "
+                "upgrade gpubench"
+            )
+        for migration in migrations.pending(applied):
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for statement in migration.statements:
+                    con.execute(statement)
+                con.execute(
+                    "INSERT INTO schema_migrations VALUES (?, ?)", [migration.name, utc_now()]
+                )
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+
+    def applied_migrations(self) -> list[str]:
+        """The names of the migrations this database has had, in order applied."""
+        rows = self._cursor().execute(
+            "SELECT name FROM schema_migrations ORDER BY applied_at, name"
+        ).fetchall()
+        return [name for (name,) in rows]
+
+    def close(self) -> None:
+        """Finish queued submissions, checkpoint the write-ahead log into the file, close."""
+        with self._queue_ready:
+            self._stopping = True
+            self._queue_ready.notify_all()
+        self._writer.join()
+        with self._cursor_lock:
+            if self._closed:
+                return
+            self._closed = True
+            with self._write_lock:
+                self._conn.execute("CHECKPOINT")
+            for cursor in self._cursors:
+                cursor.close()
+            self._conn.close()
+
+    # -- submissions ------------------------------------------------------------------------
+
+    def submit(self, run: run_pb2.Run, submitter: str) -> Ack:
+        """Store a validated run durably and return its acknowledgement.
+
+        The same run_id with the same content returns the first acknowledgement;
+        with different content it raises RunConflict.
+        """
+        pending = _Pending(run_row(run, submitter))
+        with self._queue_ready:
+            if self._stopping:
+                raise RuntimeError("the store is closing")
+            self._queue.append(pending)
+            self._queue_ready.notify()
+        return pending.future.result()
+
+    def submit_many(self, runs: Iterable[run_pb2.Run], submitter: str) -> list[Ack | Exception]:
+        """Store many validated runs in one transaction; per run an Ack or the RunConflict."""
+        pendings = [_Pending(run_row(run, submitter)) for run in runs]
+        with self._write_lock:
+            self._commit(pendings)
+        return [p.future.exception() or p.future.result() for p in pendings]
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._queue_ready:
+                while not self._queue and not self._stopping:
+                    self._queue_ready.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            with self._write_lock:
+                self._commit(batch)
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        """Insert a batch in one transaction, then resolve every waiting future."""
+        con = self._cursor()
+        received_at = utc_now()
+        by_id: dict[str, list[_Pending]] = {}
+        for pending in batch:
+            by_id.setdefault(pending.row["run_id"], []).append(pending)
+        try:
+            stored = self._stored_acks(con, list(by_id))
+            fresh = [group[0] for run_id, group in by_id.items() if run_id not in stored]
+            for pending in fresh:
+                pending.row["received_at"] = received_at
+            con.execute("BEGIN TRANSACTION")
+            try:
+                if fresh:
+                    con.from_arrow(rows_table([p.row for p in fresh])).insert_into("runs")
+                    scored = {_group_key(p.row) for p in fresh if p.row["status"] == "ok"}
+                    self._rescore(con, scored)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        except Exception as exc:  # the database failed: every waiting submission hears of it
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(exc)
+            return
+        for pending in fresh:
+            row = pending.row
+            stored[row["run_id"]] = Ack(row["run_id"], received_at, row["content_sha256"])
+        for run_id, group in by_id.items():
+            ack = stored[run_id]
+            for pending in group:
+                if pending.row["content_sha256"] == ack.content_sha256:
+                    pending.future.set_result(ack)
+                else:
+                    pending.future.set_exception(
+                        RunConflict(
+                            f"run_id {run_id}: already stored with different content "
+                            f"(sha256 {ack.content_sha256[:12]}...); a new run needs a new run_id"
+                        )
+                    )
+
+    @staticmethod
+    def _stored_acks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, Ack]:
+        if len(run_ids) == 1:  # a point lookup uses the primary-key index
+            where, params = "run_id = ?", run_ids
+        else:
+            where, params = "list_contains(?, run_id)", [run_ids]
+        rows = con.execute(
+            f"SELECT run_id, received_at, content_sha256 FROM runs WHERE {where}", params
+        ).fetchall()
+        return {r[0]: Ack(r[0], r[1], r[2]) for r in rows}
+
+    @staticmethod
+    def _rescore(con: duckdb.DuckDBPyConnection, groups: set[tuple]) -> None:
+        """Recompute the robust z-score of every OK run in each outlier group."""
+        match = " AND ".join(f"{column} = ?" for column in OUTLIER_GROUP)
+        for key in groups:
+            # MAD 0 (half the runs identical): fall back to the mean absolute deviation,
+            # scaled to match the MAD's consistency constant (Iglewicz and Hoaglin).
+            con.execute(
+                f"""
+                UPDATE runs SET outlier = abs(s.z) > ?, outlier_score = s.z
+                FROM (
+                    WITH g AS (SELECT run_id, epoch2_seconds AS x FROM runs
+                               WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND {match}),
+                         m AS (SELECT median(x) AS med FROM g),
+                         d AS (SELECT median(abs(x - med)) AS mad, avg(abs(x - med)) AS meanad
+                               FROM g, m)
+                    SELECT g.run_id,
+                        CASE WHEN d.mad > 0 THEN 0.6745 * (g.x - m.med) / d.mad
+                             WHEN d.meanad > 0 THEN (g.x - m.med) / (1.253314 * d.meanad)
+                             ELSE 0 END AS z
+                    FROM g, m, d
+                ) s
+                WHERE runs.run_id = s.run_id AND runs.outlier_score IS DISTINCT FROM s.z
+                """,
+                [OUTLIER_THRESHOLD, *key],
+            )
+
+    def rescore_all(self) -> None:
+        """Recompute the outlier flags of every group (after a bulk load)."""
+        with self._write_lock:
+            con = self._cursor()
+            cols = ", ".join(OUTLIER_GROUP)
+            keys = con.execute(
+                f"SELECT DISTINCT {cols} FROM runs "
+                "WHERE status = 'ok' AND epoch2_seconds IS NOT NULL"
+            ).fetchall()
+            con.execute("BEGIN TRANSACTION")
+            try:
+                self._rescore(con, set(keys))
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    def bulk_load(self, table: pa.Table) -> None:
+        """Append rows given as an Arrow table of RUN_COLUMNS (no validation, no rescoring)."""
+        with self._write_lock:
+            con = self._cursor()
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.from_arrow(table.select(RUN_COLUMNS.names).cast(RUN_COLUMNS)).insert_into("runs")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    # -- reading runs -----------------------------------------------------------------------
+
+    def get(self, run_id: str) -> collector_pb2.StoredRun:
+        """The stored run, or NotFound."""
+        rows = self._cursor().execute(
+            f"SELECT {_STORED_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
+        ).fetchall()
+        if not rows:
+            raise NotFound(f"run_id {run_id}: no such run")
+        return _stored_run(rows[0])
+
+    def count(self) -> int:
+        """How many runs are stored."""
+        return self._cursor().execute("SELECT count(*) FROM runs").fetchone()[0]
+
+    def list(
+        self, where: RunFilter, *, page_size: int, page_token: str = ""
+    ) -> tuple[list[collector_pb2.StoredRun], str]:
+        """Runs matching `where`, newest first; returns a page and the next page's token."""
+        clauses, params = _filter_sql(where)
+        if page_token:
+            created_at, run_id = _decode_page_token(page_token)
+            clauses.append("(created_at, run_id) < (?, ?)")
+            params += [created_at, run_id]
+        sql = f"SELECT {_STORED_COLUMNS}, created_at FROM runs"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+        rows = self._cursor().execute(sql, [*params, page_size + 1]).fetchall()
+        more = len(rows) > page_size
+        rows = rows[:page_size]
+        token = _encode_page_token(rows[-1][-1], rows[-1][0]) if more else ""
+        return [_stored_run(r[:-1]) for r in rows], token
+
+    def delete(self, run_id: str) -> str:
+        """Delete a run (and rescore its group); returns its submitter. NotFound if absent."""
+        with self._write_lock:
+            con = self._cursor()
+            cols = ", ".join(OUTLIER_GROUP)
+            rows = con.execute(
+                f"SELECT submitter, status, {cols} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchall()
+            if not rows:
+                raise NotFound(f"run_id {run_id}: no such run")
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+                if rows[0][1] == "ok":
+                    self._rescore(con, {tuple(rows[0][2:])})
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            return rows[0][0]
+
+    def submitter_of(self, run_id: str) -> str:
+        """Who submitted a run; NotFound if absent."""
+        rows = self._cursor().execute(
+            "SELECT submitter FROM runs WHERE run_id = ?", [run_id]
+        ).fetchall()
+        if not rows:
+            raise NotFound(f"run_id {run_id}: no such run")
+        return rows[0][0]
+
+    def compare_groups(self, query: CompareQuery) -> list[GroupFigures]:
+        """Per GPU configuration (name x count): the figures Compare reports, over OK runs."""
+        clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "model = ?"]
+        params: list[Any] = [query.model]
+        for column in ("precision", "backend", "benchmark_version"):
+            value = getattr(query, column)
+            if value:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if query.image_size:
+            clauses.append("image_size = ?")
+            params.append(query.image_size)
+        if query.gpu_names:
+            clauses.append("list_contains(?, lower(gpu_name))")
+            params.append([n.lower() for n in query.gpu_names])
+        keep = "(? OR NOT outlier)"
+        sql = f"""
+            SELECT gpu_name, gpu_count,
+                count(*) FILTER (WHERE keep),
+                count(*) FILTER (WHERE NOT keep),
+                median(epoch2_seconds) FILTER (WHERE keep),
+                min(epoch2_seconds) FILTER (WHERE keep),
+                max(epoch2_seconds) FILTER (WHERE keep),
+                median(train_images_per_second) FILTER (WHERE keep),
+                max(batch_per_gpu) FILTER (WHERE keep),
+                max(global_batch) FILTER (WHERE keep),
+                median(peak_memory_bytes) FILTER (WHERE keep),
+                median(memory_total_bytes) FILTER (WHERE keep),
+                median(energy_per_epoch_joules) FILTER (WHERE keep),
+                median(images_per_joule) FILTER (WHERE keep),
+                list(DISTINCT benchmark_version) FILTER (WHERE keep),
+                list(DISTINCT backend) FILTER (WHERE keep),
+                list(DISTINCT precision) FILTER (WHERE keep),
+                list(DISTINCT image_size) FILTER (WHERE keep)
+            FROM (SELECT *, {keep} AS keep FROM runs WHERE {' AND '.join(clauses)})
+            GROUP BY gpu_name, gpu_count
+        """
+        rows = self._cursor().execute(sql, [query.include_outliers, *params]).fetchall()
+        return [
+            GroupFigures(
+                gpu_name=r[0], gpu_count=r[1], runs=r[2], outliers_excluded=r[3],
+                epoch2_median_seconds=r[4], epoch2_min_seconds=r[5], epoch2_max_seconds=r[6],
+                train_images_per_second_median=r[7], max_batch_per_gpu=r[8] or 0,
+                max_global_batch=r[9] or 0, peak_memory_median_bytes=r[10],
+                memory_total_bytes=r[11], energy_per_epoch_median_joules=r[12],
+                images_per_joule_median=r[13], benchmark_versions=tuple(sorted(r[14] or ())),
+                backends=tuple(sorted(r[15] or ())), precisions=tuple(sorted(r[16] or ())),
+                image_sizes=tuple(sorted(r[17] or ())),
+            )
+            for r in rows
+        ]
+
+    def leaderboard(self, model: str, precision: str, limit: int) -> list[LeaderboardRow]:
+        """A model's GPU configurations by median epoch-2 time, fastest first.
+
+        Only the newest benchmark version with OK runs of the model counts, and outliers
+        are left out.
+        """
+        clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "NOT outlier", "model = ?"]
+        params: list[Any] = [model]
+        if precision:
+            clauses.append("precision = ?")
+            params.append(precision)
+        where = " AND ".join(clauses)
+        sql = f"""
+            SELECT gpu_name, gpu_count, backend, precision, count(*),
+                min(epoch2_seconds), median(epoch2_seconds), median(train_images_per_second),
+                max(batch_per_gpu)
+            FROM runs
+            WHERE {where}
+              AND benchmark_version = (SELECT max(benchmark_version) FROM runs WHERE {where})
+            GROUP BY gpu_name, gpu_count, backend, precision
+            ORDER BY median(epoch2_seconds), min(epoch2_seconds), gpu_name, gpu_count
+            LIMIT ?
+        """
+        rows = self._cursor().execute(sql, [*params, *params, limit]).fetchall()
+        return [LeaderboardRow(*r) for r in rows]
+
+    # -- tokens -----------------------------------------------------------------------------
+
+    def create_token(self, name: str, secret_sha256: str, admin: bool) -> TokenRow:
+        """Store a new token; a revoked token of the same name is replaced. TokenExists if live."""
+        with self._write_lock:
+            con = self._cursor()
+            rows = con.execute("SELECT revoked FROM tokens WHERE name = ?", [name]).fetchall()
+            if rows and not rows[0][0]:
+                raise TokenExists(f"token {name!r}: already exists (revoke it first)")
+            now = utc_now()
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute("DELETE FROM tokens WHERE name = ?", [name])
+                con.execute(
+                    "INSERT INTO tokens (name, secret_sha256, admin, created_at, revoked) "
+                    "VALUES (?, ?, ?, ?, false)",
+                    [name, secret_sha256, admin, now],
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            return TokenRow(name, admin, now, False, None, secret_sha256)
+
+    def tokens(self) -> list[TokenRow]:
+        """Every token, by name."""
+        rows = self._cursor().execute(
+            f"SELECT {_TOKEN_COLUMNS} FROM tokens ORDER BY name"
+        ).fetchall()
+        return [TokenRow(*r) for r in rows]
+
+    def token_by_secret_hash(self, secret_sha256: str) -> TokenRow | None:
+        """The token whose secret hashes to `secret_sha256`, revoked or not."""
+        rows = self._cursor().execute(
+            f"SELECT {_TOKEN_COLUMNS} FROM tokens WHERE secret_sha256 = ?", [secret_sha256]
+        ).fetchall()
+        return TokenRow(*rows[0]) if rows else None
+
+    def revoke_token(self, name: str) -> TokenRow:
+        """Mark a token revoked; NotFound if there is none of that name."""
+        with self._write_lock:
+            con = self._cursor()
+            rows = con.execute(
+                f"UPDATE tokens SET revoked = true WHERE name = ? RETURNING {_TOKEN_COLUMNS}",
+                [name],
+            ).fetchall()
+        if not rows:
+            raise NotFound(f"token {name!r}: no such token")
+        return TokenRow(*rows[0])
+
+    def record_token_use(self, used: dict[str, datetime]) -> None:
+        """Write tokens' last-used times (the auth layer batches them)."""
+        if not used:
+            return
+        with self._write_lock:
+            self._cursor().executemany(
+                "UPDATE tokens SET last_used_at = ? WHERE name = ?",
+                [[when, name] for name, when in used.items()],
+            )
+
+
+_STORED_COLUMNS = "run_id, record, submitter, received_at, outlier, outlier_score, content_sha256"
+_TOKEN_COLUMNS = "name, admin, created_at, revoked, last_used_at, secret_sha256"
+
+
+def _stored_run(row: Sequence[Any]) -> collector_pb2.StoredRun:
+    stored = collector_pb2.StoredRun(
+        run=run_pb2.Run.FromString(row[1]),
+        submitter=row[2],
+        outlier=row[4],
+        outlier_score=row[5],
+        content_sha256=row[6],
+    )
+    stored.received_at.FromDatetime(row[3])
+    return stored
+
+
+def _group_key(row: dict[str, Any]) -> tuple:
+    return tuple(row[column] for column in OUTLIER_GROUP)
+
+
+def _filter_sql(where: RunFilter) -> tuple[list[str], list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if where.gpu_name:
+        clauses.append("contains(lower(gpu_name), ?)")
+        params.append(where.gpu_name.lower())
+    for column in ("model", "backend", "precision", "submitter"):
+        value = getattr(where, column)
+        if value:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if where.gpu_count:
+        clauses.append("gpu_count = ?")
+        params.append(where.gpu_count)
+    if where.since is not None:
+        clauses.append("created_at >= ?")
+        params.append(where.since)
+    if where.until is not None:
+        clauses.append("created_at < ?")
+        params.append(where.until)
+    return clauses, params
+
+
+def _encode_page_token(created_at: datetime, run_id: str) -> str:
+    raw = f"{created_at.isoformat()}|{run_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_page_token(token: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        when, run_id = raw.split("|", 1)
+        return datetime.fromisoformat(when), run_id
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRecord("page_token", "not a token this collector handed out") from exc

@@ -1,0 +1,94 @@
+"""Shared test fixtures: a real collector on port 0 over a real DuckDB file, and run records.
+
+- `collector`: a running collector (plaintext on 127.0.0.1, no rate limit) with an
+  admin token; see `RunningCollector` for what it offers.
+- `collector_factory(**options)`: more collectors, with `create_server` options
+  (public_read=True, tls=TlsFiles(...), rate_limit=5, max_message_bytes=...).
+- `make_run`: `factories.make_run`, a complete and realistic run record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from factories import make_run as _make_run
+
+
+@dataclass
+class RunningCollector:
+    """A collector serving in this process; stopped by the fixture."""
+
+    address: str  # "127.0.0.1:PORT"
+    admin_token: str
+    db_path: Path
+    port: int
+    store: Any  # collector.store.Store
+    tokens: Any  # collector.auth.TokenBook, the one the server uses
+    server: Any  # grpc.Server
+    _stopped: bool = field(default=False, repr=False)
+
+    def make_token(self, name: str, admin: bool = False) -> str:
+        """A new token's secret (through the server's own token book)."""
+        _, secret = self.tokens.create(name, admin=admin)
+        return secret
+
+    def revoke_token(self, name: str) -> None:
+        """Revoke a token as the Admin service would."""
+        self.tokens.revoke(name)
+
+    def metadata(self, token: str | None = None) -> tuple[tuple[str, str], ...]:
+        """Call metadata carrying `token` (the admin token by default)."""
+        return (("authorization", f"Bearer {token or self.admin_token}"),)
+
+    def stop(self) -> None:
+        """Stop the server and close (checkpoint) the database."""
+        if not self._stopped:
+            self._stopped = True
+            self.server.stop(None).wait()
+            self.tokens.flush()
+            self.store.close()
+
+
+@pytest.fixture
+def collector_factory(tmp_path: Path) -> Iterator[Callable[..., RunningCollector]]:
+    """Start collectors with `create_server` options; every one is stopped afterwards."""
+    from collector.auth import TokenBook
+    from collector.server import create_server
+    from collector.store import Store
+
+    started: list[RunningCollector] = []
+
+    def start(*, db_path: Path | None = None, **options: Any) -> RunningCollector:
+        options.setdefault("rate_limit", 0)
+        path = db_path or tmp_path / f"collector-{len(started)}.duckdb"
+        store = Store(path)
+        tokens = TokenBook(store)
+        server, port = create_server(store, host="127.0.0.1", port=0, tokens=tokens, **options)
+        server.start()
+        _, admin_token = tokens.create("admin", admin=True)
+        running = RunningCollector(
+            address=f"127.0.0.1:{port}", admin_token=admin_token, db_path=path, port=port,
+            store=store, tokens=tokens, server=server,
+        )
+        started.append(running)
+        return running
+
+    yield start
+    for running in reversed(started):
+        running.stop()
+
+
+@pytest.fixture
+def collector(collector_factory: Callable[..., RunningCollector]) -> RunningCollector:
+    """A running collector on 127.0.0.1:PORT with a fresh database and an admin token."""
+    return collector_factory()
+
+
+@pytest.fixture
+def make_run() -> Callable[..., Any]:
+    """`factories.make_run`: a complete, valid, realistic run record."""
+    return _make_run
