@@ -352,9 +352,10 @@ def read_trace(path: str | Path) -> dict[str, Any]:
 class FakeNvml(Nvml):
     """Replays a recorded trace: what the GPU reported `speed` x (now - start) into it.
 
-    After the trace's end the last sample of each GPU is repeated. Processes the
-    trace recorded for its workload (meta.workload_pid) are reported under
-    `workload_pid` when given, so a live child process can stand in for it.
+    Replay begins `start_at` seconds into the trace. After the trace's end the
+    last sample of each GPU is repeated. Processes the trace recorded for its
+    workload (meta.workload_pid) are reported under `workload_pid` when given,
+    so a live child process can stand in for it.
     """
 
     def __init__(
@@ -362,11 +363,13 @@ class FakeNvml(Nvml):
         trace: Mapping[str, Any],
         *,
         speed: float = 1.0,
+        start_at: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         workload_pid: int | None = None,
     ) -> None:
         self.trace = trace
         self._speed = speed
+        self._start_at = start_at
         self._clock = clock
         self._start = clock()
         self._recorded_pid = (trace.get("meta") or {}).get("workload_pid")
@@ -383,8 +386,9 @@ class FakeNvml(Nvml):
         """A fake replaying the trace file at `path` (see the class for options)."""
         return cls(read_trace(path), **options)
 
-    def restart(self) -> None:
-        """Replay from the trace's beginning again."""
+    def restart(self, start_at: float = 0.0) -> None:
+        """Replay again from `start_at` seconds into the trace."""
+        self._start_at = start_at
         self._start = self._clock()
 
     def system(self) -> dict[str, Any]:
@@ -401,7 +405,8 @@ class FakeNvml(Nvml):
     def sample(self, index: int) -> GpuSample:
         now = self._clock()
         times = self._times[index]
-        position = max(0, bisect.bisect_right(times, (now - self._start) * self._speed) - 1)
+        elapsed = self._start_at + (now - self._start) * self._speed
+        position = max(0, bisect.bisect_right(times, elapsed) - 1)
         data = dict(self._samples[index][position])
         if self._workload_pid is not None and self._recorded_pid is not None:
             processes = dict(data.get("processes") or {})
@@ -410,7 +415,7 @@ class FakeNvml(Nvml):
             data["processes"] = processes
         return GpuSample.from_dict(data, t=now)
 
-    def phase_at(self, name: str) -> tuple[float, float]:
+    def phase(self, name: str) -> tuple[float, float]:
         """A recorded phase's (start, end), in seconds into the trace."""
         for phase in self.trace.get("phases", ()):
             if phase["name"] == name:
