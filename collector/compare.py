@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collector.errors import MixedRuns
+from gpubench.collector.errors import MixedRuns
+
 from gpubench.errors import NotFound
 from gpubench.record import gpu_config_name
 

@@ -19,9 +19,9 @@ from datetime import datetime
 from pathlib import Path
 
 import grpc
+from gpubench.collector.errors import RunConflict, TokenExists
+from gpubench.collector.store import TokenRow
 
-from collector.errors import RunConflict, TokenExists
-from collector.store import TokenRow
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from gpubench.collector import local_admin
+from gpubench.collector.auth import AuthInterceptor, RateLimiter, TokenBook, new_secret
+from gpubench.collector.service import AdminService, CollectorService
+from gpubench.collector.store import Store
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from collector import local_admin
-from collector.auth import AuthInterceptor, RateLimiter, TokenBook, new_secret
-from collector.service import AdminService, CollectorService
-from collector.store import Store
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2, collector_pb2_grpc
 

@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
+from gpubench.collector import compare, validation
+from gpubench.collector.auth import Caller, TokenBook, current_caller
+from gpubench.collector.errors import MixedRuns, RunConflict, TokenExists
+from gpubench.collector.store import CompareQuery, RunFilter, Store, TokenRow
 
-from collector import compare, validation
-from collector.auth import Caller, TokenBook, current_caller
-from collector.errors import MixedRuns, RunConflict, TokenExists
-from collector.store import CompareQuery, RunFilter, Store, TokenRow
 from gpubench import record
 from gpubench.errors import AccessDenied, GpubenchError, InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, collector_pb2_grpc

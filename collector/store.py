@@ -25,10 +25,10 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+from gpubench.collector import migrations
+from gpubench.collector.compare import GroupFigures
+from gpubench.collector.errors import DatabaseLocked, RunConflict, SchemaTooNew, TokenExists
 
-from collector import migrations
-from collector.compare import GroupFigures
-from collector.errors import DatabaseLocked, RunConflict, SchemaTooNew, TokenExists
 from gpubench import record
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2

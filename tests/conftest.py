@@ -56,9 +56,9 @@ class RunningCollector:
 @pytest.fixture
 def collector_factory(tmp_path: Path) -> Iterator[Callable[..., RunningCollector]]:
     """Start collectors with `create_server` options; every one is stopped afterwards."""
-    from collector.auth import TokenBook
-    from collector.server import create_server
-    from collector.store import Store
+    from gpubench.collector.auth import TokenBook
+    from gpubench.collector.server import create_server
+    from gpubench.collector.store import Store
 
     started: list[RunningCollector] = []
 

@@ -1,0 +1,213 @@
+"""`gpubench-collector`: serve the collector, manage access tokens, import run records."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpubench import record
+from gpubench.errors import ExitCode, GpubenchError, RequestRefused
+
+err = Console(stderr=True, highlight=False, markup=False)
+out = Console(highlight=False, markup=False)
+
+
+def default_db() -> Path:
+    """$XDG_DATA_HOME/gpubench/collector.duckdb (~/.local/share/... without it)."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "gpubench" / "collector.duckdb"
+
+
+DB_OPTION = click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=default_db,
+    show_default="$XDG_DATA_HOME/gpubench/collector.duckdb",
+    envvar="GPUBENCH_COLLECTOR_DB",
+    help="The DuckDB file holding runs and tokens (env GPUBENCH_COLLECTOR_DB).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """The gpubench collector: stores benchmark runs and answers comparisons over gRPC."""
+
+
+@cli.command()
+@DB_OPTION
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback needs TLS or --insecure.")
+@click.option("--port", default=50051, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on (0: any free port, printed at start).")
+@click.option("--public-read", is_flag=True,
+              help="Let anyone read runs and comparisons without a token (writes still need one).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="PEM certificate (chain) to serve TLS with; needs --tls-key.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="PEM private key of --tls-cert.")
+@click.option("--insecure", is_flag=True,
+              help="Allow plaintext on a non-loopback address (tokens travel in clear).")
+@click.option("--rate-limit", default=50.0, show_default=True, type=click.FloatRange(min=0),
+              help="Submissions per second allowed per token (bursts of as many); 0: no limit.")
+@click.option("--max-message-bytes", default=1 << 20, show_default=True,
+              type=click.IntRange(min=1024),
+              help="Largest request accepted, in bytes (larger ones get RESOURCE_EXHAUSTED).")
+def serve(
+    db_path: Path, host: str, port: int, public_read: bool, tls_cert: Path | None,
+    tls_key: Path | None, insecure: bool, rate_limit: float, max_message_bytes: int,
+) -> None:
+    """Serve the collector until SIGTERM or Ctrl-C, then stop gracefully."""
+    from gpubench.collector.server import TlsFiles
+    from gpubench.collector.server import serve as run_server
+
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    tls = TlsFiles(tls_cert, tls_key) if tls_cert and tls_key else None
+
+    def ready(address: str) -> None:
+        mode = "TLS" if tls else "plaintext"
+        reads = "public" if public_read else "token"
+        out.print(f"collector serving {db_path} on {address} ({mode}, reads: {reads})")
+        sys.stdout.flush()
+
+    run_server(
+        db_path, host=host, port=port, public_read=public_read, tls=tls, insecure=insecure,
+        rate_limit=rate_limit, max_message_bytes=max_message_bytes, on_ready=ready,
+    )
+    err.print("collector stopped")
+
+
+@contextlib.contextmanager
+def _token_book(db_path: Path) -> Iterator[object]:
+    """The tokens of `db_path`: directly, or through the collector that holds the file."""
+    from gpubench.collector.auth import TokenBook
+    from gpubench.collector.errors import DatabaseLocked
+    from gpubench.collector.local_admin import LiveCollector
+    from gpubench.collector.store import Store
+
+    try:
+        store = Store(db_path)
+    except DatabaseLocked:
+        with LiveCollector.for_database(db_path) as live:
+            yield live
+        return
+    try:
+        yield TokenBook(store)
+    finally:
+        store.close()
+
+
+@cli.group()
+def token() -> None:
+    """Create, list and revoke access tokens (works while the collector runs)."""
+
+
+@token.command("create")
+@DB_OPTION
+@click.argument("name")
+@click.option("--admin", is_flag=True, help="May administer tokens and delete anyone's runs.")
+def token_create(db_path: Path, name: str, admin: bool) -> None:
+    """Create token NAME and print its secret (shown this once; only a hash is kept)."""
+    with _token_book(db_path) as book:
+        row, secret = book.create(name, admin=admin)  # type: ignore[attr-defined]
+    kind = "admin token" if row.admin else "token"
+    err.print(f"created {kind} {row.name!r}; store the secret now, it is not shown again:")
+    click.echo(secret)
+
+
+@token.command("list")
+@DB_OPTION
+def token_list(db_path: Path) -> None:
+    """List tokens: name, admin, created, last used, revoked."""
+    with _token_book(db_path) as book:
+        rows = book.list()  # type: ignore[attr-defined]
+    table = Table("name", "admin", "created (UTC)", "last used (UTC)", "revoked")
+    for row in rows:
+        table.add_row(
+            row.name,
+            "yes" if row.admin else "",
+            row.created_at.strftime("%Y-%m-%d %H:%M"),
+            row.last_used_at.strftime("%Y-%m-%d %H:%M") if row.last_used_at else "never",
+            "revoked" if row.revoked else "",
+        )
+    out.print(table)
+
+
+@token.command("revoke")
+@DB_OPTION
+@click.argument("name")
+def token_revoke(db_path: Path, name: str) -> None:
+    """Revoke token NAME: calls with it are refused from now on."""
+    with _token_book(db_path) as book:
+        row = book.revoke(name)  # type: ignore[attr-defined]
+    err.print(f"revoked token {row.name!r}")
+
+
+@cli.command("import")
+@DB_OPTION
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--submitter", default="import", show_default=True,
+              help="The submitter name the imported runs carry (direct import only).")
+def import_runs(db_path: Path, files: tuple[Path, ...], submitter: str) -> None:
+    """Load run records (JSON files as the agent spools them), validated like submissions.
+
+    Runs already stored with the same content are skipped; a run_id stored with other
+    content is an error. All files are checked before anything is stored.
+    """
+    from gpubench.collector import validation
+    from gpubench.collector.errors import DatabaseLocked
+    from gpubench.collector.local_admin import LiveCollector
+    from gpubench.collector.store import Store
+
+    runs = []
+    for path in files:
+        run = record.from_json(path.read_text(), source=str(path))
+        try:
+            validation.validate(run)
+        except validation.InvalidRun as exc:
+            raise RequestRefused(f"{path}: {exc}", exit_code=ExitCode.BAD_DATA) from exc
+        runs.append(run)
+    try:
+        store = Store(db_path)
+    except DatabaseLocked:  # the collector holds the file: submit through it
+        with LiveCollector.for_database(db_path) as live:
+            for run in runs:
+                live.submit(run)
+        err.print(f"submitted {len(runs)} run(s) to the running collector")
+        return
+    try:
+        results = store.submit_many(runs, submitter)
+    finally:
+        store.close()
+    conflicts = [str(r) for r in results if isinstance(r, Exception)]
+    err.print(f"imported {len(runs) - len(conflicts)} run(s) into {db_path}")
+    if conflicts:
+        raise RequestRefused("; ".join(conflicts[:3]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user-facing errors are one line and their exit code."""
+    try:
+        cli.main(args=argv, prog_name="gpubench-collector", standalone_mode=False)
+    except GpubenchError as exc:
+        err.print(f"gpubench-collector: {exc}")
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        err.print("gpubench-collector: interrupted")
+        sys.exit(ExitCode.INTERRUPTED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()
