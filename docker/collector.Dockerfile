@@ -1,0 +1,54 @@
+# The collector: stores everyone's runs in a DuckDB file on a volume and answers comparisons.
+# Only the collector's dependencies (no framework, no NVML); runs as a non-root user.
+#
+#   docker build -f docker/collector.Dockerfile -t gpubench-collector .
+#   docker run -d -v gpubench-data:/data -p 50051:50051 gpubench-collector
+#   docker exec CONTAINER gpubench-collector token create alice
+#
+# Stopping the container (SIGTERM to the collector, PID 1) lets in-flight calls finish and
+# checkpoints the database. The default command serves plaintext (--insecure): put it behind
+# TLS, or give --tls-cert/--tls-key (files mounted into the container) in its place.
+# Where no registry is reachable see docker/agent.Dockerfile (BASE_IMAGE, the pipcert secret).
+ARG BASE_IMAGE=python:3.11-slim
+
+FROM ${BASE_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=120
+RUN python3 -m venv /opt/gpubench
+# Dependencies first, in their own layer: a change to the code does not reinstall them.
+COPY pyproject.toml docker/requirements.py /tmp/build/
+RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
+    python3 /tmp/build/requirements.py /tmp/build/pyproject.toml collector > /tmp/build/requirements.txt \
+    && /opt/gpubench/bin/pip install -r /tmp/build/requirements.txt
+COPY pyproject.toml setup.py README.md /src/
+COPY protos /src/protos
+COPY gpubench /src/gpubench
+COPY agent /src/agent
+COPY collector /src/collector
+# The wheel build generates the wire code from protos/ (grpcio-tools, a build requirement).
+RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
+    /opt/gpubench/bin/pip wheel --no-deps -w /tmp/wheels /src \
+    && /opt/gpubench/bin/pip install --no-deps /tmp/wheels/gpubench-*.whl \
+    && /opt/gpubench/bin/pip check
+# What a running collector never uses: the installer and the packages' own test suites.
+RUN /opt/gpubench/bin/pip uninstall -q -y pip setuptools \
+    && find /opt/gpubench -depth -type d -name tests -path '*/site-packages/*' -exec rm -rf {} +
+
+FROM ${BASE_IMAGE}
+RUN groupadd --system --gid 10001 gpubench \
+    && useradd --system --uid 10001 --gid gpubench --home-dir /data --no-create-home gpubench \
+    && mkdir /data && chown gpubench:gpubench /data
+COPY --from=build /opt/gpubench /opt/gpubench
+COPY docker/healthcheck.py /opt/gpubench/healthcheck.py
+ENV PATH=/opt/gpubench/bin:$PATH \
+    PYTHONUNBUFFERED=1
+USER gpubench
+WORKDIR /data
+VOLUME /data
+EXPOSE 50051
+HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "/opt/gpubench/healthcheck.py"]
+# Exec form: the collector is PID 1 and gets the SIGTERM of `docker stop` itself.
+ENTRYPOINT ["gpubench-collector"]
+CMD ["serve", "--db", "/data/gpubench.duckdb", "--host", "0.0.0.0", "--port", "50051", "--insecure"]
