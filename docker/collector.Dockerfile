@@ -41,8 +41,10 @@ RUN groupadd --system --gid 10001 gpubench \
     && mkdir /data && chown gpubench:gpubench /data
 COPY --from=build /opt/gpubench /opt/gpubench
 COPY docker/healthcheck.py /opt/gpubench/healthcheck.py
+# `serve` and `token ...` (run with docker exec) find the database through this.
 ENV PATH=/opt/gpubench/bin:$PATH \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    GPUBENCH_COLLECTOR_DB=/data/gpubench.duckdb
 USER gpubench
 WORKDIR /data
 VOLUME /data
@@ -51,4 +53,4 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "/opt/gpubench/healthcheck.py"]
 # Exec form: the collector is PID 1 and gets the SIGTERM of `docker stop` itself.
 ENTRYPOINT ["gpubench-collector"]
-CMD ["serve", "--db", "/data/gpubench.duckdb", "--host", "0.0.0.0", "--port", "50051", "--insecure"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "50051", "--insecure"]
