@@ -15,22 +15,17 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
-import grpc
-from gpubench.collector.errors import RunConflict, TokenExists
 from gpubench.collector.store import TokenRow
 
+from gpubench.client import Client
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,
-    ExitCode,
     GpubenchError,
-    NotFound,
-    RequestRefused,
 )
-from gpubench.v1 import collector_pb2, collector_pb2_grpc, run_pb2
+from gpubench.v1 import collector_pb2, run_pb2
 
 CALL_TIMEOUT_S = 30.0
 
@@ -81,41 +76,18 @@ def remove(path: Path) -> None:
         path.unlink()
 
 
-def _error(exc: grpc.RpcError, address: str) -> GpubenchError:
-    code, detail = exc.code(), exc.details() or ""
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return CollectorUnavailable(f"collector at {address}: unreachable ({detail})")
-    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-        return AccessDenied(f"collector at {address}: {detail}")
-    if code == grpc.StatusCode.NOT_FOUND:
-        return NotFound(detail)
-    if code == grpc.StatusCode.ALREADY_EXISTS:
-        return TokenExists(detail) if detail.startswith("token") else RunConflict(detail)
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return RequestRefused(detail, exit_code=ExitCode.BAD_DATA)
-    return RequestRefused(f"collector at {address}: {code.name}: {detail}")
-
-
-def _time(message: object, field: str) -> datetime | None:
-    return getattr(message, field).ToDatetime() if message.HasField(field) else None  # type: ignore[attr-defined]
-
-
 def _token_row(token: collector_pb2.Token) -> TokenRow:
+    last_used = token.last_used_at.ToDatetime() if token.HasField("last_used_at") else None
     return TokenRow(
-        token.name, token.admin, token.created_at.ToDatetime(), token.revoked,
-        _time(token, "last_used_at"),
+        token.name, token.admin, token.created_at.ToDatetime(), token.revoked, last_used
     )
 
 
 class LiveCollector:
-    """Token administration and run import through a running collector's Admin service."""
+    """Token administration and run import through a running collector, over loopback."""
 
     def __init__(self, credential: Credential) -> None:
-        self._credential = credential
-        self._channel = grpc.insecure_channel(credential.address)
-        self._metadata = (("authorization", f"Bearer {credential.secret}"),)
-        self._admin = collector_pb2_grpc.AdminStub(self._channel)
-        self._collector = collector_pb2_grpc.CollectorStub(self._channel)
+        self._client = Client(credential.address, token=credential.secret, timeout=CALL_TIMEOUT_S)
 
     @classmethod
     @contextlib.contextmanager
@@ -125,45 +97,21 @@ class LiveCollector:
         try:
             yield live
         finally:
-            live._channel.close()
-
-    @contextlib.contextmanager
-    def _calling(self) -> Iterator[None]:
-        try:
-            yield
-        except grpc.RpcError as exc:
-            raise _error(exc, self._credential.address) from exc
+            live._client.close()
 
     def create(self, name: str, *, admin: bool) -> tuple[TokenRow, str]:
         """A new token and its secret (shown once)."""
-        with self._calling():
-            reply = self._admin.CreateToken(
-                collector_pb2.CreateTokenRequest(name=name, admin=admin),
-                metadata=self._metadata, timeout=CALL_TIMEOUT_S,
-            )
+        reply = self._client.create_token(name, admin=admin)
         return _token_row(reply.token), reply.secret
 
     def list(self) -> list[TokenRow]:
         """Every token."""
-        with self._calling():
-            reply = self._admin.ListTokens(
-                collector_pb2.ListTokensRequest(), metadata=self._metadata, timeout=CALL_TIMEOUT_S
-            )
-        return [_token_row(t) for t in reply.tokens]
+        return [_token_row(t) for t in self._client.list_tokens()]
 
     def revoke(self, name: str) -> TokenRow:
         """Revoke a token by name."""
-        with self._calling():
-            reply = self._admin.RevokeToken(
-                collector_pb2.RevokeTokenRequest(name=name),
-                metadata=self._metadata, timeout=CALL_TIMEOUT_S,
-            )
-        return _token_row(reply.token)
+        return _token_row(self._client.revoke_token(name))
 
     def submit(self, run: run_pb2.Run) -> collector_pb2.SubmitRunResponse:
         """Submit one run (validated and stored by the live collector)."""
-        with self._calling():
-            return self._collector.SubmitRun(
-                collector_pb2.SubmitRunRequest(run=run),
-                metadata=self._metadata, timeout=CALL_TIMEOUT_S,
-            )
+        return self._client.submit_run(run)

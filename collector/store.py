@@ -378,44 +378,50 @@ class Store:
         return {r[0]: Ack(r[0], r[1], r[2]) for r in rows}
 
     @staticmethod
-    def _rescore(con: duckdb.DuckDBPyConnection, groups: set[tuple]) -> None:
-        """Recompute the robust z-score of every OK run in each outlier group."""
-        match = " AND ".join(f"{column} = ?" for column in OUTLIER_GROUP)
-        for key in groups:
-            # MAD 0 (half the runs identical): fall back to the mean absolute deviation,
-            # scaled to match the MAD's consistency constant (Iglewicz and Hoaglin).
-            con.execute(
-                f"""
-                UPDATE runs SET outlier = abs(s.z) > ?, outlier_score = s.z
-                FROM (
-                    WITH g AS (SELECT run_id, epoch2_seconds AS x FROM runs
-                               WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND {match}),
-                         m AS (SELECT median(x) AS med FROM g),
-                         d AS (SELECT median(abs(x - med)) AS mad, avg(abs(x - med)) AS meanad
-                               FROM g, m)
-                    SELECT g.run_id,
-                        CASE WHEN d.mad > 0 THEN 0.6745 * (g.x - m.med) / d.mad
-                             WHEN d.meanad > 0 THEN (g.x - m.med) / (1.253314 * d.meanad)
-                             ELSE 0 END AS z
-                    FROM g, m, d
-                ) s
-                WHERE runs.run_id = s.run_id AND runs.outlier_score IS DISTINCT FROM s.z
-                """,
-                [OUTLIER_THRESHOLD, *key],
-            )
+    def _rescore(con: duckdb.DuckDBPyConnection, groups: set[tuple] | None) -> None:
+        """Recompute the robust z-score of every OK run in the given outlier groups (None: all).
+
+        One statement for all groups: per group the median and the median absolute
+        deviation (MAD) of epoch2_seconds; z = 0.6745 * (x - median) / MAD. Where the MAD
+        is 0 (half the runs identical) the mean absolute deviation stands in, scaled to
+        the MAD's consistency constant (Iglewicz and Hoaglin). Only changed rows are written.
+        """
+        if groups is not None and not groups:
+            return
+        cols = ", ".join(OUTLIER_GROUP)
+        where, params = "", []
+        if groups is not None:
+            row = "(" + ", ".join("?" * len(OUTLIER_GROUP)) + ")"
+            where = f" AND ({cols}) IN ({', '.join([row] * len(groups))})"
+            params = [value for key in sorted(groups, key=str) for value in key]
+        con.execute(
+            f"""
+            UPDATE runs SET outlier = abs(s.z) > ?, outlier_score = s.z
+            FROM (
+                WITH g AS (SELECT run_id, {cols}, epoch2_seconds AS x FROM runs
+                           WHERE status = 'ok' AND epoch2_seconds IS NOT NULL{where}),
+                     m AS (SELECT {cols}, median(x) AS med FROM g GROUP BY ALL),
+                     d AS (SELECT {cols}, median(abs(x - med)) AS mad,
+                                  avg(abs(x - med)) AS meanad
+                           FROM g JOIN m USING ({cols}) GROUP BY ALL)
+                SELECT g.run_id,
+                    CASE WHEN d.mad > 0 THEN 0.6745 * (g.x - m.med) / d.mad
+                         WHEN d.meanad > 0 THEN (g.x - m.med) / (1.253314 * d.meanad)
+                         ELSE 0 END AS z
+                FROM g JOIN m USING ({cols}) JOIN d USING ({cols})
+            ) s
+            WHERE runs.run_id = s.run_id AND runs.outlier_score IS DISTINCT FROM s.z
+            """,
+            [OUTLIER_THRESHOLD, *params],
+        )
 
     def rescore_all(self) -> None:
         """Recompute the outlier flags of every group (after a bulk load)."""
         with self._write_lock:
             con = self._cursor()
-            cols = ", ".join(OUTLIER_GROUP)
-            keys = con.execute(
-                f"SELECT DISTINCT {cols} FROM runs "
-                "WHERE status = 'ok' AND epoch2_seconds IS NOT NULL"
-            ).fetchall()
             con.execute("BEGIN TRANSACTION")
             try:
-                self._rescore(con, set(keys))
+                self._rescore(con, None)
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
