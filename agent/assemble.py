@@ -1,0 +1,293 @@
+"""Building the run record: the workload's events + inventory + telemetry -> gpubench.v1.Run.
+
+`RunBuilder` takes the events as they arrive (`add`), and `build` makes the
+record once the workload has ended, whatever the way it ended: a crash, an
+out-of-memory error or a Ctrl-C still give a complete record with that status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpubench.agent.events import Event
+from gpubench.agent.inventory import Inventory
+from gpubench.agent.runners.base import EXIT_OUT_OF_MEMORY, Outcome, WorkloadRequest
+from gpubench.agent.telemetry import IdleReport, Tick, WindowTelemetry, aggregate
+
+from gpubench import record
+from gpubench.v1 import run_pb2
+
+MEASURED_EPOCH = 2
+# The collector's limits on text (collector/validation.py): keep within them.
+MAX_MESSAGE = 4000
+MAX_WARNING = 1000
+MAX_WARNINGS = 64
+ERROR_TAIL_LINES = 12
+
+Status = run_pb2.RunStatus
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How the run ended: its status and, for a failure, why."""
+
+    status: int
+    message: str = ""
+
+
+def decide_ending(
+    outcome: Outcome, error: Event | None, result: Event | None, has_measured_epoch: bool
+) -> Ending:
+    """The run's status from how the workload ended and what it said last."""
+    tail = "\n".join(outcome.output_tail[-ERROR_TAIL_LINES:])
+    detail = f"\n{tail}" if tail else ""
+    if outcome.interrupted:
+        return Ending(Status.RUN_STATUS_INTERRUPTED, "stopped by the user (Ctrl-C)")
+    if error is not None:
+        message = str(error.get("message", "")) or "the workload reported an error"
+        if error.get("status") == "out_of_memory":
+            return Ending(Status.RUN_STATUS_OUT_OF_MEMORY, message)
+        return Ending(Status.RUN_STATUS_ERROR, message)
+    if outcome.exit_code == EXIT_OUT_OF_MEMORY:
+        return Ending(Status.RUN_STATUS_OUT_OF_MEMORY, f"the workload ran out of memory{detail}")
+    if outcome.signal is not None:
+        return Ending(Status.RUN_STATUS_INTERRUPTED, f"the workload {outcome.describe()}{detail}")
+    if outcome.exit_code != 0:
+        return Ending(Status.RUN_STATUS_ERROR, f"the workload {outcome.describe()}{detail}")
+    if result is None:
+        return Ending(Status.RUN_STATUS_ERROR, f"the workload ended without a result{detail}")
+    if not has_measured_epoch:
+        return Ending(Status.RUN_STATUS_ERROR, "the workload's result has no measured epoch")
+    return Ending(Status.RUN_STATUS_OK)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class RunBuilder:
+    """Collects one model's events and builds its run record."""
+
+    def __init__(
+        self,
+        request: WorkloadRequest,
+        inventory: Inventory,
+        *,
+        label: str = "",
+        gpu_indices: Sequence[int] = (),
+    ) -> None:
+        self.run = record.new_run(label=label)
+        self.request = request
+        self.inventory = inventory
+        self.gpu_indices = tuple(gpu_indices)
+        self.started: Event | None = None
+        self.result: Event | None = None
+        self.error: Event | None = None
+        self.epochs: dict[int, Event] = {}
+        self.trials: list[Event] = []
+        self.chosen_batch: int | None = None
+        self.warnings: list[str] = []
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (known before the workload starts)."""
+        return self.run.run_id
+
+    def add(self, event: Event) -> None:
+        """Take one event of the workload's stream."""
+        if event.kind == "started":
+            self.started = event
+        elif event.kind == "batch_trial":
+            self.trials.append(event)
+        elif event.kind == "batch_chosen":
+            self.chosen_batch = int(event.get("batch", 0)) or None
+        elif event.kind == "epoch_finished":
+            self.epochs[int(event.get("epoch", 0))] = event
+        elif event.kind == "result":
+            self.result = event
+        elif event.kind == "error":
+            self.error = event
+        elif event.kind == "warning" and event.get("message"):
+            self.warnings.append(str(event.get("message")))
+
+    def warn(self, message: str) -> None:
+        """Add the agent's own warning to the record."""
+        self.warnings.append(message)
+
+    @property
+    def measured_epoch(self) -> int:
+        """The headline epoch (the workload's result says; 2 by the protocol)."""
+        if self.result is not None and self.result.get("measured_epoch"):
+            return int(self.result.get("measured_epoch"))
+        return MEASURED_EPOCH
+
+    # -- building -------------------------------------------------------------------
+
+    def build(
+        self,
+        outcome: Outcome,
+        ticks: Sequence[Tick] = (),
+        idle: IdleReport | None = None,
+    ) -> run_pb2.Run:
+        """The complete run record."""
+        run = self.run
+        self._host(run, outcome)
+        self._software(run)
+        self._config(run)
+        gpu_count = run.config.gpu_count
+        used = [gpu for gpu in self.inventory.gpus if gpu.index in self.gpu_indices[:gpu_count]]
+        run.gpus.extend(used)
+
+        result = run.result
+        windows: dict[int, WindowTelemetry] = {}
+        for number in sorted(self.epochs):
+            event = self.epochs[number]
+            window = WindowTelemetry()
+            if ticks and event.get("t_start") is not None and event.get("t_end") is not None:
+                window = aggregate(ticks, float(event.get("t_start")), float(event.get("t_end")))
+            windows[number] = window
+            result.epochs.append(_epoch(number, event, window))
+
+        measured = self.measured_epoch
+        ending = decide_ending(outcome, self.error, self.result, measured in self.epochs)
+        result.status = ending.status
+        result.error_message = _clip(ending.message, MAX_MESSAGE)
+        if measured in self.epochs:
+            result.measured_epoch = measured
+            result.epoch2_seconds = float(self.epochs[measured].get("wall_seconds", 0.0))
+            if 1 in self.epochs and measured != 1:
+                result.startup_seconds = (
+                    float(self.epochs[1].get("wall_seconds", 0.0)) - result.epoch2_seconds
+                )
+            _telemetry(result, windows[measured])
+        if self.result is not None:
+            for name in ("train_images_per_second", "step_time_median_seconds", "step_time_cv"):
+                if self.result.get(name) is not None:
+                    setattr(result, name, float(self.result.get(name)))
+            self.warnings.extend(str(w) for w in self.result.get("warnings") or ())
+        self._memory(run, windows.get(measured))
+        for trial in self.trials:
+            result.batch_trials.append(
+                run_pb2.BatchTrial(
+                    batch=int(trial.get("batch", 0)),
+                    fits=bool(trial.get("fits", False)),
+                    peak_memory_bytes=int(trial.get("peak_memory_bytes") or 0),
+                    seconds=float(trial.get("seconds") or 0.0),
+                    message=_clip(str(trial.get("message") or ""), MAX_WARNING),
+                )
+            )
+        if idle is not None:
+            result.idle_temperature_c = idle.temperature_c
+            result.idle_wait_seconds = idle.waited_seconds
+        seen: set[str] = set()
+        for warning in self.warnings:
+            if warning not in seen and len(result.warnings) < MAX_WARNINGS:
+                seen.add(warning)
+                result.warnings.append(_clip(warning, MAX_WARNING))
+        return run
+
+    def _host(self, run: run_pb2.Run, outcome: Outcome) -> None:
+        run.host.CopyFrom(self.inventory.host)
+        run.host.container_image = outcome.image
+        run.host.container_image_digest = outcome.image_digest
+
+    def _software(self, run: run_pb2.Run) -> None:
+        started = self.started.data if self.started is not None else {}
+        software = run.software
+        software.backend = str(started.get("backend") or self.request.backend or "tensorflow")
+        for name in ("backend_version", "keras_version", "python_version",
+                     "cuda_runtime_version", "cudnn_version"):
+            if started.get(name):
+                setattr(software, name, str(started[name]))
+
+    def _config(self, run: run_pb2.Run) -> None:
+        # What the workload says it ran; what was asked where it never said.
+        started: dict[str, Any] = self.started.data if self.started is not None else {}
+        request = self.request
+        config = run.config
+        config.model = str(started.get("model") or request.model)
+        config.precision = str(started.get("precision") or request.precision or "float32")
+        gpu_count = started.get("gpu_count")
+        if gpu_count is None:
+            gpu_count = request.gpus if request.gpus is not None else len(self.gpu_indices)
+        config.gpu_count = int(gpu_count)
+        config.image_size = int(
+            started.get("image_size")
+            or request.image_size
+            or record.NATIVE_IMAGE_SIZE.get(config.model, 0)
+        )
+        batch = started.get("batch_per_gpu") or self.chosen_batch or request.batch
+        if batch:
+            config.batch_per_gpu = int(batch)
+            config.global_batch = int(
+                started.get("global_batch") or config.batch_per_gpu * max(config.gpu_count, 1)
+            )
+        choice = started.get("batch_choice") or ("given" if request.batch else "searched")
+        config.batch_choice = (
+            run_pb2.BATCH_CHOICE_GIVEN if choice == "given" else run_pb2.BATCH_CHOICE_SEARCHED
+        )
+        config.epochs = int(started.get("epochs") or request.epochs or MEASURED_EPOCH)
+        config.pipeline = str(started.get("pipeline") or request.pipeline or "")
+        config.weights = str(started.get("weights") or request.weights or "")
+        config.jit_compile = bool(started.get("jit_compile", False))
+        dataset = started.get("dataset") or {}
+        config.dataset_name = str(dataset.get("name") or "")
+        config.image_count = int(dataset.get("image_count") or 0)
+        config.dataset_fingerprint = str(dataset.get("fingerprint") or "")
+        config.validation_split = float(dataset.get("validation_split") or 0.0)
+        config.train_images = int(dataset.get("train_images") or 0)
+        config.validation_images = int(dataset.get("validation_images") or 0)
+        config.seed = int(dataset.get("seed") or 0)
+        skipped = dataset.get("skipped_files")
+        if skipped:
+            count = len(skipped) if isinstance(skipped, list) else int(skipped)
+            self.warn(f"{count} unreadable image file(s) in the dataset were skipped")
+
+    def _memory(self, run: run_pb2.Run, window: WindowTelemetry | None) -> None:
+        totals = {gpu.index: gpu.memory_total_bytes for gpu in run.gpus}
+        allocator: dict[int, dict[str, Any]] = {}
+        if self.result is not None:
+            for entry in self.result.get("memory") or ():
+                allocator[int(entry.get("gpu_index", 0))] = entry
+        for index in sorted(set(totals) | set(allocator)):
+            entry = allocator.get(index, {})
+            memory = run_pb2.GpuMemory(
+                gpu_index=index,
+                allocator_peak_bytes=int(entry.get("allocator_peak_bytes") or 0),
+                memory_total_bytes=int(totals.get(index) or entry.get("memory_total_bytes") or 0),
+            )
+            if window is not None:
+                memory.process_peak_bytes = window.process_peak_bytes.get(index, 0)
+                memory.device_peak_bytes = window.device_peak_bytes.get(index, 0)
+            if index not in totals:
+                continue  # the record keeps memory of the GPUs it lists only
+            run.result.memory.append(memory)
+
+
+def _epoch(number: int, event: Event, window: WindowTelemetry) -> run_pb2.Epoch:
+    epoch = run_pb2.Epoch(number=number, samples=window.samples)
+    for name in ("wall_seconds", "train_seconds", "validation_seconds", "loss", "accuracy",
+                 "val_loss", "val_accuracy"):
+        value = event.get(name)
+        if value is not None:
+            setattr(epoch, name, float(value))
+    if window.energy_source:
+        epoch.energy_joules = window.energy_joules
+        epoch.energy_source = window.energy_source
+        epoch.mean_power_watts = window.mean_power_watts
+    epoch.max_power_watts = window.max_power_watts
+    epoch.max_temperature_c = window.max_temperature_c
+    epoch.mean_sm_clock_mhz = window.mean_sm_clock_mhz
+    epoch.mean_gpu_utilization = window.mean_gpu_utilization
+    return epoch
+
+
+def _telemetry(result: run_pb2.Result, window: WindowTelemetry) -> None:
+    result.energy_per_epoch_joules = window.energy_joules
+    result.mean_power_watts = window.mean_power_watts
+    result.max_power_watts = window.max_power_watts
+    result.max_temperature_c = window.max_temperature_c
+    result.mean_sm_clock_mhz = window.mean_sm_clock_mhz
+    result.throttle_reasons.extend(window.throttle_reasons)

@@ -1,0 +1,169 @@
+"""The runner interface: start the workload, read its events, stop it, learn how it ended."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from gpubench.agent.events import Event, parse_line
+
+# How many lines of the workload's own output (stderr, stray stdout) are kept
+# for the error message of a failed run; the whole output goes to the log file.
+TAIL_LINES = 40
+
+# The workload's exit codes (gpubench.agent.workload.options); repeated here so
+# the agent never imports the workload package's settings module by accident.
+EXIT_OK = 0
+EXIT_OUT_OF_MEMORY = 3
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """What the workload is asked to run: one model with the run's settings.
+
+    None means "the workload's default" and the flag is not passed.
+    """
+
+    model: str
+    batch: int | None = None  # None: --batch auto (the largest batch that fits)
+    precision: str | None = None
+    gpus: int | None = None
+    backend: str | None = None
+    data: str | None = None
+    epochs: int | None = None
+    image_size: int | None = None
+    limit_images: int | None = None
+    pipeline: str | None = None
+    weights: str | None = None
+
+    def arguments(self) -> list[str]:
+        """The arguments of `python -m gpubench.agent.workload run`."""
+        batch = "auto" if self.batch is None else str(self.batch)
+        args = ["run", "--model", self.model, "--batch", batch]
+        for flag, value in (
+            ("--precision", self.precision),
+            ("--gpus", self.gpus),
+            ("--backend", self.backend),
+            ("--data", self.data),
+            ("--epochs", self.epochs),
+            ("--image-size", self.image_size),
+            ("--limit-images", self.limit_images),
+            ("--pipeline", self.pipeline),
+            ("--weights", self.weights),
+        ):
+            if value is not None:
+                args += [flag, str(value)]
+        return args
+
+
+@dataclass
+class Outcome:
+    """How the workload ended."""
+
+    exit_code: int | None = None  # None: killed by a signal (see `signal`)
+    signal: int | None = None
+    interrupted: bool = False  # the agent stopped it (Ctrl-C)
+    output_tail: list[str] = field(default_factory=list)  # last lines of its own output
+    log_path: Path | None = None
+    image: str = ""  # the container image, for the docker runner
+    image_digest: str = ""
+
+    def describe(self) -> str:
+        """e.g. 'exited with code 1' or 'was killed by SIGKILL'."""
+        if self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = f"signal {self.signal}"
+            return f"was killed by {name}"
+        return f"exited with code {self.exit_code}"
+
+
+class OutputLog:
+    """The workload's own output: written to a log file, the last lines kept."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+
+    def write(self, line: str) -> None:
+        """Keep one line (with or without its newline)."""
+        line = line.rstrip("\n")
+        with self._lock:
+            self._tail.append(line)
+            if self._file is not None:
+                self._file.write(line + "\n")
+                self._file.flush()
+
+    def tail(self) -> list[str]:
+        """The last lines, oldest first."""
+        with self._lock:
+            return list(self._tail)
+
+    def close(self) -> None:
+        """Close the log file."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+def events_from_lines(lines: Iterator[str], log: OutputLog) -> Iterator[Event]:
+    """Events of a line stream; lines that are not events go to the log."""
+    for line in lines:
+        event = parse_line(line)
+        if event is None:
+            if line.strip():
+                log.write(line)
+            continue
+        yield event
+
+
+class Workload:
+    """A started workload. Use as a context manager: leaving it always cleans up."""
+
+    def events(self) -> Iterator[Event]:
+        """The workload's events as they come; ends when its output ends."""
+        raise NotImplementedError
+
+    def pids(self) -> frozenset[int]:
+        """The host process ids of the workload now (for NVML's process memory)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop it (SIGINT, then SIGTERM, then SIGKILL, with timeouts); it counts as
+        interrupted."""
+        raise NotImplementedError
+
+    def wait(self) -> Outcome:
+        """Wait for it to end and say how it ended."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release everything (kill it if it still runs, remove its container)."""
+
+    def __enter__(self) -> Workload:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Runner:
+    """Starts workloads."""
+
+    name = ""
+
+    def start(self, request: WorkloadRequest, *, log_path: Path | None = None) -> Workload:
+        """Start the workload for `request`; its own output goes to `log_path`."""
+        raise NotImplementedError

@@ -1,0 +1,261 @@
+"""The docker runner: the workload in the pinned workload image (the one module using
+the docker SDK).
+
+The container gets every GPU through a device request when the host has GPUs,
+writes its events on stdout (streamed back here, demultiplexed from stderr),
+and is removed on every way out: normal end, failure, Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gpubench.agent.events import Event
+from gpubench.agent.runners.base import (
+    Outcome,
+    OutputLog,
+    Runner,
+    Workload,
+    WorkloadRequest,
+    events_from_lines,
+)
+
+from gpubench.errors import ExitCode, GpubenchError
+
+DEFAULT_IMAGE = "gpubench-workload:latest"
+DATA_MOUNT = "/data"
+STOP_TIMEOUTS = (10.0, 5.0)
+# How long a container's process list stays fresh (asking docker is an HTTP call).
+PIDS_TTL = 1.0
+
+
+class DockerUnavailable(GpubenchError):
+    """No docker engine to talk to, or the image is missing."""
+
+    exit_code = ExitCode.FAILURE
+
+
+def image_digest(image: Any) -> str:
+    """The image's registry digest ('sha256:...') where it has one, else its local Id."""
+    for reference in image.attrs.get("RepoDigests") or ():
+        if "@" in reference:
+            return reference.split("@", 1)[1]
+    return str(image.id)
+
+
+class _Lines:
+    """Splits a byte stream's chunks into text lines."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def rest(self) -> list[str]:
+        rest, self._buffer = self._buffer, b""
+        return [rest.decode("utf-8", "replace")] if rest else []
+
+
+class DockerWorkload(Workload):
+    """A workload container."""
+
+    def __init__(
+        self,
+        client: Any,
+        container: Any,
+        image: str,
+        digest: str,
+        log: OutputLog,
+        stop_timeouts: tuple[float, float],
+    ) -> None:
+        self._client = client
+        self._container = container
+        self._image = image
+        self._digest = digest
+        self._log = log
+        self._stop_timeouts = stop_timeouts
+        self._interrupted = False
+        self._pids: frozenset[int] = frozenset()
+        self._pids_at = 0.0
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="workload-logs", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        # attach(logs=True) replays what was written before we attached, then follows.
+        out, err = _Lines(), _Lines()
+        try:
+            stream = self._container.attach(
+                stdout=True, stderr=True, stream=True, logs=True, demux=True
+            )
+            for stdout_chunk, stderr_chunk in stream:
+                if stdout_chunk:
+                    for line in out.feed(stdout_chunk):
+                        self._lines.put(line)
+                if stderr_chunk:
+                    for line in err.feed(stderr_chunk):
+                        self._log.write(line)
+        except Exception as exc:  # noqa: BLE001 - the stream ends however docker ends it
+            self._log.write(f"(the container's output stream ended: {exc})")
+        finally:
+            for line in out.rest():
+                self._lines.put(line)
+            for line in err.rest():
+                self._log.write(line)
+            self._lines.put(None)
+
+    def _stdout_lines(self) -> Iterator[str]:
+        while True:
+            line = self._lines.get()
+            if line is None:
+                return
+            yield line
+
+    def events(self) -> Iterator[Event]:
+        yield from events_from_lines(self._stdout_lines(), self._log)
+
+    def pids(self) -> frozenset[int]:
+        now = time.monotonic()
+        if now - self._pids_at >= PIDS_TTL:
+            self._pids_at = now
+            try:
+                top = self._container.top(ps_args="-eo pid")
+                column = top["Titles"].index("PID")
+                self._pids = frozenset(int(row[column]) for row in top["Processes"] or ())
+            except Exception:  # noqa: BLE001 - a stopped container has no processes
+                self._pids = frozenset()
+        return self._pids
+
+    def stop(self) -> None:
+        self._interrupted = True
+        for sig, timeout in zip((signal.SIGINT, signal.SIGTERM), self._stop_timeouts, strict=True):
+            try:
+                self._container.kill(signal=int(sig))
+                self._container.wait(timeout=timeout)
+                return
+            except Exception:  # noqa: BLE001 - still running after the timeout, or gone
+                continue
+        try:
+            self._container.kill(signal=int(signal.SIGKILL))
+        except Exception:  # noqa: BLE001
+            pass
+
+    def wait(self) -> Outcome:
+        status = self._container.wait()
+        self._reader.join(timeout=10)
+        code = int(status.get("StatusCode", -1))
+        # A process killed by a signal leaves 128 + the signal's number.
+        killed = code - 128 if 128 < code < 128 + 65 else None
+        return Outcome(
+            exit_code=None if killed else code,
+            signal=killed,
+            interrupted=self._interrupted,
+            output_tail=self._log.tail(),
+            log_path=self._log.path,
+            image=self._image,
+            image_digest=self._digest,
+        )
+
+    def close(self) -> None:
+        try:
+            self._container.remove(force=True)
+        except Exception:  # noqa: BLE001 - already gone (or docker went away)
+            pass
+        self._reader.join(timeout=2)
+        self._log.close()
+        try:
+            self._client.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class DockerRunner(Runner):
+    """Runs the workload in `image` through the docker engine of this host."""
+
+    name = "docker"
+
+    def __init__(
+        self,
+        image: str = DEFAULT_IMAGE,
+        *,
+        gpus: bool = True,
+        environment: dict[str, str] | None = None,
+        stop_timeouts: tuple[float, float] = STOP_TIMEOUTS,
+    ) -> None:
+        self.image = image
+        self.gpus = gpus
+        self.environment = dict(environment or {})
+        self.stop_timeouts = stop_timeouts
+
+    def _client(self) -> Any:
+        try:
+            import docker
+        except ImportError:
+            raise DockerUnavailable(
+                "the docker runner needs the docker SDK (pip install 'gpubench[agent]')"
+            ) from None
+        try:
+            client = docker.from_env()
+            client.ping()
+        except Exception as exc:  # noqa: BLE001 - every way of not reaching the engine
+            raise DockerUnavailable(f"cannot reach the docker engine ({exc})") from None
+        return client
+
+    def start(self, request: WorkloadRequest, *, log_path: Path | None = None) -> DockerWorkload:
+        import docker
+
+        client = self._client()
+        try:
+            image = client.images.get(self.image)
+        except docker.errors.ImageNotFound:
+            client.close()
+            raise DockerUnavailable(
+                f"image {self.image}: not on this host (build it: make -C docker workload, "
+                "or docker pull it)"
+            ) from None
+        volumes = {}
+        args = request.arguments()
+        if request.data and request.data != "synthetic":
+            # The data folder goes in read-only, under a fixed path.
+            source = str(Path(request.data).expanduser().resolve())
+            volumes[source] = {"bind": DATA_MOUNT, "mode": "ro"}
+            args[args.index("--data") + 1] = DATA_MOUNT
+        device_requests = []
+        if self.gpus:
+            device_requests.append(docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]]))
+        log = OutputLog(log_path)
+        container = None
+        try:
+            container = client.containers.create(
+                image.id,
+                command=["python", "-m", "gpubench.agent.workload", *args],
+                detach=True,
+                device_requests=device_requests,
+                environment={"PYTHONUNBUFFERED": "1", **self.environment},
+                volumes=volumes,
+                shm_size="2g",  # the framework's data loader workers share memory
+                labels={"org.gpubench.role": "workload"},
+            )
+            workload = DockerWorkload(
+                client, container, self.image, image_digest(image), log, self.stop_timeouts
+            )
+            container.start()
+            return workload
+        except docker.errors.APIError as exc:
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except docker.errors.APIError:
+                    pass
+            log.close()
+            client.close()
+            raise DockerUnavailable(f"cannot start the workload container ({exc})") from None

@@ -1,0 +1,172 @@
+"""The local runner: the workload in a child process of the agent.
+
+The child runs in its own session (process group), so a Ctrl-C in the terminal
+reaches only the agent, which then stops the child in order: SIGINT (the
+framework may finish its step), SIGTERM, SIGKILL, each after a timeout, sent to
+the whole group so the batch-search trials stop too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from gpubench.agent.events import Event
+from gpubench.agent.processes import process_tree
+from gpubench.agent.runners.base import (
+    Outcome,
+    OutputLog,
+    Runner,
+    Workload,
+    WorkloadRequest,
+    events_from_lines,
+)
+
+from gpubench.errors import GpubenchError
+
+WORKLOAD_MODULE = "gpubench.agent.workload"
+# Seconds to wait after SIGINT, then after SIGTERM, before the next signal.
+STOP_TIMEOUTS = (10.0, 5.0)
+
+
+def workload_command() -> list[str]:
+    """The command that runs the workload in this Python."""
+    return [sys.executable, "-m", WORKLOAD_MODULE]
+
+
+class LocalWorkload(Workload):
+    """A workload child process."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        log_path: Path | None,
+        env: dict[str, str] | None,
+        stop_timeouts: tuple[float, float],
+    ) -> None:
+        self._log = OutputLog(log_path)
+        self._stop_timeouts = stop_timeouts
+        self._interrupted = False
+        try:
+            self._process = subprocess.Popen(
+                list(command),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                bufsize=1,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._log.close()
+            raise GpubenchError(
+                f"cannot start the workload ({command[0]}: {exc.strerror})"
+            ) from None
+        self._stderr_thread = threading.Thread(
+            target=self._copy_stderr, name="workload-stderr", daemon=True
+        )
+        self._stderr_thread.start()
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        return self._process.pid
+
+    def _copy_stderr(self) -> None:
+        assert self._process.stderr is not None
+        for line in self._process.stderr:
+            self._log.write(line)
+
+    def events(self) -> Iterator[Event]:
+        assert self._process.stdout is not None
+        yield from events_from_lines(iter(self._process.stdout.readline, ""), self._log)
+
+    def pids(self) -> frozenset[int]:
+        if self._process.poll() is not None:
+            return frozenset()
+        return process_tree(self._process.pid)
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self._process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> None:
+        self._interrupted = True
+        for sig, timeout in zip(
+            (signal.SIGINT, signal.SIGTERM), self._stop_timeouts, strict=True
+        ):
+            if self._process.poll() is not None:
+                break
+            self._signal_group(sig)
+            try:
+                self._process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                continue
+        if self._process.poll() is None:
+            self._signal_group(signal.SIGKILL)
+            self._process.wait()
+        # Grandchildren that ignored the group signals (they share the group).
+        self._signal_group(signal.SIGKILL)
+
+    def wait(self) -> Outcome:
+        code = self._process.wait()
+        self._stderr_thread.join(timeout=5)
+        return Outcome(
+            exit_code=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
+            interrupted=self._interrupted,
+            output_tail=self._log.tail(),
+            log_path=self._log.path,
+        )
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._signal_group(signal.SIGKILL)
+            try:
+                self._process.wait(5)
+            except subprocess.TimeoutExpired:  # pragma: no cover - the kernel's business
+                pass
+        for stream in (self._process.stdout, self._process.stderr):
+            if stream is not None:
+                stream.close()
+        self._stderr_thread.join(timeout=1)
+        self._log.close()
+
+
+class LocalRunner(Runner):
+    """Runs the workload as `command + request.arguments()` in a child process."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        command: Sequence[str] | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        stop_timeouts: tuple[float, float] = STOP_TIMEOUTS,
+    ) -> None:
+        self.command = list(command) if command else workload_command()
+        self.env = env
+        self.stop_timeouts = stop_timeouts
+
+    def start(self, request: WorkloadRequest, *, log_path: Path | None = None) -> LocalWorkload:
+        env = dict(os.environ if self.env is None else self.env)
+        # Events must arrive as they are written, not when a buffer fills.
+        env["PYTHONUNBUFFERED"] = "1"
+        return LocalWorkload(
+            [*self.command, *request.arguments()],
+            log_path=log_path,
+            env=env,
+            stop_timeouts=self.stop_timeouts,
+        )
