@@ -1,0 +1,200 @@
+"""`python -m gpubench.agent.workload`: run the benchmark, try a batch, list models, make data.
+
+`run` and `trial` write JSON-lines events (gpubench.agent.events) on stdout and
+everything else on stderr; their exit code is 0 for a result, 3 out of memory,
+6 bad data, 2 bad settings, 1 any other failure.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+from gpubench.agent.workload.options import (
+    BACKENDS,
+    DEFAULT_EPOCHS,
+    DEFAULT_SEED,
+    MODELS,
+    NATIVE_IMAGE_SIZE,
+    PIPELINES,
+    PRECISIONS,
+    RunSettings,
+    default_backend,
+)
+
+from gpubench.errors import GpubenchError
+
+
+class BatchSize(click.ParamType):
+    """A positive batch size, or 'auto' (None): search for the largest that fits."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int | None:
+        if value is None or str(value).lower() == "auto":
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a whole number nor 'auto'", param, ctx)
+
+
+def _model_options(func: Callable) -> Callable:
+    """The options `run` and `trial` share: what network, how, on what."""
+    options = [
+        click.option("--model", type=click.Choice(MODELS), default="B0", show_default=True,
+                     help="EfficientNet variant: B0 (224 px), B3 (300 px) or B7 (600 px)."),
+        click.option("--precision", type=click.Choice(PRECISIONS), default="float32",
+                     show_default=True,
+                     help="float32 is the protocol; mixed_* keep float32 weights and compute in "
+                          "16 bits."),
+        click.option("--gpus", type=click.IntRange(min=0), default=1, show_default=True,
+                     help="GPUs to train on, data-parallel (global batch = batch x GPUs); "
+                          "0 trains on the CPU."),
+        click.option("--backend", type=click.Choice(BACKENDS), default=default_backend,
+                     show_default="KERAS_BACKEND, else tensorflow",
+                     help="Framework under Keras."),
+        click.option("--image-size", type=click.IntRange(min=32), default=None,
+                     help="Pixels per side fed to the network, overriding the model's native "
+                          f"size ({', '.join(f'{m} {s}' for m, s in NATIVE_IMAGE_SIZE.items())}); "
+                          "for tests and tiny runs."),
+        click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
+                     help="Seed of the train/validation split, the shuffles and the weights' "
+                          "initialisation (the protocol's split uses 12)."),
+        click.option("--jit-compile/--no-jit-compile", default=False, show_default=True,
+                     help="Compile the training step (XLA on TensorFlow and JAX, torch.compile "
+                          "on torch); the protocol did not."),
+        click.option("--trial-steps", type=click.IntRange(min=1), default=3, show_default=True,
+                     help="Training steps each batch-size trial runs."),
+        click.option("--memory-limit-bytes", type=click.IntRange(min=1), default=None,
+                     hidden=True,
+                     help="Cap each batch-size trial's address space (tests of the search)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """The standard benchmark workload: Keras EfficientNet on rock-paper-scissors.
+
+    Runs as a child process of the agent (or in the workload container) and
+    reports through JSON-lines events on stdout.
+    """
+
+
+@main.command()
+@_model_options
+@click.option("--batch", type=BatchSize(), default="auto", show_default=True,
+              help="Images per GPU per step, or 'auto' for the largest that fits (each trial in "
+                   "a fresh process).")
+@click.option("--data", default="synthetic", show_default=True,
+              help="'synthetic' (generated once into the cache) or a folder with one "
+                   "sub-folder of PNG/JPEG images per class.")
+@click.option("--epochs", type=click.IntRange(min=2), default=DEFAULT_EPOCHS, show_default=True,
+              help="Epochs to train; epoch 2 is the measured one.")
+@click.option("--limit-images", type=click.IntRange(min=10), default=None,
+              help="Use only this many images (smoke runs).")
+@click.option("--pipeline", type=click.Choice(PIPELINES), default="cached", show_default=True,
+              help="cached: decode once and prefetch (measures the GPU); seed: decode every "
+                   "epoch as the protocol's scripts did.")
+@click.option("--weights", default="none", show_default=True,
+              help="Starting weights of the EfficientNet: none, imagenet (Keras's cache or a "
+                   "download) or a weights file.")
+@click.option("--data-on-device/--data-on-host", default=False, show_default=True,
+              help="torch backend, cached pipeline: keep the decoded images on the GPU and "
+                   "gather batches there.")
+@click.option("--max-trials", type=click.IntRange(min=2), default=10, show_default=True,
+              help="Most batch-size trials --batch auto may run.")
+def run(**given: Any) -> None:
+    """Train one model and report every epoch and the result as events."""
+    from gpubench.agent.workload import runner
+    from gpubench.agent.workload.stream import claim_stdout
+
+    events = claim_stdout()
+    try:
+        settings = RunSettings(**given)
+    except GpubenchError as exc:
+        sys.exit(runner.report_failure(events, exc))
+    sys.exit(runner.run(settings, events))
+
+
+@main.command()
+@_model_options
+@click.option("--batch", type=click.IntRange(min=1), required=True, help="Batch size to try.")
+def trial(batch: int, **given: Any) -> None:
+    """Internal: train a few steps at one batch size and print one batch_trial event."""
+    from gpubench.agent.workload import runner
+    from gpubench.agent.workload.stream import claim_stdout
+
+    events = claim_stdout()
+    try:
+        settings = RunSettings(batch=batch, **given)
+    except GpubenchError as exc:
+        sys.exit(runner.report_failure(events, exc))
+    sys.exit(runner.trial(settings, batch, events))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--backend", type=click.Choice(BACKENDS), default=default_backend,
+              show_default="KERAS_BACKEND, else tensorflow", help="Framework under Keras.")
+@click.option("--image-size", type=click.IntRange(min=32), default=None,
+              help="Build at this size instead of each model's native one (the counts do not "
+                   "depend on it).")
+def models(as_json: bool, backend: str, image_size: int | None) -> None:
+    """Build B0, B3 and B7 and print their parameter counts next to the protocol's."""
+    from gpubench.agent.workload import backend as frameworks
+    from gpubench.agent.workload.options import PROTOCOL_PARAMETERS
+
+    frameworks.select(backend, 0)
+    frameworks.import_keras()
+    from gpubench.agent.workload import model as net
+
+    found = {}
+    for name in MODELS:
+        counts = net.parameter_counts(net.build(name, image_size or NATIVE_IMAGE_SIZE[name]))
+        total, trainable, frozen = PROTOCOL_PARAMETERS[name]
+        found[name] = {
+            **counts,
+            "image_size": NATIVE_IMAGE_SIZE[name],
+            "protocol": {"total": total, "trainable": trainable, "non_trainable": frozen},
+            "matches_protocol": (counts["total"], counts["trainable"], counts["non_trainable"])
+            == PROTOCOL_PARAMETERS[name],
+        }
+    if as_json:
+        click.echo(json.dumps(found, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Protocol models (parameters)")
+    for column in ("model", "image size", "total", "trainable", "non-trainable", "as protocol"):
+        table.add_column(column, justify="right")
+    for name, row in found.items():
+        table.add_row(name, str(row["image_size"]), f"{row['total']:,}", f"{row['trainable']:,}",
+                      f"{row['non_trainable']:,}", "yes" if row["matches_protocol"] else "NO")
+    Console().print(table)
+
+
+@main.command("make-data")
+@click.option("--limit-images", type=click.IntRange(min=1, max=2136), default=2136,
+              show_default=True, help="Generate images 0..N-1 of the synthetic set.")
+def make_data(limit_images: int) -> None:
+    """Generate the synthetic dataset into the cache (once) and print its folder."""
+    from gpubench.agent.workload import synthetic
+
+    click.echo(str(synthetic.ensure(limit_images)))
+
+
+def entry() -> None:
+    """Console entry point: user-facing errors as one line and their exit code."""
+    try:
+        main(standalone_mode=True)
+    except GpubenchError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)

@@ -1,0 +1,117 @@
+"""What a benchmark run is asked to do: the settings and the protocol's tables.
+
+Nothing here imports a framework: the agent and the batch-size search read
+these settings without pulling in Keras.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpubench.errors import ExitCode, GpubenchError
+
+# The protocol's values. They repeat gpubench.record's tuples on purpose: the
+# workload runs where the generated wire code may be absent (the GPU image ships
+# only the framework), and tests/workload checks that both stay equal.
+MODELS = ("B0", "B3", "B7")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+BACKENDS = ("tensorflow", "torch", "jax")
+PIPELINES = ("cached", "seed")
+NATIVE_IMAGE_SIZE = {"B0": 224, "B3": 300, "B7": 600}
+
+# Parameter counts model.summary() printed in the protocol (total, trainable, non-trainable).
+PROTOCOL_PARAMETERS = {
+    "B0": (4_053_414, 4_011_391, 42_023),
+    "B3": (10_788_146, 10_700_843, 87_303),
+    "B7": (64_105_370, 63_794_643, 310_727),
+}
+
+CLASSES = ("paper", "rock", "scissors")
+VALIDATION_SPLIT = 0.2
+DEFAULT_SEED = 12  # the protocol's image_dataset_from_directory(seed=12)
+DEFAULT_EPOCHS = 2
+MEASURED_EPOCH = 2  # the headline: epoch 1 carries start-up
+SYNTHETIC = "synthetic"
+
+# Exit codes of the workload process (the agent maps them to a run status).
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_OUT_OF_MEMORY = 3
+
+
+class BadSettings(GpubenchError):
+    """A setting is out of range or not one of its choices; names the flag."""
+
+    exit_code = ExitCode.USAGE
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One benchmark run's settings, as given on the command line."""
+
+    model: str = "B0"
+    batch: int | None = None  # None: search for the largest batch that fits (--batch auto)
+    precision: str = "float32"
+    gpus: int = 1
+    backend: str = "tensorflow"
+    data: str = SYNTHETIC  # "synthetic" or a folder with one sub-folder per class
+    epochs: int = DEFAULT_EPOCHS
+    image_size: int | None = None  # None: the model's native size
+    limit_images: int | None = None
+    pipeline: str = "cached"
+    weights: str = "none"  # "none", "imagenet" or a weights file
+    seed: int = DEFAULT_SEED
+    jit_compile: bool = False
+    data_on_device: bool = False  # keep the cached images on the GPU (torch backend)
+    max_trials: int = 10
+    trial_steps: int = 3
+    memory_limit_bytes: int | None = None  # caps each search trial's address space (tests)
+
+    def __post_init__(self) -> None:
+        _check_choice("--model", self.model, MODELS)
+        _check_choice("--precision", self.precision, PRECISIONS)
+        _check_choice("--backend", self.backend, BACKENDS)
+        _check_choice("--pipeline", self.pipeline, PIPELINES)
+        if self.batch is not None and self.batch < 1:
+            raise BadSettings(f"--batch must be at least 1 or 'auto', not {self.batch}")
+        if self.gpus < 0:
+            raise BadSettings(f"--gpus must be 0 (CPU) or more, not {self.gpus}")
+        if self.epochs < MEASURED_EPOCH:
+            raise BadSettings(f"--epochs must be at least {MEASURED_EPOCH}, not {self.epochs}")
+        if self.image_size is not None and self.image_size < 32:
+            raise BadSettings(f"--image-size must be at least 32 pixels, not {self.image_size}")
+        if self.limit_images is not None and self.limit_images < 10:
+            raise BadSettings(f"--limit-images must be at least 10, not {self.limit_images}")
+        if self.max_trials < 2:
+            raise BadSettings(f"--max-trials must be at least 2, not {self.max_trials}")
+        if self.trial_steps < 1:
+            raise BadSettings(f"--trial-steps must be at least 1, not {self.trial_steps}")
+        if self.data_on_device and self.pipeline != "cached":
+            raise BadSettings("--data-on-device needs --pipeline cached")
+
+    @property
+    def size(self) -> int:
+        """Pixels per side fed to the network."""
+        return self.image_size or NATIVE_IMAGE_SIZE[self.model]
+
+    @property
+    def devices(self) -> int:
+        """How many replicas train: the GPUs, or the one CPU."""
+        return max(1, self.gpus)
+
+    def as_event(self) -> dict[str, Any]:
+        """The settings as event fields (JSON-ready)."""
+        return asdict(self)
+
+
+def default_backend() -> str:
+    """KERAS_BACKEND if it names a supported backend, else TensorFlow (the protocol's)."""
+    chosen = os.environ.get("KERAS_BACKEND", "").strip().lower()
+    return chosen if chosen in BACKENDS else "tensorflow"
+
+
+def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise BadSettings(f"{flag} must be one of {', '.join(choices)}, not {value!r}")

@@ -1,0 +1,199 @@
+"""Feeding the images to Keras: decoded once and cached, or decoded every epoch.
+
+- `cached` (the default) decodes every image once into one uint8 array at the
+  network's input size and serves batches from it with a background thread
+  prefetching, so an epoch measures the GPU rather than the PNG decoder. Batches
+  stay uint8 until the model's input casts them (the same values as float32 pixels,
+  a quarter of the bytes to move). If the array would not fit comfortably in the
+  memory available, the pipeline streams instead (decodes every epoch, with
+  prefetching) and says so in a warning.
+- `seed` decodes and resizes every batch of every epoch into float32 as the
+  protocol's image_dataset_from_directory pipeline did: decoding in parallel,
+  no cache and no prefetch.
+
+Imports Keras: import this module only after the backend has been selected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+from gpubench.agent.workload.data import Dataset, decode_images, decoder_pool
+
+# Share of the available memory the decoded cache may take; the rest is left to
+# the framework, which needs several GiB of host memory of its own.
+CACHE_SHARE_OF_AVAILABLE = 0.5
+
+Images = Callable[[np.ndarray], object]  # image indices -> a batch of images
+
+
+@dataclass(frozen=True)
+class Feed:
+    """The training and validation batches of a run, and how they are produced."""
+
+    train: keras.utils.PyDataset
+    validation: keras.utils.PyDataset
+    mode: str  # "cached", "cached-on-device", "streaming" or "seed"
+    decode_seconds: float  # time spent decoding up front (cached modes)
+    warnings: tuple[str, ...]
+
+
+class ImageBatches(keras.utils.PyDataset):
+    """Batches of (images, one-hot labels) over a subset of the dataset."""
+
+    def __init__(
+        self,
+        images: Images,
+        labels: object,
+        indices: np.ndarray,
+        batch_size: int,
+        *,
+        shuffle_seed: int | None,
+        shard: tuple[int, int] = (0, 1),
+        index: Callable[[np.ndarray], object] = None,
+        prefetch: bool,
+    ) -> None:
+        # A thread prefetching a few batches ahead; the seed pipeline has none.
+        super().__init__(workers=2 if prefetch else 1, use_multiprocessing=False,
+                         max_queue_size=4)
+        self._images = images
+        self._labels = labels
+        self._indices = indices
+        self._batch = batch_size
+        self._shuffle_seed = shuffle_seed
+        self._rank, self._world = shard
+        self._index = index or _same
+        self._epoch = 0
+        self._order = self._epoch_order()
+
+    def _epoch_order(self) -> np.ndarray:
+        if self._shuffle_seed is None:
+            return self._indices
+        return np.random.default_rng((self._shuffle_seed, self._epoch)).permutation(self._indices)
+
+    def __len__(self) -> int:
+        steps = math.ceil(len(self._indices) / self._batch)
+        # With data parallelism every replica needs at least one image per step:
+        # a last batch smaller than the replica count is left out.
+        if 0 < len(self._indices) % self._batch < self._world:
+            steps -= 1
+        return steps
+
+    def __getitem__(self, step: int) -> tuple[object, object]:
+        chosen = self._order[step * self._batch : (step + 1) * self._batch]
+        if self._world > 1:
+            chosen = np.array_split(chosen, self._world)[self._rank]
+        where = self._index(chosen)
+        return self._images(where), self._labels[where]
+
+    def on_epoch_end(self) -> None:
+        self._epoch += 1
+        self._order = self._epoch_order()
+
+    def images_in_step(self, step: int) -> int:
+        """How many images (over all replicas) step `step` of an epoch trains on."""
+        return len(self._order[step * self._batch : (step + 1) * self._batch])
+
+
+def _same(order: np.ndarray) -> np.ndarray:
+    return order
+
+
+def available_memory_bytes() -> int:
+    """Memory the system could give this process now (MemAvailable), in bytes."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def cache_bytes(image_count: int, size: int) -> int:
+    """Bytes the decoded uint8 cache takes: images x height x width x 3."""
+    return image_count * size * size * 3
+
+
+def build_feed(
+    dataset: Dataset,
+    *,
+    size: int,
+    global_batch: int,
+    pipeline: str,
+    seed: int,
+    on_device: bool = False,
+    shard: tuple[int, int] = (0, 1),
+    log: Callable[[str], None] = lambda message: None,
+) -> Feed:
+    """The training and validation batches for `dataset` in the chosen pipeline."""
+    import time
+
+    labels = np.eye(len(dataset.class_names), dtype=np.float32)[np.asarray(dataset.labels)]
+    train = np.arange(dataset.train_count)
+    validation = np.arange(dataset.train_count, dataset.image_count)
+    pool = decoder_pool()
+    warnings: list[str] = []
+    mode = pipeline
+    if pipeline == "cached":
+        need, have = cache_bytes(dataset.image_count, size), available_memory_bytes()
+        if need > CACHE_SHARE_OF_AVAILABLE * have:
+            mode = "streaming"
+            warnings.append(
+                f"decoded images would take {need / 2**30:.1f} GiB of the {have / 2**30:.1f} GiB "
+                "available: streaming them from disk every epoch instead of caching"
+            )
+
+    decode_seconds = 0.0
+    index: Callable[[np.ndarray], object] = _same
+    if mode == "cached":
+        log(f"decoding {dataset.image_count} images at {size}x{size} into memory")
+        started = time.monotonic()
+        cache = decode_images(dataset.paths(range(dataset.image_count)), size, pool)
+        decode_seconds = time.monotonic() - started
+        def images(where: np.ndarray) -> object:
+            return cache[where]
+
+        if on_device:
+            images, labels, index = _on_device(cache, labels)
+            mode = "cached-on-device"
+    else:
+        as_float = mode == "seed"  # the protocol's pipeline hands float32 to the model
+
+        def images(where: np.ndarray) -> np.ndarray:
+            batch = decode_images(dataset.paths(where), size, pool)
+            return batch.astype(np.float32) if as_float else batch
+
+    # Prefetching threads for work on the host; none for the seed pipeline (the
+    # protocol's had none) nor for batches gathered on the GPU.
+    prefetch = mode in ("cached", "streaming")
+    return Feed(
+        train=ImageBatches(images, labels, train, global_batch, shuffle_seed=seed, shard=shard,
+                           index=index, prefetch=prefetch),
+        validation=ImageBatches(images, labels, validation, global_batch, shuffle_seed=None,
+                                shard=shard, index=index, prefetch=prefetch),
+        mode=mode,
+        decode_seconds=decode_seconds,
+        warnings=tuple(warnings),
+    )
+
+
+def _on_device(cache: np.ndarray, labels: np.ndarray) -> tuple[Images, object, Callable]:
+    """The cache and labels as GPU tensors, batches gathered on the GPU (torch backend)."""
+    import torch
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    images = torch.from_numpy(cache).to(device)
+    on_gpu_labels = torch.from_numpy(labels).to(device)
+
+    def index(order: np.ndarray) -> object:
+        return torch.from_numpy(np.ascontiguousarray(order)).to(device, non_blocking=True)
+
+    return (lambda where: images[where]), on_gpu_labels, index

@@ -1,0 +1,268 @@
+"""One benchmark run from start to result, told as events.
+
+Order: find and check the data, search for the batch size if asked (trial
+processes, before this process loads a framework), load the framework, emit
+`started`, prepare the batches, build and train the protocol's model, emit one
+`epoch_finished` per epoch and a `result`. Any failure becomes one `error`
+event and an exit code: 3 out of memory, 6 bad data, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from pathlib import Path
+
+from gpubench.agent.events import EventWriter
+from gpubench.agent.workload import backend, batch_search, data, synthetic
+from gpubench.agent.workload.options import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_OUT_OF_MEMORY,
+    MEASURED_EPOCH,
+    PROTOCOL_PARAMETERS,
+    SYNTHETIC,
+    VALIDATION_SPLIT,
+    RunSettings,
+)
+
+from gpubench.errors import GpubenchError
+
+MESSAGE_LIMIT = 2000  # characters of an error message put in the event
+
+
+def run(settings: RunSettings, events: EventWriter) -> int:
+    """Run the benchmark; returns the process's exit code."""
+    try:
+        dataset = load_dataset(settings)
+        batch, choice = settings.batch, "given"
+        if batch is None:
+            batch = search_batch(settings, dataset.train_count, events)
+            choice = "searched"
+        if settings.backend == "torch" and settings.gpus > 1:
+            from gpubench.agent.workload import torch_ddp
+
+            return torch_ddp.launch(settings, dataset, batch, choice, events)
+        backend.select(settings.backend, settings.gpus)
+        return train(settings, dataset, batch, choice, events)
+    except BaseException as exc:  # noqa: B036 - Ctrl-C is reported, then re-raised
+        code = report_failure(events, exc)
+        if not isinstance(exc, Exception):
+            raise
+        return code
+
+
+def load_dataset(settings: RunSettings) -> data.Dataset:
+    """The run's images: the synthetic set (generated on first use) or the given folder."""
+    if settings.data == SYNTHETIC:
+        count = min(settings.limit_images or synthetic.IMAGE_COUNT, synthetic.IMAGE_COUNT)
+        folder = synthetic.ensure(count)
+
+        def generated(name: str) -> bool:
+            index = synthetic.image_index(name)
+            return index is not None and index < count
+
+        return data.read_dataset(folder, seed=settings.seed, validation_split=VALIDATION_SPLIT,
+                                 name=synthetic.NAME, keep=generated)
+    return data.read_dataset(Path(settings.data), seed=settings.seed,
+                             validation_split=VALIDATION_SPLIT, limit=settings.limit_images)
+
+
+def search_batch(settings: RunSettings, train_images: int, events: EventWriter) -> int:
+    """--batch auto: the largest per-GPU batch that fits, every trial reported."""
+    largest = max(1, train_images // settings.devices)
+    chosen, _ = batch_search.search(
+        lambda batch: batch_search.run_trial(settings, batch),
+        start=batch_search.START_BATCH[settings.model],
+        largest=largest,
+        max_trials=settings.max_trials,
+        on_trial=lambda trial: events.emit("batch_trial", **trial.as_event()),
+    )
+    events.emit("batch_chosen", batch=chosen)
+    return chosen
+
+
+def started_fields(settings: RunSettings, dataset: data.Dataset, batch: int, choice: str) -> dict:
+    """The `started` event's fields other than the versions."""
+    from gpubench.agent.workload import model as net
+
+    return {
+        "model": settings.model,
+        "image_size": settings.size,
+        "batch_per_gpu": batch,
+        "global_batch": batch * settings.devices,
+        "batch_choice": choice,
+        "precision": settings.precision,
+        "gpu_count": settings.gpus,
+        "epochs": settings.epochs,
+        "pipeline": settings.pipeline,
+        "weights": net.weights_label(settings.weights),
+        "jit_compile": settings.jit_compile,
+        "data_on_device": settings.data_on_device,
+        "dataset": dataset.describe(),
+        "pid": os.getpid(),
+    }
+
+
+def train(
+    settings: RunSettings,
+    dataset: data.Dataset,
+    batch: int,
+    choice: str,
+    events: EventWriter | None,
+    *,
+    shard: tuple[int, int] = (0, 1),
+    hooks: object = None,
+) -> int:
+    """Load the framework, train the protocol's model and report (one process).
+
+    `shard` and `hooks` are set by torch_ddp for its replicas; `events` is None
+    on all replicas but the first.
+    """
+    keras = backend.import_keras()
+    from gpubench.agent.workload import distribute, memory, pipeline, timing
+    from gpubench.agent.workload import model as net
+
+    if shard[1] == 1:
+        backend.check_gpus(settings.backend, settings.gpus)
+    keras.utils.set_random_seed(settings.seed + shard[0])
+    emit = events.emit if events is not None else (lambda kind, **fields: None)
+    emit("started", **backend.versions(settings.backend),
+         **started_fields(settings, dataset, batch, choice))
+
+    feed = pipeline.build_feed(
+        dataset, size=settings.size, global_batch=batch * settings.devices,
+        pipeline=settings.pipeline, seed=settings.seed, on_device=settings.data_on_device,
+        shard=shard, log=lambda message: emit("log", message=message),
+    )
+    for warning in feed.warnings:
+        emit("warning", message=warning)
+    if feed.decode_seconds:
+        emit("log", message=f"decoded {dataset.image_count} images in {feed.decode_seconds:.1f} s")
+
+    net.set_precision(settings.precision)
+    with distribute.replicas(settings):
+        network = net.build(settings.model, settings.size, settings.weights,
+                            classes=len(dataset.class_names))
+        net.compile_for_training(network, jit_compile=settings.jit_compile)
+        if hooks is not None:
+            hooks.prepare(network)  # type: ignore[attr-defined]
+    counts = net.parameter_counts(network)
+
+    local_gpus = settings.gpus if shard[1] == 1 else 0  # a torch replica reads its own GPU
+    peaks: list[memory.MemoryReport] = []
+
+    def before_epoch(epoch: int) -> None:
+        if epoch == MEASURED_EPOCH:
+            backend.synchronize(settings.backend)
+            memory.reset_peaks(settings.backend, local_gpus)
+            if hooks is not None:
+                hooks.reset_peak()  # type: ignore[attr-defined]
+
+    def after_epoch(epoch: int) -> None:
+        if epoch == MEASURED_EPOCH:
+            peaks.append(hooks.read_peaks() if hooks is not None  # type: ignore[attr-defined]
+                         else memory.read_peaks(settings.backend, local_gpus))
+
+    timer = timing.EpochTimer(events, feed.train.images_in_step, len(feed.train),
+                              before_epoch=before_epoch, after_epoch=after_epoch)
+    network.fit(feed.train, validation_data=feed.validation, epochs=settings.epochs,
+                verbose=0, callbacks=[timer])
+    if events is None:
+        return EXIT_OK
+
+    report = peaks[0]
+    first, measured = timer.epochs[0], timer.epochs[MEASURED_EPOCH - 1]
+    warnings = list(feed.warnings) + list(measured.stats.warnings if measured.stats else [])
+    expected = PROTOCOL_PARAMETERS[settings.model]
+    if len(dataset.class_names) == 3 and tuple(counts.values()) != expected:
+        warnings.append(f"parameter counts {counts} differ from the protocol's {expected}")
+    for warning in warnings[len(feed.warnings):]:
+        emit("warning", message=warning)
+    emit(
+        "result",
+        measured_epoch=MEASURED_EPOCH,
+        epoch2_seconds=round(measured.wall_seconds, 6),
+        startup_seconds=round(first.wall_seconds - measured.wall_seconds, 6),
+        **(measured.stats.as_event() if measured.stats else {}),
+        memory=[gpu.as_event() for gpu in report.gpus],
+        memory_notes=report.notes,
+        warnings=warnings,
+        epochs=[
+            {"epoch": e.epoch, "wall_seconds": round(e.wall_seconds, 6),
+             **(e.stats.as_event() if e.stats else {})}
+            for e in timer.epochs
+        ],
+        batch_per_gpu=batch,
+        global_batch=batch * settings.devices,
+        pipeline_mode=feed.mode,
+        decode_seconds=round(feed.decode_seconds, 3),
+        weights=net.weights_label(settings.weights),
+        parameters=counts,
+    )
+    return EXIT_OK
+
+
+def trial(settings: RunSettings, batch: int, events: EventWriter) -> int:
+    """One batch-size trial: build, train a few steps and validate one at `batch`."""
+    started = time.monotonic()
+    try:
+        if settings.memory_limit_bytes:
+            import resource
+
+            # Tests cap the address space to make a CPU "run out of memory".
+            resource.setrlimit(resource.RLIMIT_AS, (settings.memory_limit_bytes,) * 2)
+        backend.select(settings.backend, settings.gpus)
+        keras = backend.import_keras()
+        import numpy as np
+        from gpubench.agent.workload import memory
+        from gpubench.agent.workload import model as net
+
+        backend.check_gpus(settings.backend, settings.gpus)
+        keras.utils.set_random_seed(settings.seed)
+        net.set_precision(settings.precision)
+        network = net.build(settings.model, settings.size, "none")
+        net.compile_for_training(network, jit_compile=settings.jit_compile)
+        rng = np.random.default_rng(settings.seed)
+        images = rng.integers(0, 256, size=(batch, settings.size, settings.size, 3), dtype=np.uint8)
+        labels = np.eye(3, dtype=np.float32)[rng.integers(0, 3, size=batch)]
+        memory.reset_peaks(settings.backend, settings.gpus)
+        for _ in range(settings.trial_steps):
+            network.train_on_batch(images, labels)
+        network.test_on_batch(images, labels)
+        backend.synchronize(settings.backend)
+        report = memory.read_peaks(settings.backend, settings.gpus)
+        peak = max((gpu.allocator_peak_bytes for gpu in report.gpus), default=0)
+        events.emit("batch_trial", batch=batch, fits=True, peak_memory_bytes=peak,
+                    seconds=round(time.monotonic() - started, 3), message="")
+        return EXIT_OK
+    except Exception as exc:
+        if isinstance(exc, GpubenchError) or not backend.is_out_of_memory(exc):
+            return report_failure(events, exc)
+        events.emit("batch_trial", batch=batch, fits=False, peak_memory_bytes=0,
+                    seconds=round(time.monotonic() - started, 3), message=_first_line(exc))
+        return EXIT_OUT_OF_MEMORY
+
+
+def report_failure(events: EventWriter, exc: BaseException) -> int:
+    """One `error` event for `exc`, and the exit code that goes with it."""
+    if isinstance(exc, KeyboardInterrupt):
+        events.emit("error", status="interrupted", message="interrupted")
+        return 130
+    if isinstance(exc, batch_search.NoBatchFits) or (
+        not isinstance(exc, GpubenchError) and backend.is_out_of_memory(exc)
+    ):
+        events.emit("error", status="out_of_memory", message=_first_line(exc))
+        return EXIT_OUT_OF_MEMORY
+    if isinstance(exc, GpubenchError):
+        events.emit("error", status="error", message=str(exc)[:MESSAGE_LIMIT])
+        return exc.exit_code
+    traceback.print_exc()  # a bug: keep the whole story on stderr
+    events.emit("error", status="error", message=f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT])
+    return EXIT_ERROR
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text.splitlines()[0]}"[:MESSAGE_LIMIT]
