@@ -386,6 +386,10 @@ class FakeNvml(Nvml):
         """A fake replaying the trace file at `path` (see the class for options)."""
         return cls(read_trace(path), **options)
 
+    def follow_workload(self, pid: int) -> None:
+        """Report the recorded workload's GPU memory under this live process id."""
+        self._workload_pid = pid
+
     def restart(self, start_at: float = 0.0) -> None:
         """Replay again from `start_at` seconds into the trace."""
         self._start_at = start_at

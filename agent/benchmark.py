@@ -1,0 +1,209 @@
+"""One `gpubench-agent run`: each model in turn, measured, spooled, pushed.
+
+For each model: wait (bounded) for idle, cool GPUs; start the sampler and the
+workload; follow its events; build the run record however the workload ended;
+write it to the spool; then push it if a collector is configured. A Ctrl-C
+stops the workload, records that run as interrupted and skips the models after
+it; the spool keeps everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from gpubench.agent.assemble import RunBuilder
+from gpubench.agent.display import RunDisplay
+from gpubench.agent.inventory import Inventory
+from gpubench.agent.nvml import FakeNvml, Nvml
+from gpubench.agent.push import PushReport, RetryPolicy, push_one
+from gpubench.agent.runners.base import Runner, WorkloadRequest
+from gpubench.agent.spool import Spool
+from gpubench.agent.telemetry import DEFAULT_SAMPLE_HZ, IdleReport, Sampler, wait_for_idle
+
+from gpubench.errors import GpubenchError
+from gpubench.v1 import run_pb2
+
+
+@dataclass(frozen=True)
+class IdleRule:
+    """The pre-run wait: at most `timeout` s for GPUs under both limits."""
+
+    timeout: float = 60.0
+    max_utilization: float = 5.0
+    max_temperature: float = 50.0
+
+
+@dataclass
+class BenchmarkOutcome:
+    """What a `run` produced."""
+
+    runs: list[run_pb2.Run] = field(default_factory=list)
+    interrupted: bool = False
+    push: PushReport | None = None  # None: offline
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Let a stop finish: a second Ctrl-C must not leave a workload behind."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to protect
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class Benchmark:
+    """Runs the models of one `gpubench-agent run`."""
+
+    def __init__(
+        self,
+        *,
+        runner: Runner,
+        spool: Spool,
+        inventory: Inventory,
+        nvml: Nvml | None,
+        display: RunDisplay,
+        gpu_count: int,
+        sample_hz: float = DEFAULT_SAMPLE_HZ,
+        idle: IdleRule = IdleRule(),
+        label: str = "",
+        trace: IO[str] | None = None,
+        client_factory: Callable[[], Any] | None = None,
+        retry: RetryPolicy | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.runner = runner
+        self.spool = spool
+        self.inventory = inventory
+        self.nvml = nvml
+        self.display = display
+        self.gpu_indices: tuple[int, ...] = tuple(range(gpu_count)) if nvml is not None else ()
+        self.sample_hz = sample_hz
+        self.idle = idle
+        self.label = label
+        self.trace = trace
+        self.client_factory = client_factory
+        self.retry = retry or RetryPolicy()
+        self.log_dir = log_dir
+        self._client: Any = None
+
+    def run(self, requests: Sequence[WorkloadRequest]) -> BenchmarkOutcome:
+        """Run every request in turn (stopping at a Ctrl-C)."""
+        outcome = BenchmarkOutcome(push=PushReport() if self.client_factory else None)
+        try:
+            for request in requests:
+                run, interrupted = self.run_one(request)
+                if run is not None:
+                    outcome.runs.append(run)
+                    self._push(run, outcome)
+                if interrupted:
+                    outcome.interrupted = True
+                    break
+        finally:
+            if self._client is not None:
+                self._client.close()
+        if outcome.push is not None:
+            outcome.push.left = len(self.spool.pending())
+        return outcome
+
+    def _push(self, run: run_pb2.Run, outcome: BenchmarkOutcome) -> None:
+        report = outcome.push
+        if report is None or report.stopped is not None or self.client_factory is None:
+            return  # offline, or the collector already failed us in this run
+        entry = next((e for e in self.spool.pending() if e.path.stem == run.run_id), None)
+        if entry is None:
+            return
+        if self._client is None:
+            self._client = self.client_factory()
+
+        def retrying(attempt: int, pause: float, error: GpubenchError) -> None:
+            self.display.note(f"push: {error}; trying again in {pause:.1f} s", style="yellow")
+
+        push_one(self.spool, entry, self._client, report, self.retry, on_retry=retrying)
+        if report.stopped is not None:
+            self.display.note(f"push: {report.stopped} (the run stays in {self.spool.root})",
+                              style="red")
+        elif report.sent and report.sent[-1] == run.run_id:
+            self.display.note(f"{run.config.model}: sent to the collector (run {run.run_id})")
+
+    def _wait_for_idle(self, builder: RunBuilder) -> IdleReport | None:
+        if self.nvml is None or not self.gpu_indices:
+            return None
+        rule = self.idle
+        self.display.note(
+            f"waiting (at most {rule.timeout:.0f} s) for the GPU to be idle and under "
+            f"{rule.max_temperature:.0f} C"
+        )
+        report = wait_for_idle(
+            self.nvml, self.gpu_indices, timeout=rule.timeout,
+            max_utilization=rule.max_utilization, max_temperature=rule.max_temperature,
+        )
+        if not report.reached:
+            warning = report.warning(rule.max_utilization, rule.max_temperature)
+            builder.warn(warning)
+            self.display.note(warning, style="yellow")
+        return report
+
+    def run_one(self, request: WorkloadRequest) -> tuple[run_pb2.Run | None, bool]:
+        """One model: (its record, whether the person interrupted). The record is
+        None only when the interrupt came before the workload started."""
+        builder = RunBuilder(request, self.inventory, label=self.label,
+                             gpu_indices=self.gpu_indices)
+        try:
+            idle = self._wait_for_idle(builder)
+        except KeyboardInterrupt:
+            return None, True
+        log_path = self.log_dir / f"{builder.run_id}.log" if self.log_dir else None
+        interrupted = False
+        with self.runner.start(request, log_path=log_path) as workload:
+            if isinstance(self.nvml, FakeNvml) and hasattr(workload, "pid"):
+                self.nvml.follow_workload(workload.pid)  # a replayed trace stands in for a GPU
+            sampler = Sampler(
+                self.nvml, self.gpu_indices, hz=self.sample_hz, workload_pids=workload.pids,
+                trace=self.trace, trace_fields={"run_id": builder.run_id, "model": request.model},
+            ) if self.nvml is not None else None
+            self.display.model_started(request.model, request.epochs or 2,
+                                       sampler.latest if sampler else lambda: None)
+            try:
+                if sampler is not None:
+                    sampler.start()
+                for event in workload.events():
+                    builder.add(event)
+                    self.display.event(event)
+            except KeyboardInterrupt:
+                interrupted = True
+                with sigint_ignored():
+                    self.display.model_finished()
+                    self.display.note(f"{request.model}: stopping the workload (Ctrl-C)",
+                                      style="yellow")
+                    workload.stop()
+            finally:
+                with sigint_ignored():
+                    if sampler is not None:
+                        sampler.stop()
+                    self.display.model_finished()
+            with sigint_ignored():
+                ended = workload.wait()
+        with sigint_ignored():
+            if sampler is not None and sampler.error:
+                builder.warn(f"GPU sampling stopped early ({sampler.error})")
+            run = builder.build(ended, sampler.ticks if sampler else (), idle)
+            path = self.spool.write(run)
+        status = run_pb2.RunStatus.Name(run.result.status).removeprefix("RUN_STATUS_").lower()
+        style = "green" if status == "ok" else "red"
+        self.display.note(f"{request.model}: {status}"
+                          + (f" ({run.result.error_message.splitlines()[0]})"
+                             if run.result.error_message else "")
+                          + f"; saved {path}", style=style)
+        if ended.log_path is not None and status != "ok":
+            self.display.note(f"{request.model}: the workload's output is in {ended.log_path}")
+        return run, interrupted

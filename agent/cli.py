@@ -1,0 +1,477 @@
+"""`gpubench-agent`: run the standard benchmark on this host and send the results.
+
+A thin layer over the agent's modules: it parses flags, catches
+gpubench.errors.GpubenchError at the top (one line, its exit code) and imports
+everything heavy inside the commands, so `--help` answers at once. It never
+imports the training framework: the workload runs in a child process or a
+container.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import click
+
+# Literal copies of gpubench.record's choices: importing the record (protobuf)
+# would slow every --help; tests check that both stay equal.
+MODELS = ("B0", "B3", "B7")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+BACKENDS = ("tensorflow", "torch", "jax")
+PIPELINES = ("cached", "seed")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_AUTH = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130
+
+# For development and tests on machines without a GPU: replay a recorded NVML
+# trace instead of the driver, and run another command as the workload.
+NVML_TRACE_ENV = "GPUBENCH_NVML_TRACE"
+WORKLOAD_COMMAND_ENV = "GPUBENCH_WORKLOAD_COMMAND"
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"gpubench-agent: {message}", err=True)
+    sys.exit(code)
+
+
+def handles_errors(command: Callable[..., int | None]) -> Callable[..., None]:
+    """Turn GpubenchError into one line on stderr and its exit code."""
+
+    @wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        from gpubench.errors import GpubenchError
+
+        try:
+            code = command(*args, **kwargs)
+        except GpubenchError as exc:
+            _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            _fail("interrupted", EXIT_INTERRUPTED)
+        sys.exit(code or EXIT_OK)
+
+    return wrapper
+
+
+def _models(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    models = [m.strip().upper() for m in value.split(",") if m.strip()]
+    unknown = [m for m in models if m not in MODELS]
+    if unknown or not models:
+        raise click.BadParameter(f"{value!r}: give a comma list of {', '.join(MODELS)}")
+    return list(dict.fromkeys(models))
+
+
+def _batch(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        batch = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: 'auto' or a whole number") from None
+    if batch < 1:
+        raise click.BadParameter(f"{value!r}: at least 1")
+    return batch
+
+
+def spool_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--spool DIR."""
+    return click.option(
+        "--spool", "spool_dir", type=click.Path(file_okay=False, path_type=Path),
+        help="The spool folder: runs are written there before any push "
+             "[default: $GPUBENCH_SPOOL or ~/.local/share/gpubench/spool].",
+    )(command)
+
+
+def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--collector, --token, --ca."""
+    for option in reversed((
+        click.option("--collector", metavar="HOST:PORT", envvar="GPUBENCH_COLLECTOR",
+                     help="The collector to send runs to [env: GPUBENCH_COLLECTOR]."),
+        click.option("--token", metavar="TOKEN", envvar="GPUBENCH_TOKEN",
+                     help="Access token for the collector [env: GPUBENCH_TOKEN]."),
+        click.option("--ca", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                     help="PEM certificate to trust: talk TLS to the collector."),
+    )):
+        command = option(command)
+    return command
+
+
+def _client_factory(collector: str, token: str | None, ca: Path | None,
+                    timeout: float) -> Callable[[], Any]:
+    def make() -> Any:
+        from gpubench.client import Client
+
+        return Client(collector, token, ca=ca, timeout=timeout)
+
+    return make
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="gpubench", prog_name="gpubench-agent")
+def main() -> None:
+    """Run the standard gpubench benchmark (Keras EfficientNet B0/B3/B7) on this host,
+    with GPU telemetry, and send the results to a collector.
+
+    Exit codes: 0 all ok, 1 a run failed or ran out of memory, 2 bad flags, 3 the
+    collector could not be reached (runs stay in the spool), 4 token refused,
+    130 interrupted (Ctrl-C).
+    """
+
+
+@main.command(context_settings=CONTEXT, epilog=(
+    "Environment: GPUBENCH_COLLECTOR, GPUBENCH_TOKEN, GPUBENCH_SPOOL; for development "
+    "without a GPU, GPUBENCH_NVML_TRACE=FILE replays a recorded NVML trace instead of the "
+    "driver and GPUBENCH_WORKLOAD_COMMAND replaces `python -m gpubench.agent.workload`."))
+@click.option("--models", default="B0,B3,B7", show_default=True, callback=_models,
+              help="Comma list of the models to run, in order.")
+@click.option("--batch", default="auto", show_default=True, callback=_batch,
+              help="Batch size per GPU, or 'auto': the largest that fits in GPU memory.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="float32", show_default=True,
+              help="Training precision (float32 is the protocol's).")
+@click.option("--gpus", type=click.IntRange(min=0), default=None,
+              help="GPUs to train on (0: CPU only) [default: 1, or 0 without a GPU].")
+@click.option("--backend", type=click.Choice(BACKENDS), default=None,
+              help="Keras backend of the workload [default: the workload's, tensorflow].")
+@click.option("--data", metavar="synthetic|DIR", default=None,
+              help="Rock-paper-scissors images (a folder with one sub-folder per class), or "
+                   "'synthetic' [default: the workload's].")
+@click.option("--epochs", type=click.IntRange(min=2), default=None,
+              help="Epochs to train (epoch 2 is the measured one) [default: 2].")
+@click.option("--image-size", type=click.IntRange(min=32), default=None,
+              help="Pixels per side fed to the network [default: the model's native size].")
+@click.option("--limit-images", type=click.IntRange(min=10), default=None,
+              help="Use only this many images (quick checks; not comparable).")
+@click.option("--pipeline", type=click.Choice(PIPELINES), default=None,
+              help="Input pipeline: images decoded once into memory, or as the protocol's "
+                   "scripts read them [default: the workload's].")
+@click.option("--weights", metavar="none|imagenet|FILE", default=None,
+              help="Initial weights [default: the workload's, none].")
+@click.option("--runner", type=click.Choice(("local", "docker")), default="local",
+              show_default=True,
+              help="Run the workload in a child process, or in the workload image.")
+@click.option("--image", default="gpubench-workload:latest", show_default=True,
+              help="The workload image (--runner docker).")
+@collector_options
+@click.option("--offline", is_flag=True, help="Do not send anything; keep runs in the spool.")
+@spool_option
+@click.option("--sample-hz", type=click.FloatRange(min=0.1, max=100), default=10.0,
+              show_default=True, help="GPU telemetry samples per second.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write every raw telemetry sample to this file (JSON lines).")
+@click.option("--idle-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds to wait at most, before each model, for the GPU to be idle.")
+@click.option("--idle-temperature", type=click.FloatRange(min=0), default=50.0,
+              show_default=True, help="The temperature (C) the GPU should be under first.")
+@click.option("--label", default="", help="Free text stored with the runs, e.g. 'lab box'.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run records as JSON on stdout instead of tables.")
+@handles_errors
+def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
+        backend: str | None, data: str | None, epochs: int | None, image_size: int | None,
+        limit_images: int | None, pipeline: str | None, weights: str | None, runner: str,
+        image: str, collector: str | None, token: str | None, ca: Path | None, offline: bool,
+        spool_dir: Path | None, sample_hz: float, trace_path: Path | None,
+        idle_timeout: float, idle_temperature: float, label: str, as_json: bool) -> int:
+    """Run the benchmark: each model in turn, then a summary (and a comparison with
+    the collector's runs). Every run is written to the spool before it is sent."""
+    import shlex
+
+    from gpubench.agent.benchmark import Benchmark, IdleRule
+    from gpubench.agent.display import RunDisplay
+    from gpubench.agent.inventory import open_and_take_inventory, take_inventory
+    from gpubench.agent.nvml import FakeNvml
+    from gpubench.agent.push import RetryPolicy
+    from gpubench.agent.runners.base import WorkloadRequest
+    from gpubench.agent.spool import Spool
+
+    from gpubench.errors import GpubenchError
+
+    if offline and collector:
+        raise click.UsageError("--offline and --collector: choose one")
+    if not offline and not collector:
+        raise click.UsageError(
+            "give --collector HOST:PORT --token T (or $GPUBENCH_COLLECTOR), or --offline"
+        )
+    display = RunDisplay()
+    if os.environ.get(NVML_TRACE_ENV):
+        nvml: Any = FakeNvml.from_trace(os.environ[NVML_TRACE_ENV])
+        inventory = take_inventory(nvml)
+        display.note(f"replaying the NVML trace {os.environ[NVML_TRACE_ENV]} (no real GPU is "
+                     "read)", style="yellow")
+    else:
+        nvml, inventory = open_and_take_inventory()
+    try:
+        if inventory.no_gpu_reason:
+            display.note(inventory.no_gpu_reason, style="yellow")
+        available = len(inventory.gpus)
+        gpu_count = gpus if gpus is not None else min(available, 1)
+        if gpu_count > available:
+            raise GpubenchError(f"--gpus: {gpu_count} asked, but this host has {available}",
+                                exit_code=EXIT_USAGE)
+        if gpu_count == 0:
+            display.note("CPU-only run: the figures are labelled CPU and compared as such")
+        if runner == "docker":
+            from gpubench.agent.runners.docker import DockerRunner
+
+            chosen: Any = DockerRunner(image, gpus=gpu_count > 0)
+        else:
+            from gpubench.agent.runners.local import LocalRunner
+
+            command = os.environ.get(WORKLOAD_COMMAND_ENV)
+            chosen = LocalRunner(shlex.split(command) if command else None)
+        spool = Spool(spool_dir)
+        retry = RetryPolicy()
+        trace = open(trace_path, "a", encoding="utf-8") if trace_path else None  # noqa: SIM115
+        try:
+            benchmark = Benchmark(
+                runner=chosen, spool=spool, inventory=inventory, nvml=nvml, display=display,
+                gpu_count=gpu_count, sample_hz=sample_hz,
+                idle=IdleRule(timeout=idle_timeout, max_temperature=idle_temperature),
+                label=label, trace=trace, retry=retry, log_dir=spool.root / "logs",
+                client_factory=None if offline else _client_factory(
+                    collector or "", token, ca, retry.call_timeout),
+            )
+            requests = [
+                WorkloadRequest(model=model, batch=batch, precision=precision, gpus=gpu_count,
+                                backend=backend, data=data, epochs=epochs,
+                                image_size=image_size, limit_images=limit_images,
+                                pipeline=pipeline, weights=weights)
+                for model in models
+            ]
+            outcome = benchmark.run(requests)
+        finally:
+            if trace is not None:
+                trace.close()
+    finally:
+        if nvml is not None:
+            nvml.close()
+    _report(outcome, display, as_json, collector, token, ca)
+    return _exit_code(outcome)
+
+
+def _exit_code(outcome: Any) -> int:
+    from gpubench.errors import AccessDenied
+
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    push = outcome.push
+    if push is not None and push.stopped is not None:
+        return EXIT_AUTH if isinstance(push.stopped, AccessDenied) else EXIT_UNAVAILABLE
+    if any(run.result.status != 1 for run in outcome.runs):  # 1: RUN_STATUS_OK
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _report(outcome: Any, display: Any, as_json: bool, collector: str | None,
+            token: str | None, ca: Path | None) -> None:
+    from gpubench.agent.summary import summary_table
+
+    from gpubench import record
+
+    if as_json:
+        import json
+
+        click.echo(json.dumps([record.to_dict(run) for run in outcome.runs], indent=1))
+        return
+    if not outcome.runs:
+        return
+    display.console.print(summary_table(outcome.runs))
+    push = outcome.push
+    if push is None or push.stopped is not None or not collector:
+        if push is not None and push.left:
+            display.note(f"{push.left} run(s) wait in the spool: `gpubench-agent push` sends "
+                         "them later")
+        return
+    _compare(outcome.runs, display, collector, token, ca)
+
+
+def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
+             ca: Path | None) -> None:
+    """How this host compares with the community's runs of the same models."""
+    from gpubench import tables
+    from gpubench.client import Client
+    from gpubench.errors import GpubenchError
+
+    try:
+        with Client(collector, token, ca=ca, timeout=10.0) as client:
+            for run in runs:
+                if run.result.status != 1:
+                    continue
+                frame = client.compare(
+                    run.config.model, precision=run.config.precision,
+                    backend=run.software.backend, image_size=run.config.image_size,
+                )
+                if len(frame):
+                    display.console.print(tables.compare_table(frame))
+                for warning in frame.attrs.get("warnings", ()):
+                    display.note(f"compare {run.config.model}: {warning}", style="yellow")
+    except GpubenchError as exc:
+        display.note(f"no comparison: {exc}", style="yellow")
+
+
+@main.command(context_settings=CONTEXT)
+@collector_options
+@spool_option
+@handles_errors
+def push(collector: str | None, token: str | None, ca: Path | None,
+         spool_dir: Path | None) -> int:
+    """Send the runs waiting in the spool to the collector."""
+    from gpubench.agent.push import RetryPolicy, push_pending
+    from gpubench.agent.spool import Spool
+    from rich.console import Console
+
+    from gpubench.client import Client
+    from gpubench.errors import AccessDenied
+
+    if not collector:
+        raise click.UsageError("give --collector HOST:PORT (or $GPUBENCH_COLLECTOR)")
+    console = Console(stderr=True)
+    spool = Spool(spool_dir)
+    retry = RetryPolicy()
+    with Client(collector, token, ca=ca, timeout=retry.call_timeout) as client:
+        report = push_pending(
+            spool, client, retry,
+            on_retry=lambda n, pause, error: console.print(
+                f"{error}; trying again in {pause:.1f} s", style="yellow", highlight=False),
+        )
+    for name, reason in report.damaged:
+        console.print(f"damaged spool file moved to {spool.root / 'damaged' / name}: {reason}",
+                      style="red", highlight=False)
+    for name, reason in report.refused:
+        console.print(f"refused by the collector, moved to {spool.root / 'refused' / name}: "
+                      f"{reason}", style="red", highlight=False)
+    console.print(f"sent {len(report.sent)} run(s); {report.left} pending", highlight=False)
+    if report.stopped is not None:
+        console.print(str(report.stopped), style="red", highlight=False)
+        return EXIT_AUTH if isinstance(report.stopped, AccessDenied) else EXIT_UNAVAILABLE
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+@main.command(context_settings=CONTEXT)
+@spool_option
+@click.option("--json", "as_json", is_flag=True, help="Print the listing as JSON.")
+@handles_errors
+def status(spool_dir: Path | None, as_json: bool) -> int:
+    """List the spool: runs pending, sent, refused and damaged."""
+    from gpubench.agent.spool import FOLDERS, Spool
+
+    from gpubench.errors import InvalidRecord
+
+    spool = Spool(spool_dir)
+    rows = []
+    for folder in FOLDERS:
+        for entry in spool.entries(folder):
+            row = {"folder": folder, "file": entry.name, "model": "", "gpu": "",
+                   "status": "", "created": "", "reason": entry.reason}
+            if folder != "damaged":
+                try:
+                    run = spool.load(entry)
+                except InvalidRecord as exc:
+                    row["reason"] = row["reason"] or str(exc)
+                else:
+                    from gpubench import record
+
+                    row.update(
+                        model=run.config.model,
+                        gpu=record.gpu_config_name(run.gpus[0].name if run.gpus else "",
+                                                   run.config.gpu_count),
+                        status=record.status_name(run.result.status),
+                        created=run.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M"),
+                    )
+            rows.append(row)
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"spool": str(spool.root), "counts": spool.counts(), "runs": rows},
+                              indent=1))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    counts = spool.counts()
+    table = Table(title=f"spool {spool.root}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    for column in ("folder", "file", "model", "gpu", "status", "created", "reason"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(row[c]) for c in ("folder", "file", "model", "gpu", "status",
+                                              "created", "reason")))
+    Console().print(table)
+    return EXIT_OK
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print the inventory as JSON.")
+@handles_errors
+def inventory(as_json: bool) -> int:
+    """What this host has: CPU, RAM, OS and every GPU the NVIDIA driver sees."""
+    from gpubench.agent.inventory import open_and_take_inventory, take_inventory
+    from gpubench.agent.nvml import FakeNvml
+
+    if os.environ.get(NVML_TRACE_ENV):
+        nvml: Any = FakeNvml.from_trace(os.environ[NVML_TRACE_ENV])
+        found = take_inventory(nvml)
+    else:
+        nvml, found = open_and_take_inventory()
+    if nvml is not None:
+        nvml.close()
+    data = found.to_dict()
+    if as_json:
+        import json
+
+        click.echo(json.dumps(data, indent=1))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    host = data["host"]
+    console.print(f"{host['cpu_model']}, {host['cpu_cores']} cores, "
+                  f"{int(host['ram_bytes']) / (1 << 30):.0f} GiB RAM, {host['os']}",
+                  highlight=False)
+    if found.no_gpu_reason:
+        console.print(found.no_gpu_reason, style="yellow", highlight=False)
+    if data["gpus"]:
+        table = Table()
+        columns = ("index", "name", "memory", "driver", "CUDA", "compute", "ECC", "power limit",
+                   "PCIe", "persistence")
+        for column in columns:
+            table.add_column(column)
+        for gpu in data["gpus"]:
+            table.add_row(
+                str(gpu.get("index", 0)), gpu["name"],
+                f"{int(gpu['memory_total_bytes']) / (1 << 30):.1f} GiB",
+                gpu["driver_version"], gpu["cuda_version"], gpu["compute_capability"],
+                gpu["ecc_mode"], f"{gpu['power_limit_watts']:.0f} W",
+                f"gen {gpu['pcie_generation']} x{gpu['pcie_width']}", gpu["persistence_mode"],
+            )
+        console.print(table)
+    for name, why in found.missing.items():
+        console.print(f"{name}: not available ({why})", style="yellow", highlight=False)
+    return EXIT_OK
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print the models as JSON.")
+@handles_errors
+def models(as_json: bool) -> int:
+    """The benchmark's models and their parameter counts (asks the workload)."""
+    import shlex
+    import subprocess
+
+    from gpubench.agent.runners.local import workload_command
+
+    command = os.environ.get(WORKLOAD_COMMAND_ENV)
+    argv = [*(shlex.split(command) if command else workload_command()), "models"]
+    if as_json:
+        argv.append("--json")
+    return subprocess.run(argv, check=False).returncode
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,77 @@
+"""The end of a run: one table of what was measured, and how this host compares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from gpubench import record
+from gpubench.v1 import run_pb2
+
+GIB = 1 << 30
+MISSING = "-"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}" if value else MISSING
+
+
+def _memory(run: run_pb2.Run) -> str:
+    # The allocator's peak is the protocol's figure; NVML's process peak (what
+    # the card really gave the process) follows it where it was measured.
+    if not run.result.memory:
+        return MISSING
+    allocator = sum(m.allocator_peak_bytes for m in run.result.memory)
+    process = sum(m.process_peak_bytes for m in run.result.memory)
+    total = sum(m.memory_total_bytes for m in run.result.memory)
+    parts = []
+    if allocator:
+        share = f" ({allocator / total:.0%})" if total else ""
+        parts.append(f"{allocator / GIB:.1f} GiB{share}")
+    if process:
+        share = f" ({process / total:.0%})" if total else ""
+        parts.append(f"NVML {process / GIB:.1f} GiB{share}")
+    return "\n".join(parts) or MISSING
+
+
+def _energy(joules: float) -> str:
+    if not joules:
+        return MISSING
+    return f"{joules:.0f} J" if joules < 10_000 else f"{joules / 1000:.1f} kJ"
+
+
+def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
+    """Per model: status, epoch 1 / epoch 2 time, images/s, batch, peak memory and
+    share of the card, energy per epoch, mean power."""
+    first = runs[0] if runs else None
+    where = (record.gpu_config_name(first.gpus[0].name, first.config.gpu_count)
+             if first is not None and first.gpus else "CPU only")
+    table = Table(title=f"gpubench on {where}")
+    table.add_column("model")
+    table.add_column("status")
+    table.add_column("epoch 1 (s)", justify="right")
+    table.add_column("epoch 2 (s)", justify="right")
+    table.add_column("img/s", justify="right")
+    table.add_column("batch", justify="right")
+    table.add_column("peak memory\n(% of card)", justify="right")
+    table.add_column("energy/epoch", justify="right")
+    table.add_column("mean power", justify="right")
+    for run in runs:
+        result = run.result
+        epochs = {epoch.number: epoch for epoch in result.epochs}
+        status = record.status_name(result.status)
+        batch = run.config.global_batch or run.config.batch_per_gpu
+        searched = run.config.batch_choice == run_pb2.BATCH_CHOICE_SEARCHED
+        table.add_row(
+            run.config.model,
+            status if status == "ok" else f"[red]{status}[/red]",
+            _seconds(epochs[1].wall_seconds if 1 in epochs else 0.0),
+            _seconds(result.epoch2_seconds),
+            f"{result.train_images_per_second:.0f}" if result.train_images_per_second else MISSING,
+            (f"{batch}{' (largest)' if searched else ''}" if batch else MISSING),
+            _memory(run),
+            _energy(result.energy_per_epoch_joules),
+            f"{result.mean_power_watts:.0f} W" if result.mean_power_watts else MISSING,
+        )
+    return table
