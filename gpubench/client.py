@@ -64,6 +64,9 @@ class RequestLimited(RequestRefused):
     retryable = True
 
 
+# gRPC's RESOURCE_EXHAUSTED for a message over the receiver's size limit.
+_TOO_LARGE = re.compile(r"larger than max", re.IGNORECASE)
+
 _RETRYABLE_CODES = {
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -102,6 +105,7 @@ def translate_error(
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     detail = _one_line((error.details() if hasattr(error, "details") else "") or "")
     suffix = f": {detail}" if detail else ""
+    retryable = code in _RETRYABLE_CODES
     exc: GpubenchError
     if code == grpc.StatusCode.UNAVAILABLE:
         reason = _CONNECT_PREFIX.sub("", detail) or code.name
@@ -116,6 +120,12 @@ def translate_error(
         exc = AccessDenied(f"the collector at {address} does not allow {what}{suffix}")
     elif code == grpc.StatusCode.NOT_FOUND:
         exc = NotFound(f"the collector at {address} has no {subject or 'such thing'}{suffix}")
+    elif code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE.search(detail):
+        # Sending the same message again cannot help.
+        exc = RequestRefused(
+            f"the collector at {address} refused {what}: the message is too large{suffix}"
+        )
+        retryable = False
     elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         exc = RequestLimited(f"the collector at {address} is over a limit ({what}){suffix}")
     elif code in (
@@ -130,7 +140,7 @@ def translate_error(
             f"the collector at {address} failed on {what} ({code.name}){suffix}",
             exit_code=ExitCode.FAILURE,
         )
-    exc.retryable = code in _RETRYABLE_CODES  # type: ignore[attr-defined]
+    exc.retryable = retryable  # type: ignore[attr-defined]
     exc.status_code = code.name  # type: ignore[attr-defined]
     exc.detail = detail  # type: ignore[attr-defined]
     return exc
