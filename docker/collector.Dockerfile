@@ -49,7 +49,7 @@ USER gpubench
 WORKDIR /data
 VOLUME /data
 EXPOSE 50051
-HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
+HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "/opt/gpubench/healthcheck.py"]
 # Exec form: the collector is PID 1 and gets the SIGTERM of `docker stop` itself.
 ENTRYPOINT ["gpubench-collector"]

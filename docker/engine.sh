@@ -4,6 +4,8 @@
 # Installs docker.io, debootstrap and docker-compose from Debian when they are missing,
 # starts dockerd in the background when `docker info` fails, and waits for it.
 # Idempotent: a second call on a machine with a running engine returns at once.
+# Exit codes: 0 running, 77 not root (cannot install or start it), 78 apt-get could not
+# install the packages, 1 dockerd did not come up.
 #
 # Uses Debian's client /usr/bin/docker: it has BuildKit built in, whereas a client found
 # elsewhere on PATH (e.g. /usr/local/bin/docker) may want a buildx plugin that is absent.
@@ -26,8 +28,10 @@ if ((${#missing[@]})); then
     fi
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+        say "cannot install ${missing[*]} with apt-get"
+        exit 78
+    fi
 fi
 
 if $DOCKER info >/dev/null 2>&1; then

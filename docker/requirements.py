@@ -1,7 +1,8 @@
 """Print the requirements of gpubench's extras, one per line, for `pip install -r`.
 
     python3 docker/requirements.py pyproject.toml agent
-    python3 docker/requirements.py pyproject.toml agent workload --replace tensorflow=tensorflow-cpu==2.21.0
+    python3 docker/requirements.py pyproject.toml agent workload \
+        --replace tensorflow=tensorflow-cpu==2.21.0
 
 The image builds install the dependencies in a layer of their own, before the sources are
 copied in, so that a change to the code does not reinstall TensorFlow. pyproject.toml stays
@@ -15,8 +16,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10 (some base images): the copy pip carries
+    from pip._vendor import tomli as tomllib
 
 PROJECT = "gpubench"
 
