@@ -1,0 +1,130 @@
+"""A stand-in for `python -m gpubench.agent.workload`: a real child process that writes
+the documented event stream (agent/events.py) quickly, without a framework.
+
+    python fake_workload.py run --model B0 --batch 8 ...   (the agent's arguments)
+
+FAKE_WORKLOAD_MODE picks the behaviour: ok (default), crash, oom-event, oom-exit,
+sigkill, hang, ignore-sigint, ignore-all, noisy. FAKE_WORKLOAD_PIDFILE, when set, gets
+this process's pid (and its helper child's, for `hang`) one per line.
+FAKE_WORKLOAD_EPOCH_SECONDS sets each epoch's length (default 0.3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+
+STEPS = 4
+
+
+def emit(kind: str, **fields: object) -> None:
+    record = {"event": kind, "v": 1, "t": time.monotonic(), "wall": time.time(), **fields}
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def write_pids(*pids: int) -> None:
+    path = os.environ.get("FAKE_WORKLOAD_PIDFILE")
+    if path:
+        with open(path, "w") as handle:
+            handle.write("".join(f"{pid}\n" for pid in pids))
+
+
+def epoch(number: int, seconds: float, steps: int = STEPS) -> None:
+    emit("epoch_started", epoch=number, steps=steps)
+    t_start = time.monotonic()
+    for step in range(1, steps + 1):
+        time.sleep(seconds / steps)
+        emit("step", epoch=number, step=step, steps=steps)
+    t_end = time.monotonic()
+    wall = t_end - t_start
+    emit("epoch_finished", epoch=number, wall_seconds=wall, train_seconds=wall * 0.8,
+         validation_seconds=wall * 0.2, loss=1.1 - 0.1 * number, accuracy=0.3 + 0.1 * number,
+         val_loss=1.0, val_accuracy=0.4, t_start=t_start, t_end=t_end)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command")
+    parser.add_argument("--model", default="B0")
+    parser.add_argument("--batch", default="auto")
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--image-size", type=int, default=0)
+    parser.add_argument("--precision", default="float32")
+    args, _ = parser.parse_known_args()
+    mode = os.environ.get("FAKE_WORKLOAD_MODE", "ok")
+    seconds = float(os.environ.get("FAKE_WORKLOAD_EPOCH_SECONDS", "0.3"))
+    if args.command == "models":
+        print(json.dumps({"B0": 4053414, "B3": 10788146, "B7": 64105370}))
+        return 0
+    if mode == "ignore-sigint":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if mode == "ignore-all":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    helper = None
+    if mode in ("hang", "ignore-sigint", "ignore-all"):
+        # A grandchild, as the batch search's trial processes are.
+        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    write_pids(os.getpid(), *([helper.pid] if helper else []))
+
+    searched = args.batch == "auto"
+    batch = 16 if searched else int(args.batch)
+    if searched:
+        emit("batch_trial", batch=32, fits=False, peak_memory_bytes=0, seconds=0.1,
+             message="out of memory")
+        emit("batch_trial", batch=16, fits=True, peak_memory_bytes=3 << 30, seconds=0.1)
+        emit("batch_chosen", batch=16)
+    emit("started", backend="tensorflow", backend_version="2.21.0", keras_version="3.15.1",
+         python_version=platform.python_version(), model=args.model,
+         image_size=args.image_size or 224, batch_per_gpu=batch,
+         global_batch=batch * max(args.gpus, 1), batch_choice="searched" if searched else "given",
+         precision=args.precision, gpu_count=args.gpus, epochs=args.epochs, pipeline="cached",
+         weights="none", jit_compile=False, pid=os.getpid(),
+         dataset={"name": "synthetic-rps", "image_count": 48, "fingerprint": "sha256:00",
+                  "train_images": 39, "validation_images": 9, "validation_split": 0.2,
+                  "seed": 12})
+    print("a stray line from a framework", flush=True)  # not an event: goes to the log
+    sys.stderr.write("framework banner on stderr\n")
+    sys.stderr.flush()
+
+    if mode == "crash":
+        epoch(1, seconds)
+        raise RuntimeError("simulated crash in epoch 2")
+    if mode == "oom-event":
+        emit("error", status="out_of_memory", message="OOM when allocating tensor of shape "
+             "[16,32,112,112] on /job:localhost/replica:0/task:0/device:GPU:0")
+        return 3
+    if mode == "oom-exit":
+        sys.stderr.write("ResourceExhaustedError: out of memory\n")
+        return 3
+    if mode == "sigkill":
+        epoch(1, seconds)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode in ("hang", "ignore-sigint", "ignore-all"):
+        emit("epoch_started", epoch=1, steps=1000)
+        for step in range(1, 100_000):
+            emit("step", epoch=1, step=step, steps=1000)
+            time.sleep(0.05)
+    if mode == "noisy":
+        emit("warning", message="the data folder has 2 unreadable files")
+        emit("log", message="building the model")
+    for number in range(1, args.epochs + 1):
+        epoch(number, seconds)
+    emit("result", measured_epoch=2, train_images_per_second=39 / seconds,
+         step_time_median_seconds=seconds / STEPS, step_time_cv=0.05,
+         memory=[{"gpu_index": i, "allocator_peak_bytes": 11_491_803_648,
+                  "memory_total_bytes": 150_754_820_096} for i in range(args.gpus)],
+         warnings=["epoch 2 step times vary by 12%"] if mode == "noisy" else [])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
