@@ -75,7 +75,7 @@ def _client(ctx: click.Context) -> Client:
 
 def _console() -> Console:
     # Piped into a file or another program, rich would squeeze tables into 80 columns.
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    return Console() if sys.stdout.isatty() else Console(width=400)
 
 
 def _warn(lines: list[str]) -> None:
@@ -204,7 +204,8 @@ def compare(
     elif fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     elif frame.empty:
-        click.echo(f"no runs of {model.upper()} match", err=True)
+        if not frame.attrs.get("warnings"):
+            click.echo(f"no runs of {model.upper()} match", err=True)
     else:
         _console().print(tables.compare_table(frame))
     if fmt != "json":

@@ -119,7 +119,12 @@ def translate_error(
     elif code == grpc.StatusCode.PERMISSION_DENIED:
         exc = AccessDenied(f"the collector at {address} does not allow {what}{suffix}")
     elif code == grpc.StatusCode.NOT_FOUND:
-        exc = NotFound(f"the collector at {address} has no {subject or 'such thing'}{suffix}")
+        # The server's detail names what is missing ("run_id 1234: no such run").
+        exc = NotFound(
+            f"{detail} (collector at {address})"
+            if detail
+            else f"the collector at {address} has no {subject or 'such thing'}"
+        )
     elif code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE.search(detail):
         # Sending the same message again cannot help.
         exc = RequestRefused(

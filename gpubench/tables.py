@@ -413,7 +413,7 @@ def compare_table(frame: pd.DataFrame) -> Table:
     )
     table.add_column("GPU config")
     table.add_column("runs", justify="right")
-    table.add_column("epoch 2 (s)\nmedian [min-max]", justify="right")
+    table.add_column(Text("epoch 2 (s)\nmedian [min-max]"), justify="right")
     table.add_column("img/s", justify="right")
     table.add_column("max batch", justify="right")
     table.add_column("peak memory\n(% of card)", justify="right")

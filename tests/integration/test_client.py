@@ -169,7 +169,7 @@ def test_delete_only_by_submitter_or_admin(collector: Any, make_run: Any) -> Non
             bob.delete_run(run.run_id)
         assert caught.value.exit_code == ExitCode.AUTH
         assert alice.delete_run(run.run_id) == run.run_id
-        with pytest.raises(NotFound, match=f"has no run {run.run_id}") as caught:
+        with pytest.raises(NotFound, match=f"run_id {run.run_id}: no such run") as caught:
             alice.get_run(run.run_id)
         assert caught.value.exit_code == ExitCode.NOT_FOUND
 
@@ -203,7 +203,7 @@ def test_token_administration(collector: Any, make_run: Any) -> None:
             with pytest.raises(AccessDenied, match="did not accept the token") as caught:
                 runner.submit_run(make_run())
             assert not caught.value.retryable
-        with pytest.raises(NotFound, match="has no token 'nobody'"):
+        with pytest.raises(NotFound, match="token 'nobody': no such token"):
             admin.revoke_token("nobody")
         with pytest.raises(RequestRefused, match="creating token 'admin'"):
             admin.create_token("admin")
