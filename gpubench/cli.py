@@ -154,7 +154,8 @@ def cli(
     "gpus",
     metavar="NAME",
     multiple=True,
-    help="Compare only this GPU (repeat for several; default: every GPU).",
+    help='Compare only this GPU, named in full as NVML reports it, e.g. "NVIDIA H200" '
+    "(repeat for several; default: every GPU).",
 )
 @click.option("--precision", type=PRECISION, help="Only runs at this precision.")
 @click.option("--backend", type=BACKEND, help="Only runs on this Keras backend.")

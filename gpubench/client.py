@@ -44,9 +44,10 @@ EXPORT_PAGE_SIZE = 500
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    # Keepalive pings only while a call is open, so an idle client never trips the
-    # server's ping policy but a hung connection is noticed within a call.
-    ("grpc.keepalive_time_ms", 30_000),
+    # Keepalive pings only while a call is open, and no more often than a gRPC server
+    # accepts by default (one per 5 minutes without data); more would earn a GOAWAY
+    # ("too_many_pings") on long calls. Each call's deadline catches a hung collector.
+    ("grpc.keepalive_time_ms", 300_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 0),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
