@@ -20,7 +20,7 @@ from gpubench.agent.assemble import RunBuilder
 from gpubench.agent.display import RunDisplay
 from gpubench.agent.inventory import Inventory
 from gpubench.agent.nvml import FakeNvml, Nvml
-from gpubench.agent.push import PushReport, RetryPolicy, push_one
+from gpubench.agent.push import FreshConnection, PushReport, RetryPolicy, push_one
 from gpubench.agent.runners.base import Runner, WorkloadRequest
 from gpubench.agent.spool import Spool
 from gpubench.agent.telemetry import DEFAULT_SAMPLE_HZ, IdleReport, Sampler, wait_for_idle
@@ -123,7 +123,7 @@ class Benchmark:
         if entry is None:
             return
         if self._client is None:
-            self._client = self.client_factory()
+            self._client = FreshConnection(self.client_factory)
 
         def retrying(attempt: int, pause: float, error: GpubenchError) -> None:
             self.display.note(f"push: {error}; trying again in {pause:.1f} s", style="yellow")

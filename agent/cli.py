@@ -322,11 +322,10 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
 def push(collector: str | None, token: str | None, ca: Path | None,
          spool_dir: Path | None) -> int:
     """Send the runs waiting in the spool to the collector."""
-    from gpubench.agent.push import RetryPolicy, push_pending
+    from gpubench.agent.push import FreshConnection, RetryPolicy, push_pending
     from gpubench.agent.spool import Spool
     from rich.console import Console
 
-    from gpubench.client import Client
     from gpubench.errors import AccessDenied
 
     if not collector:
@@ -334,7 +333,7 @@ def push(collector: str | None, token: str | None, ca: Path | None,
     console = Console(stderr=True)
     spool = Spool(spool_dir)
     retry = RetryPolicy()
-    with Client(collector, token, ca=ca, timeout=retry.call_timeout) as client:
+    with FreshConnection(_client_factory(collector, token, ca, retry.call_timeout)) as client:
         report = push_pending(
             spool, client, retry,
             on_retry=lambda n, pause, error: console.print(

@@ -28,6 +28,42 @@ class Submitter(Protocol):
     def submit_run(self, run: run_pb2.Run) -> Any: ...
 
 
+class FreshConnection:
+    """A collector client that is replaced by a new one after a retryable failure.
+
+    A gRPC channel whose connection failed waits before it tries again, longer
+    each time (up to minutes): a retry on the same channel can fail fast although
+    the collector is back. A new channel connects at once.
+    """
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._client: Any = None
+
+    def submit_run(self, run: run_pb2.Run) -> Any:
+        """Submit through the current client (connecting first if needed)."""
+        if self._client is None:
+            self._client = self._connect()
+        try:
+            return self._client.submit_run(run)
+        except GpubenchError as exc:
+            if retryable(exc):
+                self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the current client, if any."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> FreshConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How hard to try one run."""
