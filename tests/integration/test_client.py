@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import statistics
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from factories import CARDS, TRAIN_IMAGES
+from rich.console import Console
 
 from gpubench import Client, tables
 from gpubench.client import RequestLimited
@@ -228,3 +230,21 @@ def test_rate_limit_is_retryable(collector_factory: Any, make_run: Any) -> None:
             for _ in range(5):
                 client.submit_run(make_run())
     assert caught.value.retryable and caught.value.status_code == "RESOURCE_EXHAUSTED"
+
+
+def test_outliers_left_out_unless_asked(client: Client, make_run: Any) -> None:
+    seconds = [17.0, 17.2, 16.8, 17.1, 60.0]  # the last: a throttled or shared GPU
+    for value in seconds:
+        client.submit_run(make_run(gpu_name=T4, epoch2_seconds=value))
+    flagged = client.list_runs()
+    assert flagged.loc[flagged["epoch2_s"] == 60.0, "outlier"].tolist() == [True]
+    usual = client.compare("B0").iloc[0]
+    assert (usual["runs"], usual["outliers_excluded"]) == (4, 1)
+    assert usual["epoch2_median_s"] == pytest.approx(statistics.median(seconds[:4]))
+    assert usual["epoch2_max_s"] == pytest.approx(17.2)
+    everything = client.compare("B0", include_outliers=True).iloc[0]
+    assert (everything["runs"], everything["outliers_excluded"]) == (5, 0)
+    assert everything["epoch2_max_s"] == pytest.approx(60.0)
+    shown = io.StringIO()
+    Console(file=shown, width=200).print(tables.compare_table(client.compare("B0")))
+    assert "4 (+1 outlier)" in shown.getvalue()
