@@ -131,12 +131,12 @@ class LocalWorkload(Workload):
         )
 
     def close(self) -> None:
-        if self._process.poll() is None:
-            self._signal_group(signal.SIGKILL)
-            try:
-                self._process.wait(5)
-            except subprocess.TimeoutExpired:  # pragma: no cover - the kernel's business
-                pass
+        # Whatever is left of the group (the child, or trial processes it left behind).
+        self._signal_group(signal.SIGKILL)
+        try:
+            self._process.wait(5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel's business
+            pass
         for stream in (self._process.stdout, self._process.stderr):
             if stream is not None:
                 stream.close()
