@@ -40,8 +40,11 @@ RUN /opt/gpubench/bin/pip uninstall -q -y pip setuptools \
 FROM ${BASE_IMAGE}
 COPY --from=build /opt/gpubench /opt/gpubench
 COPY docker/entrypoint.sh /usr/local/bin/gpubench-entrypoint
+# Runs wait in the spool until the collector has them: mount a volume there
+# (-v gpubench-spool:/var/lib/gpubench/spool) to keep unsent runs across containers.
 ENV PATH=/opt/gpubench/bin:$PATH \
     PYTHONUNBUFFERED=1 \
+    GPUBENCH_SPOOL=/var/lib/gpubench/spool \
     GPUBENCH_RUN_DEFAULTS="--runner docker --image gpubench-workload:latest"
 # Root: the agent talks to the host's docker socket, which only root (or the docker group,
 # whose id differs between hosts) may use.

@@ -46,6 +46,7 @@ COPY docker/entrypoint.sh /usr/local/bin/gpubench-entrypoint
 ENV PATH=/opt/gpubench/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     TF_CPP_MIN_LOG_LEVEL=1 \
+    GPUBENCH_SPOOL=/var/lib/gpubench/spool \
     GPUBENCH_RUN_DEFAULTS="--runner local"
 ENTRYPOINT ["gpubench-entrypoint"]
 CMD ["--help"]
