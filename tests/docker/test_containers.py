@@ -52,6 +52,7 @@ class Deployment:
     volume: str
     port: int
     agent_container: str
+    spool_volume: str
     workload_containers_before: set[str] = field(default_factory=set)
 
     @property
@@ -123,7 +124,18 @@ class Deployment:
         leftovers = self.workload_containers() - self.workload_containers_before
         run([DOCKER, "rm", "-f", self.agent_container, *leftovers], timeout=60, check=False)
         self.compose("down", "--volumes", "--remove-orphans", "--timeout", "30")
-        run([DOCKER, "volume", "rm", "-f", self.volume], timeout=30, check=False)
+        run([DOCKER, "volume", "rm", "-f", self.volume, self.spool_volume], timeout=30, check=False)
+
+    def spool_report(self) -> str:
+        """What the agent's spool holds (and why a run was refused), to explain a failure."""
+        script = "cd /spool && find . -type f | sort && cat */*.reason"
+        done = run(
+            [DOCKER, "run", "--rm", "-v", f"{self.spool_volume}:/spool", "--entrypoint", "sh",
+             self.images.agent, "-c", script],
+            timeout=60,
+            check=False,
+        )  # fmt: skip
+        return done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +148,7 @@ def deployment(images: Images) -> Iterator[Deployment]:
         volume=f"{project}-data",
         port=free_port(),
         agent_container=f"{project}-agent",
+        spool_volume=f"{project}-spool",
     )
     deployment.workload_containers_before = deployment.workload_containers()
     try:
@@ -174,6 +187,7 @@ def test_run_from_the_agent_container_arrives_once_and_survives_a_collector_rest
                 DOCKER, "run", "--name", deployment.agent_container,
                 "--network", deployment.network,
                 "-v", "/var/run/docker.sock:/var/run/docker.sock",
+                "-v", f"{deployment.spool_volume}:/var/lib/gpubench/spool",
                 images.agent,
                 "--runner", "docker", "--image", images.workload,
                 "--collector", "collector:50051", "--token", token,
@@ -184,7 +198,10 @@ def test_run_from_the_agent_container_arrives_once_and_survives_a_collector_rest
     stage.note("agent: " + " | ".join(agent.stdout.strip().splitlines()[-3:]))
 
     runs = deployment.query(token, "runs", "list")
-    assert len(runs) == 1, f"expected the one run, the collector has {len(runs)}: {runs}"
+    assert len(runs) == 1, (
+        f"expected the one run, the collector has {len(runs)}: {runs}\n"
+        f"agent output:\n{agent.stderr[-3000:]}\nagent spool:\n{deployment.spool_report()}"
+    )
     stored = runs[0]
     assert stored["status"] == "ok", stored.get("error_message")
     assert stored["model"] == "B0"
