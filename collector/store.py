@@ -15,7 +15,9 @@ share one commit instead of paying for one each.
 from __future__ import annotations
 
 import base64
+import logging
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -33,6 +35,8 @@ from gpubench import record
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2
 
+log = logging.getLogger(__name__)
+
 # Robust z-score (Iglewicz and Hoaglin): 0.6745 * (x - median) / MAD; beyond 3.5 is an outlier.
 OUTLIER_THRESHOLD = 3.5
 # The columns that decide which runs are "the same GPU configuration" for outliers.
@@ -41,6 +45,9 @@ OUTLIER_GROUP = (
 )
 # The most runs one group commit inserts; more wait for the next commit.
 MAX_BATCH = 1024
+# Submissions leave their outlier groups "dirty"; the writer rescores dirty groups
+# at most this often (seconds), and any read of the flags rescores first.
+RESCORE_INTERVAL_S = 0.25
 
 # The runs table's columns in insert order, with their Arrow types.
 RUN_COLUMNS = pa.schema(
@@ -225,6 +232,9 @@ class Store:
         self._closed = False
         self._migrate()
         self._queue: list[_Pending] = []
+        # Outlier groups with runs inserted but not yet rescored (only under load).
+        self._dirty_groups: set[tuple] = set()
+        self._rescored_at = time.monotonic()
         self._queue_ready = threading.Condition()
         self._stopping = False
         self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
@@ -309,42 +319,53 @@ class Store:
         """Store many validated runs in one transaction; per run an Ack or the RunConflict."""
         pendings = [_Pending(run_row(run, submitter)) for run in runs]
         with self._write_lock:
-            self._commit(pendings)
+            self._commit(pendings, rescore=True)
         return [p.future.exception() or p.future.result() for p in pendings]
 
     def _write_loop(self) -> None:
         while True:
             with self._queue_ready:
                 while not self._queue and not self._stopping:
-                    self._queue_ready.wait()
-                if not self._queue:
-                    return
+                    if not self._dirty_groups:
+                        self._queue_ready.wait()
+                        continue
+                    due = self._rescored_at + RESCORE_INTERVAL_S - time.monotonic()
+                    if due <= 0:
+                        break
+                    self._queue_ready.wait(due)
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                stopping = self._stopping
             with self._write_lock:
-                self._commit(batch)
+                if batch:
+                    self._commit(batch, rescore=False)
+                overdue = time.monotonic() - self._rescored_at >= RESCORE_INTERVAL_S
+                if self._dirty_groups and (overdue or stopping):
+                    self._rescore_dirty()
+            if stopping and not batch:
+                return
 
-    def _commit(self, batch: list[_Pending]) -> None:
-        """Insert a batch in one transaction, then resolve every waiting future."""
+    def _commit(self, batch: list[_Pending], *, rescore: bool) -> None:
+        """Insert a batch in one transaction, then resolve every waiting future.
+
+        With `rescore` the outlier groups the batch touched are rescored in the same
+        transaction; under load (more submissions waiting) they are marked dirty and
+        rescored once for many batches, at most RESCORE_INTERVAL_S later.
+        """
         con = self._cursor()
         received_at = utc_now()
         by_id: dict[str, list[_Pending]] = {}
         for pending in batch:
             by_id.setdefault(pending.row["run_id"], []).append(pending)
+        stored: dict[str, Ack] = {}
+        fresh = [group[0] for group in by_id.values()]
         try:
-            stored = self._stored_acks(con, list(by_id))
-            fresh = [group[0] for run_id, group in by_id.items() if run_id not in stored]
-            for pending in fresh:
-                pending.row["received_at"] = received_at
-            con.execute("BEGIN TRANSACTION")
             try:
-                if fresh:
-                    con.from_arrow(rows_table([p.row for p in fresh])).insert_into("runs")
-                    scored = {_group_key(p.row) for p in fresh if p.row["status"] == "ok"}
-                    self._rescore(con, scored)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+                self._insert(con, fresh, received_at, rescore=rescore)
+            except duckdb.ConstraintException:
+                # A resubmission (its run_id is stored): find which, insert the others.
+                stored = self._stored_acks(con, list(by_id))
+                fresh = [p for p in fresh if p.row["run_id"] not in stored]
+                self._insert(con, fresh, received_at, rescore=rescore)
         except Exception as exc:  # the database failed: every waiting submission hears of it
             for pending in batch:
                 if not pending.future.done():
@@ -365,6 +386,55 @@ class Store:
                             f"(sha256 {ack.content_sha256[:12]}...); a new run needs a new run_id"
                         )
                     )
+
+    def _insert(
+        self, con: duckdb.DuckDBPyConnection, fresh: list[_Pending], received_at: datetime,
+        *, rescore: bool,
+    ) -> None:
+        for pending in fresh:
+            pending.row["received_at"] = received_at
+        self._dirty_groups.update(_group_key(p.row) for p in fresh if p.row["status"] == "ok")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if fresh:
+                con.from_arrow(rows_table([p.row for p in fresh])).insert_into("runs")
+            if rescore:
+                self._rescore(con, self._dirty_groups)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        if rescore:
+            self._dirty_groups = set()
+            self._rescored_at = time.monotonic()
+
+    def _scored(self) -> duckdb.DuckDBPyConnection:
+        """This thread's cursor, after rescoring any groups with unscored runs.
+
+        Every read of outlier flags goes through here, so a reader always sees the
+        flags of every run acknowledged before it asked.
+        """
+        if self._dirty_groups:
+            with self._write_lock:
+                if self._dirty_groups:
+                    self._rescore_dirty()
+        return self._cursor()
+
+    def _rescore_dirty(self) -> None:
+        con = self._cursor()
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                self._rescore(con, self._dirty_groups)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        except Exception:  # the writer must live on: the runs are stored, only flags lag
+            log.exception("rescoring outliers failed; will retry")
+        else:
+            self._dirty_groups = set()
+        self._rescored_at = time.monotonic()
 
     @staticmethod
     def _stored_acks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, Ack]:
@@ -443,7 +513,7 @@ class Store:
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
         """The stored run, or NotFound."""
-        rows = self._cursor().execute(
+        rows = self._scored().execute(
             f"SELECT {_STORED_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
         ).fetchall()
         if not rows:
@@ -467,7 +537,7 @@ class Store:
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
-        rows = self._cursor().execute(sql, [*params, page_size + 1]).fetchall()
+        rows = self._scored().execute(sql, [*params, page_size + 1]).fetchall()
         more = len(rows) > page_size
         rows = rows[:page_size]
         token = _encode_page_token(rows[-1][-1], rows[-1][0]) if more else ""
@@ -540,7 +610,7 @@ class Store:
             FROM (SELECT *, {keep} AS keep FROM runs WHERE {' AND '.join(clauses)})
             GROUP BY gpu_name, gpu_count
         """
-        rows = self._cursor().execute(sql, [query.include_outliers, *params]).fetchall()
+        rows = self._scored().execute(sql, [query.include_outliers, *params]).fetchall()
         return [
             GroupFigures(
                 gpu_name=r[0], gpu_count=r[1], runs=r[2], outliers_excluded=r[3],
@@ -578,7 +648,7 @@ class Store:
             ORDER BY median(epoch2_seconds), min(epoch2_seconds), gpu_name, gpu_count
             LIMIT ?
         """
-        rows = self._cursor().execute(sql, [*params, *params, limit]).fetchall()
+        rows = self._scored().execute(sql, [*params, *params, limit]).fetchall()
         return [LeaderboardRow(*r) for r in rows]
 
     # -- tokens -----------------------------------------------------------------------------

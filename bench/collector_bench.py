@@ -1,0 +1,379 @@
+"""Collector speed: submissions/s over gRPC, the store's own ceiling, Compare latency at scale.
+
+    .venv/bin/python bench/collector_bench.py            # 1,000,000 stored runs for Compare
+    .venv/bin/python bench/collector_bench.py --quick    # 100,000, fewer submissions
+
+Prints, in one run:
+1. submissions/s over gRPC with 1 and with 16 concurrent clients (each client a
+   separate connection with its own token, in separate processes, as agents are);
+2. the store's ceiling without gRPC: one insert+commit per run, and 16 threads
+   submitting through the group commit; the gRPC/ceiling ratio;
+3. Compare p50/p99 latency over gRPC with --runs runs stored (bulk-loaded from an
+   Arrow table, outliers scored).
+Targets: >= 2,000 submissions/s with 16 clients; Compare p99 < 50 ms at 1M runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test suite
+
+from factories import CARDS, make_run  # noqa: E402
+from gpubench.collector.auth import TokenBook  # noqa: E402
+from gpubench.collector.server import create_server  # noqa: E402
+from gpubench.collector.store import RUN_COLUMNS, Store, run_row  # noqa: E402
+
+from gpubench import record  # noqa: E402
+
+TARGET_SUBMISSIONS = 2000.0
+TARGET_COMPARE_P99_MS = 50.0
+# High enough never to refuse the benchmark, but the limiter's code still runs.
+RATE_LIMIT = 1e9
+
+
+# -- submissions over gRPC ----------------------------------------------------------------
+
+
+def _client_process(address: str, tokens: list[str], per_client: int, start_at, results) -> None:
+    """Submit `per_client` runs from each of len(tokens) threads, each on its own channel."""
+    import grpc
+
+    from gpubench.v1 import collector_pb2, collector_pb2_grpc
+
+    gpus = list(CARDS)
+    jobs = []
+    for i, token in enumerate(tokens):
+        requests = [
+            collector_pb2.SubmitRunRequest(run=make_run(gpu_name=gpus[(i + k) % len(gpus)]))
+            for k in range(per_client)
+        ]
+        channel = grpc.insecure_channel(address)
+        stub = collector_pb2_grpc.CollectorStub(channel)
+        metadata = (("authorization", f"Bearer {token}"),)
+        warm = collector_pb2.SubmitRunRequest(run=make_run())
+        stub.SubmitRun(warm, metadata=metadata, timeout=30)  # connect before the clock starts
+        jobs.append((stub, metadata, requests, channel))
+    spans: list[tuple[float, float, int]] = []
+
+    def work(stub, metadata, requests) -> None:
+        while time.monotonic() < start_at.value:
+            time.sleep(0.0005)
+        begin = time.monotonic()
+        for request in requests:
+            stub.SubmitRun(request, metadata=metadata, timeout=60)
+        spans.append((begin, time.monotonic(), len(requests)))
+
+    threads = [threading.Thread(target=work, args=job[:3]) for job in jobs]
+    results.put(("ready", len(threads)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for job in jobs:
+        job[3].close()
+    results.put(("done", spans))
+
+
+def submissions_over_grpc(workdir: Path, clients: int, total: int) -> float:
+    """Submissions per second with `clients` concurrent clients, `total` runs in all."""
+    store = Store(workdir / f"grpc-{clients}.duckdb")
+    tokens = TokenBook(store)
+    server, port = create_server(store, tokens=tokens, rate_limit=RATE_LIMIT)
+    server.start()
+    try:
+        secrets = [tokens.create(f"agent-{i}", admin=False)[1] for i in range(clients)]
+        processes_n = min(clients, 8)
+        ctx = mp.get_context("spawn")  # no fork after gRPC has started
+        start_at = ctx.Value("d", float("inf"))
+        results = ctx.Queue()
+        per_client = max(total // clients, 1)
+        processes = [
+            ctx.Process(
+                target=_client_process,
+                args=(f"127.0.0.1:{port}", secrets[p::processes_n], per_client, start_at, results),
+            )
+            for p in range(processes_n)
+        ]
+        for p in processes:
+            p.start()
+        ready = sum(results.get(timeout=300)[1] for _ in processes)
+        assert ready == clients
+        start_at.value = time.monotonic() + 0.2
+        spans = [span for _ in processes for span in results.get(timeout=600)[1]]
+        for p in processes:
+            p.join()
+        begin = min(s[0] for s in spans)
+        end = max(s[1] for s in spans)
+        done = sum(s[2] for s in spans)
+        stored = store.count()
+        assert stored == done + clients, f"stored {stored}, submitted {done} + {clients} warm-ups"
+        return done / (end - begin)
+    finally:
+        server.stop(None).wait()
+        store.close()
+
+
+# -- the store's ceiling (no gRPC) --------------------------------------------------------
+
+
+def store_one_commit_per_run(workdir: Path, n: int) -> float:
+    """Runs/s inserting each run in its own transaction (no batching at all)."""
+    store = Store(workdir / "store-single.duckdb")
+    runs = [make_run() for _ in range(n)]
+    try:
+        begin = time.perf_counter()
+        for run in runs:
+            store.submit_many([run], "bench")
+        return n / (time.perf_counter() - begin)
+    finally:
+        store.close()
+
+
+def store_group_commit(workdir: Path, threads: int, total: int) -> float:
+    """Runs/s with `threads` threads submitting through the group commit, no gRPC."""
+    store = Store(workdir / "store-group.duckdb")
+    gpus = list(CARDS)
+    per = total // threads
+    batches = [[make_run(gpu_name=gpus[(i + k) % 4]) for k in range(per)] for i in range(threads)]
+    barrier = threading.Barrier(threads + 1)
+
+    def work(runs) -> None:
+        barrier.wait()
+        for run in runs:
+            store.submit(run, "bench")
+
+    workers = [threading.Thread(target=work, args=(b,)) for b in batches]
+    for w in workers:
+        w.start()
+    try:
+        barrier.wait()
+        begin = time.perf_counter()
+        for w in workers:
+            w.join()
+        return per * threads / (time.perf_counter() - begin)
+    finally:
+        store.close()
+
+
+# -- Compare at scale ---------------------------------------------------------------------
+
+# What a realistic population of runs looks like: how often each setting occurs.
+MODELS = {"B0": 0.5, "B3": 0.3, "B7": 0.2}
+GPU_COUNTS = {1: 0.7, 2: 0.2, 4: 0.06, 8: 0.04}
+BACKENDS = {"tensorflow": 0.7, "torch": 0.25, "jax": 0.05}
+PRECISIONS = {"float32": 0.6, "mixed_float16": 0.25, "mixed_bfloat16": 0.15}
+VERSIONS = {"1": 0.9, "0": 0.1}
+STATUSES = {"ok": 0.9, "out_of_memory": 0.07, "error": 0.03}
+# More GPU names than the four cards with figures: the others get scaled figures.
+EXTRA_GPUS = [
+    "NVIDIA A100-SXM4-80GB", "NVIDIA A10G", "NVIDIA L4", "NVIDIA GeForce RTX 4090",
+    "NVIDIA GeForce RTX 3090", "NVIDIA H100 80GB HBM3", "NVIDIA L40S", "Tesla V100-SXM2-16GB",
+]
+
+
+def _pick(rng: np.random.Generator, weights: dict, n: int) -> np.ndarray:
+    keys = list(weights)
+    p = np.array(list(weights.values()), dtype=float)
+    return np.array(keys, dtype=object)[rng.choice(len(keys), size=n, p=p / p.sum())]
+
+
+def synthetic_runs(n: int, seed: int = 7) -> pa.Table:
+    """`n` runs as an Arrow table of the store's columns, with realistic spreads."""
+    rng = np.random.default_rng(seed)
+    gpu_names = list(CARDS) + EXTRA_GPUS
+    gpu = np.array(gpu_names, dtype=object)[rng.integers(0, len(gpu_names), n)]
+    model = _pick(rng, MODELS, n)
+    count = _pick(rng, GPU_COUNTS, n).astype(np.int32)
+    backend = _pick(rng, BACKENDS, n)
+    precision = _pick(rng, PRECISIONS, n)
+    version = _pick(rng, VERSIONS, n)
+    status = _pick(rng, STATUSES, n)
+    # One real record per (GPU, model, count) stands in for the blob column: the
+    # figures compared are the extracted columns, which are all per run.
+    templates = {}
+    base = {}
+    for name in gpu_names:
+        for m in MODELS:
+            for c in GPU_COUNTS:
+                run = make_run(gpu_name=name, model=m, gpu_count=c)
+                templates[name, m, c] = run.SerializeToString()
+                base[name, m, c] = run_row(run, "bench")
+    rows = [base[k] for k in zip(gpu, model, count.tolist())]
+    ok = status == "ok"
+    noise = rng.lognormal(0.0, 0.04, n)
+    noise[rng.random(n) < 0.01] *= rng.uniform(1.5, 3.0)  # a few runs on a busy machine
+    epoch2 = np.array([r["epoch2_seconds"] for r in rows]) * noise
+    created = datetime(2025, 1, 1) + np.array(
+        [timedelta(seconds=int(s)) for s in rng.integers(0, 3 * 365 * 86400, n)]
+    )
+    table = {
+        "run_id": [str(uuid.UUID(int=int(x))) for x in rng.integers(0, 2**63, n)],
+        "content_sha256": ["0" * 64] * n,
+        "submitter": [f"lab-{i}" for i in rng.integers(0, 50, n)],
+        "received_at": created + timedelta(minutes=5),
+        "created_at": created,
+        "schema_version": np.full(n, 1, np.int32),
+        "benchmark_version": version,
+        "label": [""] * n,
+        "status": status,
+        "model": model,
+        "backend": backend,
+        "precision": precision,
+        "image_size": np.array([record.NATIVE_IMAGE_SIZE[m] for m in model], np.int32),
+        "gpu_name": gpu,
+        "gpu_count": count,
+        "batch_per_gpu": np.array([r["batch_per_gpu"] for r in rows], np.int32),
+        "global_batch": np.array([r["global_batch"] for r in rows], np.int32),
+        "train_images": np.full(n, 1709, np.int32),
+        "epoch2_seconds": np.where(ok, epoch2, np.nan),
+        "train_images_per_second": np.where(ok, 1709 / (epoch2 * 0.82), np.nan),
+        "peak_memory_bytes": [r["peak_memory_bytes"] for r in rows],
+        "memory_total_bytes": [r["memory_total_bytes"] for r in rows],
+        "energy_per_epoch_joules": np.where(
+            ok, np.array([r["energy_per_epoch_joules"] for r in rows]) * noise, np.nan
+        ),
+        "images_per_joule": np.where(
+            ok, 1709 / (np.array([r["energy_per_epoch_joules"] for r in rows]) * noise), np.nan
+        ),
+        "outlier": np.zeros(n, bool),
+        "outlier_score": np.zeros(n),
+        "record": [templates[k] for k in zip(gpu, model, count.tolist())],
+    }
+    arrays = {}
+    for name in RUN_COLUMNS.names:
+        values = table[name]
+        if isinstance(values, np.ndarray) and values.dtype == float:
+            arrays[name] = pa.array(values, RUN_COLUMNS.field(name).type, mask=np.isnan(values))
+        else:
+            arrays[name] = pa.array(values, RUN_COLUMNS.field(name).type)
+    return pa.table(arrays, schema=RUN_COLUMNS)
+
+
+COMPARE_REQUESTS = {
+    "pinned (model, backend, precision, size, version)": dict(
+        model="B0", backend="tensorflow", precision="float32", image_size=224,
+        benchmark_version="1",
+    ),
+    "pinned, 3 GPUs, T4 baseline": dict(
+        model="B7", backend="tensorflow", precision="float32", image_size=600,
+        benchmark_version="1", gpu_names=["Tesla T4", "NVIDIA H200", "NVIDIA L4"],
+        baseline_gpu="Tesla T4",
+    ),
+    "model only, allow_mixed, outliers in": dict(
+        model="B0", allow_mixed=True, include_outliers=True
+    ),
+}
+
+
+def compare_latency(workdir: Path, runs: int, queries: int) -> dict[str, tuple[float, float]]:
+    """Compare p50/p99 (ms) over gRPC per request shape, with `runs` runs stored."""
+    import grpc
+
+    from gpubench.v1 import collector_pb2, collector_pb2_grpc
+
+    store = Store(workdir / "compare.duckdb")
+    try:
+        begin = time.perf_counter()
+        chunk = 200_000
+        for offset in range(0, runs, chunk):
+            store.bulk_load(synthetic_runs(min(chunk, runs - offset), seed=offset))
+        loaded = time.perf_counter() - begin
+        begin = time.perf_counter()
+        store.rescore_all()
+        print(
+            f"  loaded {store.count():,} runs in {loaded:.1f} s, "
+            f"scored outliers in {time.perf_counter() - begin:.1f} s"
+        )
+        tokens = TokenBook(store)
+        server, port = create_server(store, tokens=tokens, rate_limit=0)
+        server.start()
+        try:
+            secret = tokens.create("reader", admin=False)[1]
+            channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+            stub = collector_pb2_grpc.CollectorStub(channel)
+            metadata = (("authorization", f"Bearer {secret}"),)
+            found = {}
+            for name, fields in COMPARE_REQUESTS.items():
+                request = collector_pb2.CompareRequest(**fields)
+                reply = stub.Compare(request, metadata=metadata, timeout=30)  # warm
+                assert reply.groups, name
+                times = []
+                for _ in range(queries):
+                    t = time.perf_counter()
+                    stub.Compare(request, metadata=metadata, timeout=30)
+                    times.append((time.perf_counter() - t) * 1000)
+                times.sort()
+                found[name] = (statistics.median(times), times[int(0.99 * (len(times) - 1))])
+                print(
+                    f"  {name}: {len(reply.groups)} groups, "
+                    f"p50 {found[name][0]:.1f} ms, p99 {found[name][1]:.1f} ms"
+                )
+            channel.close()
+            return found
+        finally:
+            server.stop(None).wait()
+    finally:
+        store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=1_000_000,
+                        help="runs stored for the Compare latency (default 1,000,000)")
+    parser.add_argument("--submissions", type=int, default=8000,
+                        help="runs submitted per gRPC measurement (default 8000)")
+    parser.add_argument("--queries", type=int, default=300,
+                        help="Compare calls per request shape (default 300)")
+    parser.add_argument("--quick", action="store_true",
+                        help="100,000 runs, 2000 submissions, 100 queries")
+    parser.add_argument("--dir", type=Path, help="where the databases go (default: a temp dir)")
+    args = parser.parse_args()
+    if args.quick:
+        args.runs, args.submissions, args.queries = 100_000, 2000, 100
+    workdir = Path(tempfile.mkdtemp(prefix="collector-bench-", dir=args.dir))
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"databases in {workdir}")
+
+    print("submissions over gRPC (SubmitRun: validate, group commit, acknowledge):")
+    one = submissions_over_grpc(workdir, 1, max(args.submissions // 4, 200))
+    print(f"  1 client:    {one:8.0f} submissions/s")
+    sixteen = submissions_over_grpc(workdir, 16, args.submissions)
+    print(f"  16 clients:  {sixteen:8.0f} submissions/s  (target >= {TARGET_SUBMISSIONS:.0f})")
+
+    print("the store without gRPC (the ceiling):")
+    single = store_one_commit_per_run(workdir, 300)
+    print(f"  one insert+commit per run:      {single:8.0f} runs/s")
+    ceiling = store_group_commit(workdir, 16, args.submissions)
+    print(f"  16 threads, group commit:       {ceiling:8.0f} runs/s")
+    print(f"  gRPC @16 / store @16: {sixteen / ceiling:.2f}; "
+          f"gRPC @16 / one commit per run: {sixteen / single:.1f}x")
+
+    print(f"Compare latency over gRPC with {args.runs:,} runs stored:")
+    found = compare_latency(workdir, args.runs, args.queries)
+    worst = max(p99 for _, p99 in found.values())
+    print()
+    print(f"submissions/s @16 clients: {sixteen:.0f} "
+          f"({'meets' if sixteen >= TARGET_SUBMISSIONS else 'MISSES'} >= {TARGET_SUBMISSIONS:.0f})")
+    print(f"Compare p99 (worst shape) at {args.runs:,} runs: {worst:.1f} ms "
+          f"({'meets' if worst < TARGET_COMPARE_P99_MS else 'MISSES'} < "
+          f"{TARGET_COMPARE_P99_MS:.0f} ms)")
+
+
+if __name__ == "__main__":
+    main()
