@@ -214,7 +214,7 @@ def synthetic_runs(n: int, seed: int = 7) -> pa.Table:
                 run = make_run(gpu_name=name, model=m, gpu_count=c)
                 templates[name, m, c] = run.SerializeToString()
                 base[name, m, c] = run_row(run, "bench")
-    rows = [base[k] for k in zip(gpu, model, count.tolist())]
+    rows = [base[k] for k in zip(gpu, model, count.tolist(), strict=True)]
     ok = status == "ok"
     noise = rng.lognormal(0.0, 0.04, n)
     noise[rng.random(n) < 0.01] *= rng.uniform(1.5, 3.0)  # a few runs on a busy machine
@@ -253,7 +253,7 @@ def synthetic_runs(n: int, seed: int = 7) -> pa.Table:
         ),
         "outlier": np.zeros(n, bool),
         "outlier_score": np.zeros(n),
-        "record": [templates[k] for k in zip(gpu, model, count.tolist())],
+        "record": [templates[k] for k in zip(gpu, model, count.tolist(), strict=True)],
     }
     arrays = {}
     for name in RUN_COLUMNS.names:
