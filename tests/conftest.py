@@ -30,6 +30,7 @@ class RunningCollector:
     tokens: Any  # collector.auth.TokenBook, the one the server uses
     server: Any  # grpc.Server
     _stopped: bool = field(default=False, repr=False)
+    _channels: list[Any] = field(default_factory=list, repr=False)
 
     def make_token(self, name: str, admin: bool = False) -> str:
         """A new token's secret (through the server's own token book)."""
@@ -40,6 +41,26 @@ class RunningCollector:
         """Revoke a token as the Admin service would."""
         self.tokens.revoke(name)
 
+    def channel(self) -> Any:
+        """A plaintext grpc.Channel to this collector (closed when it stops)."""
+        import grpc
+
+        channel = grpc.insecure_channel(self.address)
+        self._channels.append(channel)
+        return channel
+
+    def collector_stub(self) -> Any:
+        """A gpubench.v1.Collector stub on a fresh channel."""
+        from gpubench.v1 import collector_pb2_grpc
+
+        return collector_pb2_grpc.CollectorStub(self.channel())
+
+    def admin_stub(self) -> Any:
+        """A gpubench.v1.Admin stub on a fresh channel."""
+        from gpubench.v1 import collector_pb2_grpc
+
+        return collector_pb2_grpc.AdminStub(self.channel())
+
     def metadata(self, token: str | None = None) -> tuple[tuple[str, str], ...]:
         """Call metadata carrying `token` (the admin token by default)."""
         return (("authorization", f"Bearer {token or self.admin_token}"),)
@@ -48,6 +69,8 @@ class RunningCollector:
         """Stop the server and close (checkpoint) the database."""
         if not self._stopped:
             self._stopped = True
+            for channel in self._channels:
+                channel.close()
             self.server.stop(None).wait()
             self.tokens.flush()
             self.store.close()

@@ -1,0 +1,126 @@
+"""The comparison's arithmetic over per-group figures, against hand-computed values."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from gpubench.collector import compare
+from gpubench.collector.compare import GroupFigures
+from gpubench.collector.errors import MixedRuns
+
+from gpubench.errors import NotFound
+
+GIB = 1 << 30
+
+
+def group(name: str, count: int, median: float, **fields: object) -> GroupFigures:
+    base = GroupFigures(
+        gpu_name=name, gpu_count=count, runs=5, outliers_excluded=0,
+        epoch2_median_seconds=median, epoch2_min_seconds=median * 0.98,
+        epoch2_max_seconds=median * 1.02, train_images_per_second_median=1709 / (median * 0.8),
+        max_batch_per_gpu=128, max_global_batch=128 * count,
+        peak_memory_median_bytes=12 * GIB, memory_total_bytes=16 * GIB,
+        energy_per_epoch_median_joules=70.0 * median, images_per_joule_median=1709 / (70 * median),
+        benchmark_versions=("1",), backends=("tensorflow",), precisions=("float32",),
+        image_sizes=(600,),
+    )
+    return replace(base, **fields)
+
+
+# The article's B7 figures: GTX 1070 about 15 min an epoch, T4 678 s, 2x RTX 6000 Ada ~82 s.
+GTX = group("NVIDIA GeForce GTX 1070", 1, 905.0)
+T4 = group("Tesla T4", 1, 678.0)
+ADA2 = group("NVIDIA RTX 6000 Ada Generation", 2, 82.0)
+
+
+def test_speedup_against_the_slowest_group_by_default() -> None:
+    result = compare.compare("B7", [T4, ADA2, GTX])
+    assert result.baseline == "1x NVIDIA GeForce GTX 1070"
+    assert [g.figures.config_name for g in result.groups] == [
+        "2x NVIDIA RTX 6000 Ada Generation", "1x Tesla T4", "1x NVIDIA GeForce GTX 1070",
+    ]
+    speedups = [g.speedup for g in result.groups]
+    assert speedups == pytest.approx([905 / 82, 905 / 678, 1.0])
+    assert speedups[0] == pytest.approx(11.04, abs=0.01)  # the article's "11x faster"
+    assert [g.is_baseline for g in result.groups] == [False, False, True]
+
+
+def test_a_named_baseline_is_matched_case_insensitively_with_count_one_by_default() -> None:
+    result = compare.compare("B7", [T4, ADA2, GTX], baseline_gpu="tesla t4")
+    assert result.baseline == "1x Tesla T4"
+    by_name = {g.figures.gpu_name: g.speedup for g in result.groups}
+    assert by_name["NVIDIA GeForce GTX 1070"] == pytest.approx(678 / 905)
+    assert by_name["NVIDIA RTX 6000 Ada Generation"] == pytest.approx(678 / 82)
+
+
+def test_a_missing_baseline_names_what_there_is() -> None:
+    with pytest.raises(NotFound, match=r"baseline_gpu: no runs of 2x Tesla T4 .*found: "
+                                       r"1x NVIDIA GeForce GTX 1070, 1x Tesla T4"):
+        compare.compare("B7", [T4, GTX], baseline_gpu="Tesla T4", baseline_gpu_count=2)
+
+
+def test_memory_share_is_the_median_peak_over_the_card() -> None:
+    result = compare.compare("B7", [replace(T4, peak_memory_median_bytes=9.88e9,
+                                            memory_total_bytes=15360 * 2**20)])
+    assert result.groups[0].peak_memory_share == pytest.approx(9.88e9 / 16106127360)
+    assert compare.memory_share(None, 16 * GIB) is None
+    assert compare.memory_share(3 * GIB, 0) is None
+    assert compare.memory_share(4 * GIB, 16 * GIB) == 0.25
+
+
+def test_mixed_settings_are_refused_naming_the_dimension_and_values() -> None:
+    torch_t4 = replace(T4, backends=("torch",))
+    with pytest.raises(MixedRuns) as caught:
+        compare.compare("B7", [torch_t4, GTX])
+    message = str(caught.value)
+    assert "backend (tensorflow, torch; pin one with --backend)" in message
+    assert "precision" not in message
+
+
+def test_several_mixed_dimensions_are_all_named() -> None:
+    odd = replace(T4, precisions=("float32", "mixed_float16"), image_sizes=(300, 600),
+                  benchmark_versions=("1", "2"))
+    with pytest.raises(MixedRuns) as caught:
+        compare.compare("B7", [odd, GTX])
+    message = str(caught.value)
+    for words in ("benchmark_version (1, 2;", "precision (float32, mixed_float16;",
+                  "image_size (300, 600;"):
+        assert words in message
+
+
+def test_allow_mixed_reports_mixed() -> None:
+    result = compare.compare(
+        "B7", [replace(T4, backends=("torch",), image_sizes=(300,)), GTX], allow_mixed=True
+    )
+    assert (result.backend, result.image_size) == ("mixed", 0)
+    assert (result.precision, result.benchmark_version) == ("float32", "1")
+
+
+def test_shared_settings_are_reported() -> None:
+    result = compare.compare("B7", [T4, GTX])
+    assert (result.benchmark_version, result.backend, result.precision, result.image_size) == (
+        "1", "tensorflow", "float32", 600)
+
+
+def test_warnings_for_few_runs_wide_spread_and_outliers() -> None:
+    shaky = replace(T4, runs=2, epoch2_min_seconds=600.0, epoch2_max_seconds=700.0,
+                    outliers_excluded=1)
+    found = compare.group_warnings(shaky)
+    assert found == [
+        "1x Tesla T4: only 2 run(s); the median is shaky below 3",
+        "1x Tesla T4: epoch-2 times spread 15% of the median (600-700 s)",
+        "1x Tesla T4: 1 outlier run(s) left out",
+    ]
+    assert compare.group_warnings(T4) == []  # 4% spread, 5 runs
+
+
+def test_no_runs_is_an_empty_comparison_with_a_warning() -> None:
+    result = compare.compare("B3", [])
+    assert result.groups == () and result.baseline == ""
+    assert result.warnings == ("no OK runs of B3 match",)
+
+
+def test_ties_on_the_slowest_pick_a_stable_baseline() -> None:
+    a, b = group("A", 1, 10.0), group("B", 1, 10.0)
+    assert compare.choose_baseline([a, b]).gpu_name == compare.choose_baseline([b, a]).gpu_name
