@@ -105,7 +105,8 @@ def test_list_filters_and_pages_newest_first(collector) -> None:
     assert ids == [r.run_id for r in reversed(runs)]
 
     def listed(**filters) -> list[str]:
-        return [r.run.run_id for r in stub.ListRuns(pb.ListRunsRequest(**filters), metadata=md).runs]
+        reply = stub.ListRuns(pb.ListRunsRequest(**filters), metadata=md)
+        return [r.run.run_id for r in reply.runs]
 
     assert listed(gpu_name="t4") == [runs[5].run_id, runs[3].run_id, runs[1].run_id]
     assert listed(submitter="bob") == [runs[6].run_id, runs[5].run_id]
@@ -135,7 +136,8 @@ def test_delete_by_its_submitter(collector) -> None:
     run = make_run()
     submit(collector, run, token)
     stub = collector.collector_stub()
-    reply = stub.DeleteRun(pb.DeleteRunRequest(run_id=run.run_id), metadata=collector.metadata(token))
+    request = pb.DeleteRunRequest(run_id=run.run_id)
+    reply = stub.DeleteRun(request, metadata=collector.metadata(token))
     assert reply.run_id == run.run_id
     assert collector.store.count() == 0
     with pytest.raises(grpc.RpcError) as caught:

@@ -1,0 +1,189 @@
+"""Compare, Leaderboard and outlier flags over gRPC, against hand-computed figures."""
+
+from __future__ import annotations
+
+import statistics
+
+import grpc
+import pytest
+from factories import CARDS, make_run
+
+from gpubench.v1 import collector_pb2 as pb
+
+T4, H200, ADA = "Tesla T4", "NVIDIA H200", "NVIDIA RTX 6000 Ada Generation"
+T4_MEMORY = CARDS[T4].memory_total_bytes  # 15360 MiB
+
+
+@pytest.fixture
+def populated(collector):
+    """B0 runs: 4 T4 runs, 3 H200 runs, 5 runs on 2x RTX 6000 Ada (one an outlier), and
+    runs that must not count: an out-of-memory T4 run, a B3 run, a torch T4 run."""
+    stub = collector.collector_stub()
+    md = collector.metadata()
+    runs: dict[str, list] = {"t4": [], "h200": [], "ada": []}
+
+    def put(key, run):
+        stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=md)
+        if key:
+            runs[key].append(run)
+
+    for seconds, ips, energy, peak, batch in (
+        (16.0, 100.0, 1000.0, 13.0e9, 128),
+        (17.0, 110.0, 1100.0, 13.2e9, 128),
+        (18.0, 120.0, 1200.0, 12.8e9, 120),
+        (19.0, 130.0, 1300.0, 13.1e9, 128),
+    ):
+        put("t4", make_run(gpu_name=T4, epoch2_seconds=seconds, train_images_per_second=ips,
+                           energy_per_epoch_joules=energy, peak_memory_bytes=int(peak),
+                           batch_per_gpu=batch))
+    for seconds, batch in ((5.0, 128), (5.2, 256), (4.8, 128)):
+        put("h200", make_run(gpu_name=H200, epoch2_seconds=seconds, batch_per_gpu=batch))
+    for seconds in (2.0, 2.2, 2.1, 2.1, 9.0):
+        put("ada", make_run(gpu_name=ADA, gpu_count=2, epoch2_seconds=seconds, batch_per_gpu=512))
+    put(None, make_run(gpu_name=T4, status="out_of_memory", batch_per_gpu=256))
+    put(None, make_run(gpu_name=T4, model="B3", epoch2_seconds=55.0))
+    put(None, make_run(gpu_name=T4, backend="torch", epoch2_seconds=30.0))
+    return collector, runs
+
+
+def compare(collector, **fields) -> pb.CompareResponse:
+    return collector.collector_stub().Compare(pb.CompareRequest(**fields),
+                                              metadata=collector.metadata())
+
+
+def test_compare_figures_match_hand_computed_values(populated) -> None:
+    collector, _ = populated
+    reply = compare(collector, model="B0", backend="tensorflow")
+    assert reply.baseline == "1x Tesla T4"  # the slowest
+    assert (reply.benchmark_version, reply.backend, reply.precision, reply.image_size) == (
+        "1", "tensorflow", "float32", 224)
+    ada, h200, t4 = reply.groups  # fastest first
+    assert (ada.gpu_name, ada.gpu_count, h200.gpu_name, t4.gpu_name) == (ADA, 2, H200, T4)
+
+    assert t4.runs == 4  # the out-of-memory, B3 and torch runs do not count
+    assert t4.epoch2_median_seconds == pytest.approx(17.5)
+    assert (t4.epoch2_min_seconds, t4.epoch2_max_seconds) == (16.0, 19.0)
+    assert t4.train_images_per_second_median == pytest.approx(115.0)
+    assert t4.energy_per_epoch_median_joules == pytest.approx(1150.0)
+    # median of 1709 / energy over the four runs: the middle two are 1709/1100 and 1709/1200
+    assert t4.images_per_joule == pytest.approx((1709 / 1100 + 1709 / 1200) / 2)
+    assert (t4.max_batch_per_gpu, t4.max_global_batch) == (128, 128)
+    assert t4.peak_memory_median_bytes == 13_050_000_000  # (13.0e9 + 13.1e9) / 2
+    assert t4.memory_total_bytes == T4_MEMORY
+    assert t4.peak_memory_share == pytest.approx(13.05e9 / T4_MEMORY)
+    assert t4.speedup == 1.0 and t4.is_baseline
+
+    assert h200.runs == 3 and h200.epoch2_median_seconds == pytest.approx(5.0)
+    assert h200.max_batch_per_gpu == 256
+    assert h200.speedup == pytest.approx(17.5 / 5.0)
+
+    # 2x RTX 6000 Ada: 9.0 s is an outlier (z = 0.6745 * 6.9 / 0.1 = 46.5) and left out.
+    assert ada.runs == 4 and ada.outliers_excluded == 1
+    assert ada.epoch2_median_seconds == pytest.approx(2.1)
+    assert (ada.epoch2_min_seconds, ada.epoch2_max_seconds) == (2.0, 2.2)
+    assert (ada.max_batch_per_gpu, ada.max_global_batch) == (512, 1024)
+    assert ada.speedup == pytest.approx(17.5 / 2.1)
+    assert any("outlier" in w for w in reply.warnings)
+
+
+def test_outliers_can_be_included(populated) -> None:
+    collector, _ = populated
+    ada = compare(collector, model="B0", backend="tensorflow", include_outliers=True).groups[0]
+    assert (ada.runs, ada.outliers_excluded) == (5, 0)
+    assert ada.epoch2_median_seconds == pytest.approx(2.1)
+    assert ada.epoch2_max_seconds == 9.0
+
+
+def test_a_named_baseline_and_a_gpu_filter(populated) -> None:
+    collector, _ = populated
+    reply = compare(collector, model="B0", backend="tensorflow", baseline_gpu="nvidia h200",
+                    gpu_names=[H200, T4])
+    assert reply.baseline == "1x NVIDIA H200"
+    assert [(g.gpu_name, round(g.speedup, 4)) for g in reply.groups] == [
+        (H200, 1.0), (T4, round(5.0 / 17.5, 4))]
+
+
+def test_mixing_backends_is_refused_unless_allowed(populated) -> None:
+    collector, _ = populated
+    with pytest.raises(grpc.RpcError) as caught:
+        compare(collector, model="B0")
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "backend (tensorflow, torch" in caught.value.details()
+    reply = compare(collector, model="B0", allow_mixed=True)
+    assert reply.backend == "mixed"
+    t4 = next(g for g in reply.groups if g.gpu_name == T4)
+    assert t4.runs == 5
+    assert t4.epoch2_median_seconds == pytest.approx(18.0)  # 16, 17, 18, 19, 30
+
+
+def test_bad_compare_requests(populated) -> None:
+    collector, _ = populated
+    for fields, code, words in (
+        ({}, grpc.StatusCode.INVALID_ARGUMENT, "model: missing"),
+        ({"model": "B9"}, grpc.StatusCode.INVALID_ARGUMENT, "model: unknown 'B9'"),
+        ({"model": "B0", "precision": "fp8"}, grpc.StatusCode.INVALID_ARGUMENT, "precision"),
+        ({"model": "B0", "backend": "tensorflow", "baseline_gpu": "GTX 480"},
+         grpc.StatusCode.NOT_FOUND, "baseline_gpu: no runs of 1x GTX 480"),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            compare(collector, **fields)
+        assert caught.value.code() == code
+        assert words in caught.value.details()
+    empty = compare(collector, model="B7")
+    assert list(empty.groups) == [] and "no OK runs of B7" in empty.warnings[0]
+
+
+def test_outlier_flags_and_scores_follow_inserts_and_deletes(populated) -> None:
+    collector, runs = populated
+    stub = collector.collector_stub()
+    md = collector.metadata()
+
+    def stored(run):
+        return stub.GetRun(pb.GetRunRequest(run_id=run.run_id), metadata=md)
+
+    slow = stored(runs["ada"][4])
+    assert slow.outlier
+    assert slow.outlier_score == pytest.approx(0.6745 * 6.9 / 0.1)
+    assert stored(runs["ada"][1]).outlier_score == pytest.approx(0.6745)  # 2.2 s
+    assert stored(runs["ada"][2]).outlier_score == pytest.approx(0.0)  # 2.1 s, the median
+    assert not any(stored(r).outlier for r in runs["t4"] + runs["h200"])
+
+    # Without the 2.0 s run: median 2.15, MAD 0.05; the 2.1 s runs move to -0.6745.
+    stub.DeleteRun(pb.DeleteRunRequest(run_id=runs["ada"][0].run_id), metadata=md)
+    assert stored(runs["ada"][2]).outlier_score == pytest.approx(-0.6745)
+    assert stored(runs["ada"][4]).outlier_score == pytest.approx(0.6745 * 6.85 / 0.05)
+
+
+def test_a_group_of_identical_times_falls_back_to_the_mean_deviation(collector) -> None:
+    stub = collector.collector_stub()
+    md = collector.metadata()
+    times = [10.0, 10.0, 10.0, 10.0, 10.0, 14.0]
+    runs = [make_run(gpu_name=H200, epoch2_seconds=t) for t in times]
+    for run in runs:
+        stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=md)
+    # MAD is 0; the mean absolute deviation is 4/6; z = 4 / (1.253314 * 4/6) = 4.79.
+    last = stub.GetRun(pb.GetRunRequest(run_id=runs[-1].run_id), metadata=md)
+    assert last.outlier_score == pytest.approx(4 / (1.253314 * (4 / 6)))
+    assert last.outlier
+    assert statistics.median(times) == 10.0
+
+
+def test_leaderboard_ranks_by_median_epoch2_without_outliers(populated) -> None:
+    collector, _ = populated
+    reply = collector.collector_stub().Leaderboard(pb.LeaderboardRequest(model="B0"),
+                                                   metadata=collector.metadata())
+    rows = [(e.rank, e.gpu_name, e.gpu_count, e.backend, e.runs) for e in reply.entries]
+    assert rows == [
+        (1, ADA, 2, "tensorflow", 4),
+        (2, H200, 1, "tensorflow", 3),
+        (3, T4, 1, "tensorflow", 4),
+        (4, T4, 1, "torch", 1),
+    ]
+    first = reply.entries[0]
+    assert first.best_epoch2_seconds == 2.0
+    assert first.epoch2_median_seconds == pytest.approx(2.1)
+    assert first.max_batch_per_gpu == 512
+    limited = collector.collector_stub().Leaderboard(
+        pb.LeaderboardRequest(model="B0", limit=2, precision="float32"),
+        metadata=collector.metadata())
+    assert [e.rank for e in limited.entries] == [1, 2]
