@@ -235,7 +235,9 @@ class RunBuilder:
         dataset = started.get("dataset") or {}
         config.dataset_name = str(dataset.get("name") or "")
         config.image_count = int(dataset.get("image_count") or 0)
-        config.dataset_fingerprint = str(dataset.get("fingerprint") or "")
+        # The record's hashes are bare hex digests (like hostname_hash and uuid_hash).
+        fingerprint = str(dataset.get("fingerprint") or "")
+        config.dataset_fingerprint = fingerprint.removeprefix("sha256:")
         config.validation_split = float(dataset.get("validation_split") or 0.0)
         config.train_images = int(dataset.get("train_images") or 0)
         config.validation_images = int(dataset.get("validation_images") or 0)

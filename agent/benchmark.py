@@ -128,8 +128,13 @@ class Benchmark:
         def retrying(attempt: int, pause: float, error: GpubenchError) -> None:
             self.display.note(f"push: {error}; trying again in {pause:.1f} s", style="yellow")
 
+        refused = len(report.refused)
         push_one(self.spool, entry, self._client, report, self.retry, on_retry=retrying)
-        if report.stopped is not None:
+        if len(report.refused) > refused:
+            name, reason = report.refused[-1]
+            self.display.note(f"push: {reason} (moved to {self.spool.root / 'refused' / name})",
+                              style="red")
+        elif report.stopped is not None:
             self.display.note(f"push: {report.stopped} (the run stays in {self.spool.root})",
                               style="red")
         elif report.sent and report.sent[-1] == run.run_id:

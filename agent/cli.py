@@ -265,6 +265,8 @@ def _exit_code(outcome: Any) -> int:
         return EXIT_AUTH if isinstance(push.stopped, AccessDenied) else EXIT_UNAVAILABLE
     if any(run.result.status != 1 for run in outcome.runs):  # 1: RUN_STATUS_OK
         return EXIT_FAILED
+    if push is not None and (push.refused or push.damaged):
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -98,6 +98,7 @@ def test_an_ok_run_has_every_figure(builder: RunBuilder) -> None:
     assert run.config.batch_per_gpu == 128 and run.config.global_batch == 128
     assert run.config.batch_choice == run_pb2.BATCH_CHOICE_SEARCHED
     assert run.config.train_images == 1709
+    assert run.config.dataset_fingerprint == "ab"  # the bare digest
     assert run.software.cudnn_version == "9.3" and run.label == "lab"
     assert len(run.gpus) == 1 and run.gpus[0].name == "NVIDIA H200"
 

@@ -1,0 +1,246 @@
+"""`gpubench-agent` as a person runs it: real processes, a real collector on port 0, the
+stand-in workload (or the real one, in the end-to-end test) and the recorded NVML trace
+in place of a GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from gpubench.agent import cli
+
+from gpubench import record
+from gpubench.client import Client
+
+AGENT = [sys.executable, "-m", "gpubench.agent.cli"]
+HEAVY = ("tensorflow", "keras", "torch", "jax")
+
+
+def agent_env(tmp_path: Path, fake_workload_command: list[str] | None, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUBENCH_")}
+    env["GPUBENCH_SPOOL"] = str(tmp_path / "spool")
+    env["COLUMNS"] = "200"  # rich: one line per message, whatever the test's terminal
+    if fake_workload_command:
+        env["GPUBENCH_WORKLOAD_COMMAND"] = shlex.join(fake_workload_command)
+    env.update(extra)
+    return env
+
+
+def agent(args: list[str], env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*AGENT, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def test_choices_match_the_record() -> None:
+    assert cli.MODELS == record.MODELS and cli.PRECISIONS == record.PRECISIONS
+    assert cli.BACKENDS == record.BACKENDS and cli.PIPELINES == record.PIPELINES
+
+
+def test_help_loads_nothing_heavy() -> None:
+    probe = (
+        "import sys\n"
+        "from gpubench.agent.cli import main\n"
+        "for args in (['--help'], ['run', '--help'], ['push', '--help']):\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit as stop:\n"
+        "        assert stop.code == 0, stop.code\n"
+        "heavy = ('tensorflow', 'keras', 'torch', 'jax', 'pandas', 'grpc', 'numpy')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert "--sample-hz" in done.stdout and "--offline" in done.stdout
+
+
+def test_run_needs_a_collector_or_offline(tmp_path, fake_workload_command) -> None:
+    done = agent(["run", "--models", "B0"], agent_env(tmp_path, fake_workload_command))
+    assert done.returncode == 2 and "--offline" in done.stderr
+
+
+def test_run_sends_a_complete_record(tmp_path, fake_workload_command, collector,
+                                     trace_path) -> None:
+    env = agent_env(tmp_path, fake_workload_command, GPUBENCH_NVML_TRACE=str(trace_path),
+                    FAKE_WORKLOAD_EPOCH_SECONDS="0.5")
+    token = collector.make_token("lab")
+    done = agent(["run", "--models", "B0", "--batch", "8", "--collector", collector.address,
+                  "--token", token, "--trace", str(tmp_path / "samples.jsonl"),
+                  "--label", "test rig"], env)
+    assert done.returncode == 0, done.stderr
+    assert "replaying the NVML trace" in done.stderr
+    assert "sent to the collector" in done.stderr
+    assert "gpubench on 1x NVIDIA H200" in done.stderr  # the summary table
+    assert "1x NVIDIA H200  (baseline)" in done.stderr  # the collector's comparison
+    with Client(collector.address, collector.admin_token) as client:
+        [stored] = list(client.iter_runs())
+    run = stored.run
+    assert stored.submitter == "lab" and run.label == "test rig"
+    assert run.result.status == record.RunStatus.RUN_STATUS_OK
+    assert run.gpus[0].name == "NVIDIA H200" and run.config.batch_per_gpu == 8
+    assert run.result.epoch2_seconds == pytest.approx(0.5, abs=0.3)
+    measured = {e.number: e for e in run.result.epochs}[2]
+    assert measured.energy_source == "counter" and measured.samples >= 3
+    # The figures come from the recorded trace: the mean power lies within what it recorded.
+    powers = [s["power_watts"] for s in json.loads(trace_path.read_text())["samples"]]
+    assert min(powers) <= run.result.mean_power_watts <= max(powers)
+    assert run.result.energy_per_epoch_joules == pytest.approx(
+        run.result.mean_power_watts * measured.wall_seconds, rel=0.01)
+    [memory] = run.result.memory
+    assert memory.allocator_peak_bytes > 0 and memory.device_peak_bytes > 0
+    assert memory.process_peak_bytes > 0  # the recorded workload's memory, mapped to the child
+    assert run.result.idle_wait_seconds > 0 and run.result.idle_temperature_c > 0
+    lines = (tmp_path / "samples.jsonl").read_text().splitlines()
+    assert len(lines) >= 5 and json.loads(lines[0])["run_id"] == run.run_id
+    assert [e.name for e in (tmp_path / "spool" / "sent").iterdir()] == [f"{run.run_id}.json"]
+
+
+def test_json_prints_the_records(tmp_path, fake_workload_command) -> None:
+    env = agent_env(tmp_path, fake_workload_command)
+    done = agent(["run", "--models", "B0,B3", "--offline", "--json"], env)
+    assert done.returncode == 0, done.stderr
+    runs = [record.from_dict(data) for data in json.loads(done.stdout)]
+    assert [r.config.model for r in runs] == ["B0", "B3"]
+    assert {r.config.gpu_count for r in runs} == {0}  # no GPU here: CPU-only
+    assert "no NVIDIA driver found" in done.stderr
+    assert len(list((tmp_path / "spool" / "pending").iterdir())) == 2
+
+
+def test_failed_run_exits_1_and_is_still_recorded(tmp_path, fake_workload_command) -> None:
+    env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="oom-event")
+    done = agent(["run", "--models", "B7", "--batch", "64", "--offline", "--json"], env)
+    assert done.returncode == 1
+    [data] = json.loads(done.stdout)
+    assert data["result"]["status"] == "RUN_STATUS_OUT_OF_MEMORY"
+    assert "OOM when allocating" in data["result"]["error_message"]
+
+
+def test_unreachable_collector_exits_3_then_push_sends(tmp_path, fake_workload_command,
+                                                        collector) -> None:
+    env = agent_env(tmp_path, fake_workload_command)
+    done = agent(["run", "--models", "B0", "--collector", "127.0.0.1:9", "--token", "t"], env,
+                 timeout=300)
+    assert done.returncode == 3, done.stderr
+    assert "cannot reach the collector" in done.stderr
+    status = json.loads(agent(["status", "--json"], env).stdout)
+    assert status["counts"]["pending"] == 1
+    [row] = status["runs"]
+    assert row["model"] == "B0" and row["status"] == "ok"
+    token = collector.make_token("lab")
+    pushed = agent(["push", "--collector", collector.address, "--token", token], env)
+    assert pushed.returncode == 0, pushed.stderr
+    assert "sent 1 run(s); 0 pending" in pushed.stderr
+    assert json.loads(agent(["status", "--json"], env).stdout)["counts"]["sent"] == 1
+    with Client(collector.address, collector.admin_token) as client:
+        assert client.get_run(row["file"].removesuffix(".json")).submitter == "lab"
+
+
+def test_a_run_the_collector_refuses_is_moved_aside(tmp_path, fake_workload_command,
+                                                    collector) -> None:
+    env = agent_env(tmp_path, fake_workload_command)
+    done = agent(["run", "--models", "B0", "--batch", "8", "--label", "x" * 300,
+                  "--collector", collector.address, "--token", collector.make_token("lab")], env)
+    assert done.returncode == 1
+    assert "run.label: longer than 200 characters" in done.stderr
+    [refused] = [p for p in (tmp_path / "spool" / "refused").iterdir() if p.suffix == ".json"]
+    assert "run.label" in Path(f"{refused}.reason").read_text()
+
+
+def test_push_with_a_wrong_token_exits_4(tmp_path, collector, make_run) -> None:
+    from gpubench.agent.spool import Spool
+
+    Spool(tmp_path / "spool").write(make_run())
+    done = agent(["push", "--collector", collector.address, "--token", "wrong"],
+                 agent_env(tmp_path, None))
+    assert done.returncode == 4
+    assert len(list((tmp_path / "spool" / "pending").iterdir())) == 1
+
+
+def _lines(stream) -> queue.Queue:
+    lines: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_command) -> None:
+    pidfile = tmp_path / "pids"
+    env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="hang",
+                    FAKE_WORKLOAD_PIDFILE=str(pidfile))
+    process = subprocess.Popen([*AGENT, "run", "--models", "B0,B3", "--batch", "8",
+                                "--offline"], env=env, stderr=subprocess.PIPE, text=True)
+    lines = _lines(process.stderr)
+    seen = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = lines.get(timeout=60)
+        assert line is not None, "".join(seen)
+        seen.append(line)
+        if line.startswith("B0: tensorflow"):
+            break
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
+    assert process.wait(timeout=30) == 130
+    pids = [int(p) for p in pidfile.read_text().split()]
+    time.sleep(0.2)
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or \
+            Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    [pending] = list((tmp_path / "spool" / "pending").iterdir())
+    run = record.from_json(pending.read_text())
+    assert run.config.model == "B0"  # B3 was never started
+    assert run.result.status == record.RunStatus.RUN_STATUS_INTERRUPTED
+
+
+def test_inventory(tmp_path, trace_path) -> None:
+    plain = agent(["inventory", "--json"], agent_env(tmp_path, None))
+    assert plain.returncode == 0
+    data = json.loads(plain.stdout)
+    assert data["host"]["cpu_cores"] == os.cpu_count()
+    if not data["gpus"]:
+        assert data["cpu_only"] and data["no_gpu_reason"].startswith("no NVIDIA driver found")
+    replayed = agent(["inventory"], agent_env(tmp_path, None, GPUBENCH_NVML_TRACE=str(trace_path)))
+    assert replayed.returncode == 0 and "NVIDIA H200" in replayed.stdout
+
+
+def test_models_asks_the_workload(tmp_path, fake_workload_command) -> None:
+    done = agent(["models", "--json"], agent_env(tmp_path, fake_workload_command))
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["B7"] == 64105370
+
+
+@pytest.mark.slow
+def test_end_to_end_with_the_real_workload(tmp_path, collector) -> None:
+    """The real workload (Keras on the CPU, tiny settings) through to the collector."""
+    env = agent_env(tmp_path, None)
+    token = collector.make_token("ci")
+    done = agent(["run", "--models", "B0", "--image-size", "32", "--limit-images", "48",
+                  "--batch", "8", "--epochs", "2", "--collector", collector.address,
+                  "--token", token], env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "sent to the collector" in done.stderr, done.stderr[-3000:]
+    [sent] = list((tmp_path / "spool" / "sent").iterdir())
+    with Client(collector.address, collector.admin_token) as client:
+        stored = client.get_run(sent.stem)
+    run = stored.run
+    assert run.result.status == record.RunStatus.RUN_STATUS_OK
+    assert run.config.gpu_count == 0 and run.config.image_size == 32
+    assert run.config.batch_per_gpu == 8 and run.config.train_images > 0
+    assert run.software.backend == "tensorflow" and run.software.keras_version
+    assert run.result.epoch2_seconds > 0 and run.result.train_images_per_second > 0
+    assert run.result.startup_seconds == pytest.approx(
+        run.result.epochs[0].wall_seconds - run.result.epochs[1].wall_seconds)
