@@ -150,17 +150,27 @@ def _cudnn_version(number: int) -> str:
 
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether `error` (or one it came from) is any backend's out-of-memory error."""
+    return out_of_memory_message(error) is not None
+
+
+def out_of_memory_message(error: BaseException) -> str | None:
+    """The line that says memory ran out, from `error` or the errors it came from; else None.
+
+    Keras wraps a layer's failure ("Exception encountered when calling Pad.call()")
+    with the allocator's message further down, so the chain and every line are read.
+    """
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        lines = str(current).strip().splitlines() or [""]
+        for line in lines:
+            if any(marker in line.lower() for marker in _OOM_TEXT):
+                return f"{type(current).__name__}: {line.strip()}"
         if type(current).__name__ in _OOM_CLASSES:
-            return True
-        text = str(current).lower()
-        if any(marker in text for marker in _OOM_TEXT):
-            return True
+            return f"{type(current).__name__}: {lines[0].strip()}"
         current = current.__cause__ or current.__context__
-    return False
+    return None
 
 
 def synchronize(backend: str) -> None:

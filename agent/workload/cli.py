@@ -157,11 +157,12 @@ def models(as_json: bool, backend: str, image_size: int | None) -> None:
 
     found = {}
     for name in MODELS:
-        counts = net.parameter_counts(net.build(name, image_size or NATIVE_IMAGE_SIZE[name]))
+        size = image_size or NATIVE_IMAGE_SIZE[name]
+        counts = net.parameter_counts(net.build(name, size))
         total, trainable, frozen = PROTOCOL_PARAMETERS[name]
         found[name] = {
             **counts,
-            "image_size": NATIVE_IMAGE_SIZE[name],
+            "image_size": size,
             "protocol": {"total": total, "trainable": trainable, "non_trainable": frozen},
             "matches_protocol": (counts["total"], counts["trainable"], counts["non_trainable"])
             == PROTOCOL_PARAMETERS[name],

@@ -235,13 +235,15 @@ def trial(settings: RunSettings, batch: int, events: EventWriter) -> int:
         report = memory.read_peaks(settings.backend, settings.gpus)
         peak = max((gpu.allocator_peak_bytes for gpu in report.gpus), default=0)
         events.emit("batch_trial", batch=batch, fits=True, peak_memory_bytes=peak,
-                    seconds=round(time.monotonic() - started, 3), message="")
+                    seconds=round(time.monotonic() - started, 3), message="",
+                    address_space_peak_bytes=_address_space_peak())
         return EXIT_OK
     except Exception as exc:
         if isinstance(exc, GpubenchError) or not backend.is_out_of_memory(exc):
             return report_failure(events, exc)
         events.emit("batch_trial", batch=batch, fits=False, peak_memory_bytes=0,
-                    seconds=round(time.monotonic() - started, 3), message=_first_line(exc))
+                    seconds=round(time.monotonic() - started, 3),
+                    message=_first_line(exc)[:MESSAGE_LIMIT])
         return EXIT_OUT_OF_MEMORY
 
 
@@ -253,7 +255,7 @@ def report_failure(events: EventWriter, exc: BaseException) -> int:
     if isinstance(exc, batch_search.NoBatchFits) or (
         not isinstance(exc, GpubenchError) and backend.is_out_of_memory(exc)
     ):
-        events.emit("error", status="out_of_memory", message=_first_line(exc))
+        events.emit("error", status="out_of_memory", message=_first_line(exc)[:MESSAGE_LIMIT])
         return EXIT_OUT_OF_MEMORY
     if isinstance(exc, GpubenchError):
         events.emit("error", status="error", message=str(exc)[:MESSAGE_LIMIT])
@@ -263,6 +265,22 @@ def report_failure(events: EventWriter, exc: BaseException) -> int:
     return EXIT_ERROR
 
 
+def _address_space_peak() -> int:
+    """The process's peak virtual memory (VmPeak): what --memory-limit-bytes caps."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def _first_line(exc: BaseException) -> str:
+    """The line of an error that says what went wrong (the out-of-memory line if any)."""
+    found = backend.out_of_memory_message(exc)
+    if found:
+        return found
     text = str(exc).strip() or type(exc).__name__
-    return f"{type(exc).__name__}: {text.splitlines()[0]}"[:MESSAGE_LIMIT]
+    return f"{type(exc).__name__}: {text.splitlines()[0]}"

@@ -1,0 +1,58 @@
+"""The workload's settings: the protocol's tables, validation naming the flag."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from gpubench.agent.workload import options
+from gpubench.agent.workload.options import BadSettings, RunSettings
+
+from gpubench import record
+from gpubench.errors import ExitCode
+
+
+def test_tables_equal_the_run_records() -> None:
+    # The workload keeps its own copy (it runs without the generated wire code).
+    assert options.MODELS == record.MODELS
+    assert options.PRECISIONS == record.PRECISIONS
+    assert options.BACKENDS == record.BACKENDS
+    assert options.PIPELINES == record.PIPELINES
+    assert options.NATIVE_IMAGE_SIZE == record.NATIVE_IMAGE_SIZE
+
+
+@pytest.mark.parametrize(
+    ("change", "flag"),
+    [
+        ({"epochs": 1}, "--epochs"),
+        ({"model": "B5"}, "--model"),
+        ({"batch": 0}, "--batch"),
+        ({"precision": "float16"}, "--precision"),
+        ({"image_size": 8}, "--image-size"),
+        ({"pipeline": "seed", "data_on_device": True}, "--data-on-device"),
+    ],
+)
+def test_bad_settings_name_their_flag(change: dict, flag: str) -> None:
+    with pytest.raises(BadSettings, match=flag) as caught:
+        RunSettings(**change)
+    assert caught.value.exit_code == ExitCode.USAGE
+
+
+def test_native_size_unless_overridden() -> None:
+    assert RunSettings(model="B7").size == 600
+    assert RunSettings(model="B7", image_size=64).size == 64
+    assert RunSettings(gpus=0).devices == 1 and RunSettings(gpus=2).devices == 2
+
+
+def test_settings_and_search_import_no_framework() -> None:
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "import gpubench.agent.workload, gpubench.agent.workload.options\n"
+        "import gpubench.agent.workload.batch_search, gpubench.agent.workload.cli\n"
+        "loaded = [m for m in ('keras', 'tensorflow', 'torch', 'jax') if m in sys.modules]\n"
+        "print(','.join(loaded))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""

@@ -1,0 +1,170 @@
+"""Real tiny benchmark runs on the CPU: the event stream on TensorFlow and on torch.
+
+Each backend trains once (module-scoped) at 32 px on 48 synthetic images and the
+tests read that one stream. Figures are checked for consistency with each other,
+never against hard-coded measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from gpubench.agent.events import STREAM_VERSION
+from gpubench.agent.workload.options import PROTOCOL_PARAMETERS
+from workload_helpers import write_png
+
+from gpubench.errors import ExitCode
+
+pytestmark = pytest.mark.slow
+
+TINY = ("--model", "B0", "--gpus", "0", "--batch", "8", "--image-size", "32")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a tiny run's stream must say about its data."""
+
+    dataset_name: str
+    images: int
+    train: int
+    validation: int
+    steps: int
+    skipped: int
+    pipeline: str
+
+
+def _folder(root: Path) -> Path:
+    """45 RGB PNGs in 3 classes, a grayscale and an RGBA one, and a file that is not an image."""
+    for c, class_name in enumerate(("paper", "rock", "scissors")):
+        for i in range(15):
+            write_png(root / class_name / f"{i:03d}.png", seed=100 * c + i)
+    write_png(root / "paper" / "gray.png", mode="L")
+    write_png(root / "scissors" / "alpha.png", mode="RGBA")
+    (root / "rock" / "thumbs.db").write_bytes(b"\0\1")
+    return root
+
+
+@pytest.fixture(scope="module", params=["tensorflow", "torch"])
+def tiny_run(request: pytest.FixtureRequest, workload, tmp_path_factory):
+    """TensorFlow: the synthetic set, cached, batches that divide evenly (no retracing).
+    torch: a folder of PNGs through the protocol's decode-every-epoch pipeline, a short last
+    batch. Returns (backend, finished run, what to expect)."""
+    backend = request.param
+    if backend == "tensorflow":
+        args = ["--limit-images", "40"]
+        expected = Expected("synthetic-rps", 40, 32, 8, 4, 0, "cached")
+    else:
+        root = _folder(tmp_path_factory.mktemp("folder") / "hands")
+        args = ["--data", str(root), "--pipeline", "seed"]
+        expected = Expected("hands", 47, 38, 9, 5, 1, "seed")
+    finished = workload("run", "--backend", backend, *TINY, *args)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    return backend, finished, expected
+
+
+def test_events_come_in_the_documented_order(tiny_run) -> None:
+    _, run, expected = tiny_run
+    kinds = [e.kind for e in run.events if e.kind not in ("step", "log", "warning")]
+    assert kinds == ["started", "epoch_started", "epoch_finished",
+                     "epoch_started", "epoch_finished", "result"]
+    assert all(e.data for e in run.events)
+    times = [e.t for e in run.events]
+    assert times == sorted(times)  # one monotonic clock
+
+
+def test_started_says_what_runs_and_on_what(tiny_run) -> None:
+    backend, run, expected = tiny_run
+    started = run.one("started")
+    assert started.get("backend") == backend
+    assert started.get("backend_version") and started.get("keras_version")
+    assert started.get("python_version").count(".") == 2
+    assert (started.get("model"), started.get("image_size")) == ("B0", 32)
+    assert (started.get("batch_per_gpu"), started.get("global_batch")) == (8, 8)
+    assert started.get("batch_choice") == "given"
+    assert (started.get("precision"), started.get("gpu_count")) == ("float32", 0)
+    assert (started.get("pipeline"), started.get("weights")) == (expected.pipeline, "none")
+    dataset = started.get("dataset")
+    assert (dataset["name"], dataset["image_count"]) == (expected.dataset_name, expected.images)
+    assert (dataset["train_images"], dataset["validation_images"]) == (
+        expected.train, expected.validation)
+    assert dataset["skipped_files"] == expected.skipped
+    assert dataset["fingerprint"].startswith("sha256:") and len(dataset["fingerprint"]) == 71
+    assert dataset["seed"] == 12 and dataset["validation_split"] == 0.2
+
+
+def test_epochs_are_timed_on_the_stream_clock(tiny_run) -> None:
+    _, run, expected = tiny_run
+    started_at = {e.get("epoch"): e.t for e in run.of("epoch_started")}
+    for epoch in run.of("epoch_finished"):
+        wall = epoch.get("wall_seconds")
+        assert wall == pytest.approx(epoch.get("t_end") - epoch.get("t_start"), abs=1e-5)
+        assert 0 < epoch.get("train_seconds") < wall
+        assert 0 < epoch.get("validation_seconds") < wall
+        assert epoch.get("train_seconds") + epoch.get("validation_seconds") <= wall + 1e-6
+        assert started_at[epoch.get("epoch")] <= epoch.get("t_start") + 1e-3
+        assert epoch.get("t_end") <= epoch.t
+        assert epoch.get("steps") == expected.steps
+        for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
+            assert isinstance(epoch.get(name), float)
+    first, second = run.of("epoch_finished")
+    assert first.get("t_end") <= second.get("t_start")
+
+
+def test_progress_steps_are_throttled_but_reach_the_end(tiny_run) -> None:
+    _, run, expected = tiny_run
+    for epoch in (1, 2):
+        steps = [e for e in run.of("step") if e.get("epoch") == epoch]
+        assert steps and steps[-1].get("step") == steps[-1].get("steps") == expected.steps
+        gaps = [b.t - a.t for a, b in zip(steps, steps[1:-1], strict=False)]
+        assert all(gap >= 0.49 for gap in gaps)
+
+
+def test_result_reports_the_second_epoch(tiny_run) -> None:
+    _, run, expected = tiny_run
+    result = run.one("result")
+    epochs = {e.get("epoch"): e for e in run.of("epoch_finished")}
+    assert result.get("measured_epoch") == 2
+    assert result.get("epoch2_seconds") == epochs[2].get("wall_seconds")
+    assert result.get("startup_seconds") == pytest.approx(
+        epochs[1].get("wall_seconds") - epochs[2].get("wall_seconds"), abs=1e-5)
+    assert result.get("timed_steps") == expected.steps - 1  # the first step is warm-up
+    rate, median = result.get("train_images_per_second"), result.get("step_time_median_seconds")
+    assert rate > 0 and median > 0 and result.get("step_time_cv") >= 0
+    assert 0.5 * 8 / median < rate < 2 * 8 / median  # the rate and the step times agree
+    assert [e["epoch"] for e in result.get("epochs")] == [1, 2]
+    assert tuple(result.get("parameters").values()) == PROTOCOL_PARAMETERS["B0"]
+    assert result.get("weights") == "none" and result.get("pipeline_mode") == expected.pipeline
+
+
+def test_cpu_run_reports_no_gpu_memory_and_says_why(tiny_run) -> None:
+    _, run, expected = tiny_run
+    result = run.one("result")
+    assert result.get("memory") == []
+    assert any("CPU run" in note for note in result.get("memory_notes"))
+
+
+def test_bad_data_ends_with_an_error_event_naming_the_file(workload, image_folder) -> None:
+    root = image_folder({"paper": 3, "rock": 3})
+    broken = root / "rock" / "002.png"
+    broken.write_bytes(broken.read_bytes()[:100])
+    run = workload("run", "--backend", "torch", "--data", str(root), "--batch", "4", "--gpus", "0")
+    assert run.returncode == ExitCode.BAD_DATA
+    error = run.one("error")
+    assert error.get("status") == "error"
+    assert "rock/002.png: not a readable image" in error.get("message")
+    assert not run.of("started")
+
+
+def test_missing_data_folder_is_an_error_event(workload, tmp_path) -> None:
+    run = workload("run", "--data", str(tmp_path / "absent"), "--batch", "4", "--gpus", "0")
+    assert run.returncode == ExitCode.BAD_DATA
+    assert run.one("error").get("message").endswith("absent: no such data folder")
+    assert run.events[0].get("v") is None and STREAM_VERSION == 1  # v is popped by parse_line
+
+
+def test_bad_settings_are_an_error_event_with_the_usage_code(workload) -> None:
+    run = workload("run", "--data-on-device", "--pipeline", "seed", "--batch", "4")
+    assert run.returncode == ExitCode.USAGE
+    assert "--data-on-device" in run.one("error").get("message")
