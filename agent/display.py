@@ -50,6 +50,15 @@ class _LiveColumn(ProgressColumn):
         return Text(live_figures(self._latest()), style="cyan")
 
 
+class _StepsColumn(ProgressColumn):
+    """'12/14 steps' once the epoch's step count is known."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None:
+            return Text("")
+        return Text(f"{task.completed:.0f}/{task.total:.0f} steps")
+
+
 class RunDisplay:
     """Progress of one `gpubench-agent run`."""
 
@@ -74,7 +83,7 @@ class RunDisplay:
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(bar_width=30),
-            TextColumn("{task.completed:.0f}/{task.total:.0f} steps"),
+            _StepsColumn(),
             TimeElapsedColumn(),
             _LiveColumn(latest),
             console=self.console,
