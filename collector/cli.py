@@ -15,8 +15,8 @@ from rich.table import Table
 from gpubench import record
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused
 
-err = Console(stderr=True, highlight=False, markup=False)
-out = Console(highlight=False, markup=False)
+err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+out = Console(highlight=False, markup=False, soft_wrap=True)
 
 
 def default_db() -> Path:

@@ -1,0 +1,215 @@
+"""The real `gpubench-collector` process: crash durability, graceful stop, live token
+commands, import."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from factories import make_run
+from gpubench.collector import local_admin
+from gpubench.collector.store import Store
+
+from gpubench import record
+from gpubench.v1 import collector_pb2 as pb
+from gpubench.v1 import collector_pb2_grpc
+
+CLI = [sys.executable, "-m", "gpubench.collector.cli"]
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{args} exited {done.returncode}: {done.stderr}")
+    return done
+
+
+@dataclass
+class Served:
+    process: subprocess.Popen[str]
+    address: str
+    db: Path
+
+    def stub(self) -> collector_pb2_grpc.CollectorStub:
+        return collector_pb2_grpc.CollectorStub(grpc.insecure_channel(self.address))
+
+
+def _wait_for_address(process: subprocess.Popen[str], timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    seen = ""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.2)
+        if ready:
+            line = process.stdout.readline()
+            seen += line
+            found = re.search(r" on (127\.0\.0\.1:\d+) ", line)
+            if found:
+                return found.group(1)
+        if process.poll() is not None:
+            break
+    process.kill()
+    raise AssertionError(f"collector did not start: {seen}{process.stderr.read()}")
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator:
+    started: list[subprocess.Popen[str]] = []
+
+    def start(db: Path, *extra: str) -> Served:
+        process = subprocess.Popen(
+            [*CLI, "serve", "--db", str(db), "--port", "0", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        started.append(process)
+        return Served(process, _wait_for_address(process), db)
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+def test_an_acknowledged_run_survives_a_kill_9_the_next_moment(serve, tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
+    served = serve(db)
+    stub = served.stub()
+    runs = [make_run(gpu_name=g) for g in ("Tesla T4", "NVIDIA H200") * 10]
+    for run in runs:
+        stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=bearer(admin), timeout=10)
+    os.kill(served.process.pid, signal.SIGKILL)  # right after the last acknowledgement
+    served.process.wait(10)
+
+    store = Store(db)  # replays the write-ahead log
+    try:
+        assert store.count() == len(runs)
+        assert store.get(runs[-1].run_id).run == runs[-1]
+    finally:
+        store.close()
+
+
+def test_sigterm_stops_gracefully_checkpoints_and_removes_the_credential(
+    serve, tmp_path: Path
+) -> None:
+    db = tmp_path / "c.duckdb"
+    admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
+    served = serve(db)
+    credential = local_admin.credential_path(db)
+    assert credential.stat().st_mode & 0o777 == 0o600
+    run = make_run()
+    served.stub().SubmitRun(pb.SubmitRunRequest(run=run), metadata=bearer(admin), timeout=10)
+    served.process.send_signal(signal.SIGTERM)
+    assert served.process.wait(30) == 0
+    assert not credential.exists()
+    wal = db.with_name(db.name + ".wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # checkpointed into the file
+    store = Store(db)
+    try:
+        assert store.get(run.run_id).run == run
+    finally:
+        store.close()
+
+
+def test_token_commands_work_against_a_live_collector(serve, tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    served = serve(db)  # a fresh deployment: no token yet
+    created = cli("token", "create", "boss", "--admin", "--db", str(db))
+    boss = created.stdout.strip()
+    assert boss.startswith("gpb_") and "not shown again" in created.stderr
+    alice = cli("token", "create", "alice", "--db", str(db)).stdout.strip()
+
+    stub = served.stub()
+    stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(alice), timeout=10)
+    listed = cli("token", "list", "--db", str(db)).stdout
+    assert re.search(r"alice\s.*\d{4}-\d\d-\d\d", listed) and "boss" in listed
+
+    again = cli("token", "create", "alice", "--db", str(db), check=False)
+    assert again.returncode == 1 and "already exists" in again.stderr
+
+    cli("token", "revoke", "alice", "--db", str(db))
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(alice), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    stub.ListRuns(pb.ListRunsRequest(), metadata=bearer(boss), timeout=10)
+
+    missing = cli("token", "revoke", "nobody", "--db", str(db), check=False)
+    assert missing.returncode == 5  # not found
+
+
+def test_token_commands_without_a_collector_open_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "c.duckdb"
+    secret = cli("token", "create", "first-admin", "--admin", "--db", str(db)).stdout.strip()
+    store = Store(db)
+    try:
+        [row] = store.tokens()
+        assert (row.name, row.admin) == ("first-admin", True)
+        assert row.secret_sha256 != secret
+    finally:
+        store.close()
+    bad = cli("token", "create", "no spaces", "--db", str(db), check=False)
+    assert bad.returncode == 6 and "token name" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_import_validates_and_is_idempotent(serve, tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    files = []
+    for i, gpu in enumerate(("Tesla T4", "NVIDIA H200", "NVIDIA RTX 6000 Ada Generation")):
+        path = tmp_path / f"run-{i}.json"
+        path.write_text(record.to_json(make_run(gpu_name=gpu)))
+        files.append(str(path))
+    cli("import", *files, "--db", str(db))
+    cli("import", *files, "--db", str(db))  # again: nothing new
+
+    broken = make_run()
+    broken.config.batch_per_gpu = 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(record.to_json(broken))
+    refused = cli("import", str(bad), "--db", str(db), check=False)
+    assert refused.returncode == 6
+    assert "bad.json: run.config.batch_per_gpu: must be >= 1, got 0" in refused.stderr
+
+    # While a collector holds the database, import goes through it.
+    later = tmp_path / "later.json"
+    later.write_text(record.to_json(make_run(model="B7")))
+    served = serve(db)
+    cli("import", str(later), "--db", str(db))
+    served.process.send_signal(signal.SIGINT)
+    assert served.process.wait(30) == 0
+    store = Store(db)
+    try:
+        assert store.count() == 4
+        assert {r.submitter for r in store.list(_all(), page_size=10)[0]} == {
+            "import", "local-admin"}
+    finally:
+        store.close()
+
+
+def _all():
+    from gpubench.collector.store import RunFilter
+
+    return RunFilter()
+
+
+def test_serve_refuses_plaintext_off_loopback(tmp_path: Path) -> None:
+    done = cli("serve", "--db", str(tmp_path / "c.duckdb"), "--host", "0.0.0.0", "--port", "0",
+               check=False)
+    assert done.returncode == 1
+    assert "plaintext is only allowed on a loopback address" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not local_admin.credential_path(tmp_path / "c.duckdb").exists()

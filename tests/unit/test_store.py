@@ -1,0 +1,83 @@
+"""The store on a real DuckDB file: migrations, extracted columns, reopening."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from factories import make_run
+from gpubench.collector import migrations
+from gpubench.collector.errors import SchemaTooNew
+from gpubench.collector.store import RunFilter, Store, run_row
+
+
+def test_a_fresh_database_records_every_migration_once(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    store = Store(db)
+    applied = store.applied_migrations()
+    store.close()
+    assert applied == [m.name for m in migrations.MIGRATIONS]
+    store = Store(db)  # reopening applies nothing new
+    try:
+        assert store.applied_migrations() == applied
+    finally:
+        store.close()
+
+
+def test_a_database_from_a_newer_collector_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    store = Store(db)
+    store._cursor().execute(
+        "INSERT INTO schema_migrations VALUES ('0099_from_the_future', now())"
+    )
+    store.close()
+    with pytest.raises(SchemaTooNew, match="0099_from_the_future"):
+        Store(db)
+
+
+def test_pending_and_unknown_migrations() -> None:
+    first = migrations.MIGRATIONS[0].name
+    assert [m.name for m in migrations.pending({first})] == [
+        m.name for m in migrations.MIGRATIONS[1:]]
+    assert migrations.unknown({first, "9999_x"}) == ["9999_x"]
+
+
+def test_columns_extracted_from_a_two_gpu_run() -> None:
+    run = make_run(gpu_name="NVIDIA RTX 6000 Ada Generation", gpu_count=2, model="B7",
+                   epoch2_seconds=82.0, energy_per_epoch_joules=43_000.0, batch_per_gpu=10)
+    run.result.memory[1].allocator_peak_bytes = run.result.memory[0].allocator_peak_bytes + 5
+    row = run_row(run, "lab")
+    assert (row["gpu_name"], row["gpu_count"], row["model"]) == (
+        "NVIDIA RTX 6000 Ada Generation", 2, "B7")
+    assert (row["batch_per_gpu"], row["global_batch"]) == (10, 20)
+    assert row["peak_memory_bytes"] == run.result.memory[1].allocator_peak_bytes  # the larger
+    assert row["memory_total_bytes"] == run.gpus[0].memory_total_bytes
+    assert row["epoch2_seconds"] == 82.0
+    assert row["images_per_joule"] == pytest.approx(1709 / 43_000)
+    assert row["status"] == "ok" and row["submitter"] == "lab"
+
+
+def test_failed_runs_carry_no_figures() -> None:
+    row = run_row(make_run(status="out_of_memory"), "lab")
+    assert row["status"] == "out_of_memory"
+    assert row["epoch2_seconds"] is None and row["images_per_joule"] is None
+    assert row["peak_memory_bytes"] is None
+
+
+def test_runs_survive_close_and_reopen(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    store = Store(db)
+    runs = [make_run() for _ in range(3)]
+    acks = store.submit_many(runs, "lab")
+    store.close()
+    store = Store(db)
+    try:
+        assert store.count() == 3
+        for run, ack in zip(runs, acks, strict=True):
+            stored = store.get(run.run_id)
+            assert stored.run == run
+            assert stored.received_at.ToDatetime() == ack.received_at
+        listed, token = store.list(RunFilter(submitter="lab"), page_size=2)
+        assert len(listed) == 2 and token
+    finally:
+        store.close()
