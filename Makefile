@@ -40,7 +40,7 @@ test-gpu: proto
 	$(PY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
 
 demo: proto
-	$(PY) -m gpubench.demo
+	$(PY) scripts/demo.py
 
 bench: proto
 	$(PY) bench/collector_bench.py
