@@ -63,7 +63,8 @@ def step_stats(
     warnings: list[str] = []
     skip = warmup_steps if len(step_ends) > warmup_steps else 0
     if skip < warmup_steps:
-        warnings.append(f"{label}only {len(step_ends)} step(s): timed them without warm-up")
+        warnings.append(f"{label}only {len(step_ends)} step(s): timed without leaving out "
+                        "warm-up, figures are rough")
     bounds = [epoch_start, *step_ends]
     durations = [bounds[k + 1] - bounds[k] for k in range(len(step_ends))]
     timed = range(skip, len(step_ends))
@@ -75,7 +76,7 @@ def step_stats(
     median = statistics.median(full)
     mean = statistics.fmean(full)
     cv = statistics.pstdev(full) / mean if len(full) > 1 and mean > 0 else 0.0
-    if len(timed) < MIN_TIMED_STEPS:
+    if skip and len(timed) < MIN_TIMED_STEPS:
         warnings.append(f"{label}only {len(timed)} step(s) timed after warm-up: figures are rough")
     if cv > CV_WARNING:
         warnings.append(

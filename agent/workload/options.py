@@ -88,8 +88,8 @@ class RunSettings:
             raise BadSettings(f"--max-trials must be at least 2, not {self.max_trials}")
         if self.trial_steps < 1:
             raise BadSettings(f"--trial-steps must be at least 1, not {self.trial_steps}")
-        if self.data_on_device and self.pipeline != "cached":
-            raise BadSettings("--data-on-device needs --pipeline cached")
+        if self.data_on_device and (self.pipeline != "cached" or self.backend != "torch"):
+            raise BadSettings("--data-on-device needs --pipeline cached and --backend torch")
 
     @property
     def size(self) -> int:

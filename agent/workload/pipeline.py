@@ -186,10 +186,11 @@ def build_feed(
 
 
 def _on_device(cache: np.ndarray, labels: np.ndarray) -> tuple[Images, object, Callable]:
-    """The cache and labels as GPU tensors, batches gathered on the GPU (torch backend)."""
+    """The cache and labels as tensors on the training device, batches gathered there (torch)."""
     import torch
 
-    device = torch.device("cuda", torch.cuda.current_device())
+    device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+              else torch.device("cpu"))
     images = torch.from_numpy(cache).to(device)
     on_gpu_labels = torch.from_numpy(labels).to(device)
 
