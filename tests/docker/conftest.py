@@ -158,8 +158,7 @@ def images(docker_engine: str, stage: StageClock) -> Images:
     stage.note(f"base image {base}")
     for name in ("agent", "workload", "collector"):
         with stage(f"build gpubench-{name}"):
-            done = run(["docker/build.sh", "--local-base", "--tag", TAG, name], timeout=1200)
-        stage.note(done.stderr.strip().splitlines()[-1])
+            run(["docker/build.sh", "--local-base", "--tag", TAG, name], timeout=1200)
     return Images(
         agent=f"gpubench-agent:{TAG}",
         workload=f"gpubench-workload:{TAG}",

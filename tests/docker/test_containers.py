@@ -195,7 +195,9 @@ def test_run_from_the_agent_container_arrives_once_and_survives_a_collector_rest
             ],
             timeout=AGENT_RUN_LIMIT_S,
         )  # fmt: skip
-    stage.note("agent: " + " | ".join(agent.stdout.strip().splitlines()[-3:]))
+    for line in agent.stderr.splitlines():
+        if "sent to the collector" in line:
+            stage.note(f"agent: {line.strip()}")
 
     runs = deployment.query(token, "runs", "list")
     assert len(runs) == 1, (
