@@ -224,20 +224,29 @@ class AuthInterceptor(grpc.ServerInterceptor):
         self._tokens = tokens
         self._public_read = public_read
         self._limiter = limiter
+        self._checked: dict[str, grpc.RpcMethodHandler] = {}  # method -> wrapped handler
 
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(handler_call_details)
-        access = access_of(handler_call_details.method)
-        if handler is None or access is Access.OPEN or handler.unary_unary is None:
-            return handler
+        method = handler_call_details.method
+        checked = self._checked.get(method)
+        if checked is None:
+            handler = continuation(handler_call_details)
+            access = access_of(method)
+            if handler is None or access is Access.OPEN or handler.unary_unary is None:
+                return handler
+            checked = self._checked[method] = self._wrap(handler, access)
+        return checked
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, access: Access) -> grpc.RpcMethodHandler:
+        """The method's handler with the token check in front (made once per method)."""
         inner = handler.unary_unary
-        secret = bearer_secret(handler_call_details.invocation_metadata)
 
         def checked(request: Any, context: grpc.ServicerContext) -> Any:
+            secret = bearer_secret(context.invocation_metadata())
             caller = self._check(access, secret, context)
             reset = current_caller.set(caller)
             try:

@@ -13,10 +13,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Migration:
-    """One named step of the schema."""
+    """One named step of the schema.
+
+    `refill_group_figures` asks the store to recompute the per-group figures from the
+    runs in the same transaction (a data step SQL text alone cannot express).
+    """
 
     name: str
     statements: tuple[str, ...]
+    refill_group_figures: bool = False
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -70,6 +75,41 @@ MIGRATIONS: tuple[Migration, ...] = (
             )
             """,
         ),
+    ),
+    Migration(
+        "0003_group_figures",
+        (
+            # Compare's figures per outlier group, kept current by the store on every
+            # change, so a comparison reads a few rows instead of aggregating every run.
+            # Two rows per group: over the runs that are not outliers, and over all.
+            """
+            CREATE TABLE group_figures (
+                model VARCHAR NOT NULL,
+                gpu_name VARCHAR NOT NULL,
+                gpu_count INTEGER NOT NULL,
+                backend VARCHAR NOT NULL,
+                precision VARCHAR NOT NULL,
+                image_size INTEGER NOT NULL,
+                benchmark_version VARCHAR NOT NULL,
+                with_outliers BOOLEAN NOT NULL,
+                runs INTEGER NOT NULL,
+                outliers_excluded INTEGER NOT NULL,
+                epoch2_median_seconds DOUBLE,
+                epoch2_min_seconds DOUBLE,
+                epoch2_max_seconds DOUBLE,
+                train_images_per_second_median DOUBLE,
+                max_batch_per_gpu INTEGER,
+                max_global_batch INTEGER,
+                peak_memory_median_bytes DOUBLE,
+                memory_total_bytes DOUBLE,
+                energy_per_epoch_median_joules DOUBLE,
+                images_per_joule_median DOUBLE,
+                PRIMARY KEY (model, gpu_name, gpu_count, backend, precision, image_size,
+                             benchmark_version, with_outliers)
+            )
+            """,
+        ),
+        refill_group_figures=True,
     ),
 )
 

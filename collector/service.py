@@ -143,6 +143,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             benchmark_version=request.benchmark_version,
             gpu_names=tuple(request.gpu_names),
             include_outliers=request.include_outliers,
+            allow_mixed=request.allow_mixed,
         )
         result = compare.compare(
             request.model,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,8 @@ OUTLIER_GROUP = (
 )
 # The most runs one group commit inserts; more wait for the next commit.
 MAX_BATCH = 1024
+# How long a group commit waits for more submissions when there is concurrency (s).
+COMMIT_DELAY_S = 0.002
 # Submissions leave their outlier groups "dirty"; the writer rescores dirty groups
 # at most this often (seconds), and any read of the flags rescores first.
 RESCORE_INTERVAL_S = 0.25
@@ -129,6 +132,7 @@ class CompareQuery:
     benchmark_version: str = ""
     gpu_names: tuple[str, ...] = ()  # exact, case-insensitive
     include_outliers: bool = False
+    allow_mixed: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,14 @@ class LeaderboardRow:
 class _Pending:
     row: dict[str, Any]
     future: Future = field(default_factory=Future)
+
+
+def _usable_cores() -> int:
+    # DuckDB sizes its thread pool by the machine's cores; a container's CPU set or
+    # `taskset` may allow fewer, and more threads than cores only contend.
+    if hasattr(os, "sched_getaffinity"):
+        return max(len(os.sched_getaffinity(0)), 1)
+    return os.cpu_count() or 1
 
 
 def utc_now() -> datetime:
@@ -218,7 +230,7 @@ class Store:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._conn = duckdb.connect(str(self.path))
+            self._conn = duckdb.connect(str(self.path), config={"threads": _usable_cores()})
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise DatabaseLocked(
@@ -232,6 +244,7 @@ class Store:
         self._closed = False
         self._migrate()
         self._queue: list[_Pending] = []
+        self._last_batch = 0  # how many runs the previous group commit carried
         # Outlier groups with runs inserted but not yet rescored (only under load).
         self._dirty_groups: set[tuple] = set()
         self._rescored_at = time.monotonic()
@@ -268,6 +281,8 @@ class Store:
             try:
                 for statement in migration.statements:
                     con.execute(statement)
+                if migration.refill_group_figures:
+                    self._rescore(con, None)
                 con.execute(
                     "INSERT INTO schema_migrations VALUES (?, ?)", [migration.name, utc_now()]
                 )
@@ -333,8 +348,10 @@ class Store:
                     if due <= 0:
                         break
                     self._queue_ready.wait(due)
+                self._gather()
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
                 stopping = self._stopping
+                self._last_batch = len(batch)
             with self._write_lock:
                 if batch:
                     self._commit(batch, rescore=False)
@@ -343,6 +360,23 @@ class Store:
                     self._rescore_dirty()
             if stopping and not batch:
                 return
+
+    def _gather(self) -> None:
+        """Under concurrency, wait briefly for as many submitters as the last commit had.
+
+        After a commit wakes N waiting submitters, most send their next run within a
+        millisecond or two; committing the first alone would make the others wait for
+        a commit of their own. Like PostgreSQL's commit_delay, this costs latency only
+        when there is concurrency. Called with the queue's lock held.
+        """
+        if self._last_batch <= 1 or len(self._queue) >= self._last_batch:
+            return
+        deadline = time.monotonic() + COMMIT_DELAY_S
+        while len(self._queue) < self._last_batch and not self._stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._queue_ready.wait(left)
 
     def _commit(self, batch: list[_Pending], *, rescore: bool) -> None:
         """Insert a batch in one transaction, then resolve every waiting future.
@@ -449,7 +483,7 @@ class Store:
 
     @staticmethod
     def _rescore(con: duckdb.DuckDBPyConnection, groups: set[tuple] | None) -> None:
-        """Recompute the robust z-score of every OK run in the given outlier groups (None: all).
+        """Recompute outlier scores and group figures of the given outlier groups (None: all).
 
         One statement for all groups: per group the median and the median absolute
         deviation (MAD) of epoch2_seconds; z = 0.6745 * (x - median) / MAD. Where the MAD
@@ -459,10 +493,11 @@ class Store:
         if groups is not None and not groups:
             return
         cols = ", ".join(OUTLIER_GROUP)
-        where, params = "", []
+        where, rows_in, params = "", "", []
         if groups is not None:
             row = "(" + ", ".join("?" * len(OUTLIER_GROUP)) + ")"
-            where = f" AND ({cols}) IN ({', '.join([row] * len(groups))})"
+            rows_in = ", ".join([row] * len(groups))
+            where = f" AND ({cols}) IN ({rows_in})"
             params = [value for key in sorted(groups, key=str) for value in key]
         con.execute(
             f"""
@@ -483,6 +518,23 @@ class Store:
             WHERE runs.run_id = s.run_id AND runs.outlier_score IS DISTINCT FROM s.z
             """,
             [OUTLIER_THRESHOLD, *params],
+        )
+        # The figures follow the flags: recompute the touched groups' rows.
+        if groups is None:
+            con.execute("DELETE FROM group_figures")
+        else:
+            con.execute(f"DELETE FROM group_figures WHERE ({cols}) IN ({rows_in})", params)
+        con.execute(
+            f"""
+            INSERT INTO group_figures
+            SELECT {cols}, with_outliers, {_FIGURES}
+            FROM (SELECT *, with_outliers OR NOT outlier AS keep
+                  FROM runs, (VALUES (true), (false)) AS v(with_outliers)
+                  WHERE status = 'ok' AND epoch2_seconds IS NOT NULL{where})
+            GROUP BY {cols}, with_outliers
+            HAVING count(*) FILTER (WHERE keep) > 0
+            """,
+            params,
         )
 
     def rescore_all(self) -> None:
@@ -574,56 +626,45 @@ class Store:
         return rows[0][0]
 
     def compare_groups(self, query: CompareQuery) -> list[GroupFigures]:
-        """Per GPU configuration (name x count): the figures Compare reports, over OK runs."""
-        clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "model = ?"]
-        params: list[Any] = [query.model]
-        for column in ("precision", "backend", "benchmark_version"):
-            value = getattr(query, column)
-            if value:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        if query.image_size:
-            clauses.append("image_size = ?")
-            params.append(query.image_size)
-        if query.gpu_names:
-            clauses.append("list_contains(?, lower(gpu_name))")
-            params.append([n.lower() for n in query.gpu_names])
-        keep = "(? OR NOT outlier)"
-        sql = f"""
-            SELECT gpu_name, gpu_count,
-                count(*) FILTER (WHERE keep),
-                count(*) FILTER (WHERE NOT keep),
-                median(epoch2_seconds) FILTER (WHERE keep),
-                min(epoch2_seconds) FILTER (WHERE keep),
-                max(epoch2_seconds) FILTER (WHERE keep),
-                median(train_images_per_second) FILTER (WHERE keep),
-                max(batch_per_gpu) FILTER (WHERE keep),
-                max(global_batch) FILTER (WHERE keep),
-                median(peak_memory_bytes) FILTER (WHERE keep),
-                median(memory_total_bytes) FILTER (WHERE keep),
-                median(energy_per_epoch_joules) FILTER (WHERE keep),
-                median(images_per_joule) FILTER (WHERE keep),
+        """Per GPU configuration (name x count): the figures Compare reports, over OK runs.
+
+        Read from the per-group figures the store keeps. Only where a configuration
+        spans several outlier groups (runs of unlike settings) and the caller allows
+        mixing them are its medians computed afresh from the runs.
+        """
+        clauses, params = _compare_filter(query)
+        rows = self._scored().execute(
+            f"""
+            SELECT gpu_name, gpu_count, runs, outliers_excluded, epoch2_median_seconds,
+                epoch2_min_seconds, epoch2_max_seconds, train_images_per_second_median,
+                max_batch_per_gpu, max_global_batch, peak_memory_median_bytes,
+                memory_total_bytes, energy_per_epoch_median_joules, images_per_joule_median,
+                [benchmark_version], [backend], [precision], [image_size]
+            FROM group_figures WHERE with_outliers = ? AND {' AND '.join(clauses)}
+            """,
+            [query.include_outliers, *params],
+        ).fetchall()
+        configs = {(r[0], r[1]) for r in rows}
+        if len(configs) < len(rows) and query.allow_mixed:
+            rows = self._compare_rows_from_runs(query)
+        return [_group_figures(r) for r in rows]
+
+    def _compare_rows_from_runs(self, query: CompareQuery) -> list[tuple]:
+        clauses, params = _compare_filter(query)
+        return self._scored().execute(
+            f"""
+            SELECT gpu_name, gpu_count, {_FIGURES},
                 list(DISTINCT benchmark_version) FILTER (WHERE keep),
                 list(DISTINCT backend) FILTER (WHERE keep),
                 list(DISTINCT precision) FILTER (WHERE keep),
                 list(DISTINCT image_size) FILTER (WHERE keep)
-            FROM (SELECT *, {keep} AS keep FROM runs WHERE {' AND '.join(clauses)})
+            FROM (SELECT *, (? OR NOT outlier) AS keep FROM runs
+                  WHERE status = 'ok' AND epoch2_seconds IS NOT NULL
+                    AND {' AND '.join(clauses)})
             GROUP BY gpu_name, gpu_count
-        """
-        rows = self._scored().execute(sql, [query.include_outliers, *params]).fetchall()
-        return [
-            GroupFigures(
-                gpu_name=r[0], gpu_count=r[1], runs=r[2], outliers_excluded=r[3],
-                epoch2_median_seconds=r[4], epoch2_min_seconds=r[5], epoch2_max_seconds=r[6],
-                train_images_per_second_median=r[7], max_batch_per_gpu=r[8] or 0,
-                max_global_batch=r[9] or 0, peak_memory_median_bytes=r[10],
-                memory_total_bytes=r[11], energy_per_epoch_median_joules=r[12],
-                images_per_joule_median=r[13], benchmark_versions=tuple(sorted(r[14] or ())),
-                backends=tuple(sorted(r[15] or ())), precisions=tuple(sorted(r[16] or ())),
-                image_sizes=tuple(sorted(r[17] or ())),
-            )
-            for r in rows
-        ]
+            """,
+            [query.include_outliers, *params],
+        ).fetchall()
 
     def leaderboard(self, model: str, precision: str, limit: int) -> list[LeaderboardRow]:
         """A model's GPU configurations by median epoch-2 time, fastest first.
@@ -726,6 +767,53 @@ def _stored_run(row: Sequence[Any]) -> collector_pb2.StoredRun:
     )
     stored.received_at.FromDatetime(row[3])
     return stored
+
+
+# The figures of a set of runs (those with `keep` true), in GroupFigures' order.
+_FIGURES = """
+    count(*) FILTER (WHERE keep),
+    count(*) FILTER (WHERE NOT keep),
+    median(epoch2_seconds) FILTER (WHERE keep),
+    min(epoch2_seconds) FILTER (WHERE keep),
+    max(epoch2_seconds) FILTER (WHERE keep),
+    median(train_images_per_second) FILTER (WHERE keep),
+    max(batch_per_gpu) FILTER (WHERE keep),
+    max(global_batch) FILTER (WHERE keep),
+    median(peak_memory_bytes) FILTER (WHERE keep),
+    median(memory_total_bytes) FILTER (WHERE keep),
+    median(energy_per_epoch_joules) FILTER (WHERE keep),
+    median(images_per_joule) FILTER (WHERE keep)
+"""
+
+
+def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
+    clauses = ["model = ?"]
+    params: list[Any] = [query.model]
+    for column in ("precision", "backend", "benchmark_version"):
+        value = getattr(query, column)
+        if value:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if query.image_size:
+        clauses.append("image_size = ?")
+        params.append(query.image_size)
+    if query.gpu_names:
+        clauses.append("list_contains(?, lower(gpu_name))")
+        params.append([n.lower() for n in query.gpu_names])
+    return clauses, params
+
+
+def _group_figures(r: Sequence[Any]) -> GroupFigures:
+    return GroupFigures(
+        gpu_name=r[0], gpu_count=r[1], runs=r[2], outliers_excluded=r[3],
+        epoch2_median_seconds=r[4], epoch2_min_seconds=r[5], epoch2_max_seconds=r[6],
+        train_images_per_second_median=r[7], max_batch_per_gpu=r[8] or 0,
+        max_global_batch=r[9] or 0, peak_memory_median_bytes=r[10],
+        memory_total_bytes=r[11], energy_per_epoch_median_joules=r[12],
+        images_per_joule_median=r[13], benchmark_versions=tuple(sorted(r[14] or ())),
+        backends=tuple(sorted(r[15] or ())), precisions=tuple(sorted(r[16] or ())),
+        image_sizes=tuple(sorted(r[17] or ())),
+    )
 
 
 def _group_key(row: dict[str, Any]) -> tuple:

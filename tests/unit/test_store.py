@@ -8,7 +8,7 @@ import pytest
 from factories import make_run
 from gpubench.collector import migrations
 from gpubench.collector.errors import SchemaTooNew
-from gpubench.collector.store import RunFilter, Store, run_row
+from gpubench.collector.store import CompareQuery, RunFilter, Store, run_row
 
 
 def test_a_fresh_database_records_every_migration_once(tmp_path: Path) -> None:
@@ -79,5 +79,22 @@ def test_runs_survive_close_and_reopen(tmp_path: Path) -> None:
             assert stored.received_at.ToDatetime() == ack.received_at
         listed, token = store.list(RunFilter(submitter="lab"), page_size=2)
         assert len(listed) == 2 and token
+    finally:
+        store.close()
+
+
+def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    store = Store(db)
+    store.submit_many([make_run(epoch2_seconds=s) for s in (16.0, 17.0, 19.0)], "lab")
+    # As a database from before the figures existed: no table, no record of it.
+    store._cursor().execute("DROP TABLE group_figures")
+    store._cursor().execute("DELETE FROM schema_migrations WHERE name = '0003_group_figures'")
+    store.close()
+    store = Store(db)
+    try:
+        assert "0003_group_figures" in store.applied_migrations()
+        [t4] = store.compare_groups(CompareQuery(model="B0"))
+        assert (t4.gpu_name, t4.runs, t4.epoch2_median_seconds) == ("Tesla T4", 3, 17.0)
     finally:
         store.close()
