@@ -110,6 +110,8 @@ def main() -> None:
                    "gather batches there.")
 @click.option("--max-trials", type=click.IntRange(min=2), default=10, show_default=True,
               help="Most batch-size trials --batch auto may run.")
+@click.option("--replicas-on-cpu", type=click.IntRange(min=0), default=0, hidden=True,
+              help="torch: data-parallel over this many CPU processes (tests of --gpus N).")
 def run(**given: Any) -> None:
     """Train one model and report every epoch and the result as events."""
     from gpubench.agent.workload import runner

@@ -68,6 +68,7 @@ class RunSettings:
     max_trials: int = 10
     trial_steps: int = 3
     memory_limit_bytes: int | None = None  # caps each search trial's address space (tests)
+    replicas_on_cpu: int = 0  # torch data parallelism over CPU processes (tests)
 
     def __post_init__(self) -> None:
         _check_choice("--model", self.model, MODELS)
@@ -88,6 +89,8 @@ class RunSettings:
             raise BadSettings(f"--max-trials must be at least 2, not {self.max_trials}")
         if self.trial_steps < 1:
             raise BadSettings(f"--trial-steps must be at least 1, not {self.trial_steps}")
+        if self.replicas_on_cpu and (self.gpus or self.backend != "torch"):
+            raise BadSettings("--replicas-on-cpu needs --gpus 0 and --backend torch")
         if self.data_on_device and (self.pipeline != "cached" or self.backend != "torch"):
             raise BadSettings("--data-on-device needs --pipeline cached and --backend torch")
 
@@ -99,7 +102,7 @@ class RunSettings:
     @property
     def devices(self) -> int:
         """How many replicas train: the GPUs, or the one CPU."""
-        return max(1, self.gpus)
+        return self.replicas_on_cpu or max(1, self.gpus)
 
     def as_event(self) -> dict[str, Any]:
         """The settings as event fields (JSON-ready)."""

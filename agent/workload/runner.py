@@ -13,9 +13,11 @@ import os
 import time
 import traceback
 from pathlib import Path
+from typing import Any, Protocol
 
 from gpubench.agent.events import EventWriter
 from gpubench.agent.workload import backend, batch_search, data, synthetic
+from gpubench.agent.workload.memory import MemoryReport
 from gpubench.agent.workload.options import (
     EXIT_ERROR,
     EXIT_OK,
@@ -32,6 +34,19 @@ from gpubench.errors import GpubenchError
 MESSAGE_LIMIT = 2000  # characters of an error message put in the event
 
 
+class ReplicaHooks(Protocol):
+    """What one replica of torch data parallelism adds to a run (see torch_ddp)."""
+
+    def prepare(self, network: Any) -> None:
+        """Called once the model is compiled."""
+
+    def reset_peak(self) -> None:
+        """Start this replica's GPU memory peak anew."""
+
+    def read_peaks(self) -> MemoryReport:
+        """Every replica's GPU peak (all replicas call it together)."""
+
+
 def run(settings: RunSettings, events: EventWriter) -> int:
     """Run the benchmark; returns the process's exit code."""
     try:
@@ -40,10 +55,11 @@ def run(settings: RunSettings, events: EventWriter) -> int:
         if batch is None:
             batch = search_batch(settings, dataset.train_count, events)
             choice = "searched"
-        if settings.backend == "torch" and settings.gpus > 1:
+        if settings.backend == "torch" and settings.devices > 1:
             from gpubench.agent.workload import torch_ddp
 
-            return torch_ddp.launch(settings, dataset, batch, choice, events)
+            return torch_ddp.launch(settings, dataset, batch, choice, events,
+                                    replicas=settings.replicas_on_cpu or None)
         backend.select(settings.backend, settings.gpus)
         return train(settings, dataset, batch, choice, events)
     except BaseException as exc:  # noqa: B036 - Ctrl-C is reported, then re-raised
@@ -113,7 +129,7 @@ def train(
     events: EventWriter | None,
     *,
     shard: tuple[int, int] = (0, 1),
-    hooks: object = None,
+    hooks: ReplicaHooks | None = None,
 ) -> int:
     """Load the framework, train the protocol's model and report (one process).
 
@@ -147,7 +163,7 @@ def train(
                             classes=len(dataset.class_names))
         net.compile_for_training(network, jit_compile=settings.jit_compile)
         if hooks is not None:
-            hooks.prepare(network)  # type: ignore[attr-defined]
+            hooks.prepare(network)
     counts = net.parameter_counts(network)
 
     local_gpus = settings.gpus if shard[1] == 1 else 0  # a torch replica reads its own GPU
@@ -158,11 +174,11 @@ def train(
             backend.synchronize(settings.backend)
             memory.reset_peaks(settings.backend, local_gpus)
             if hooks is not None:
-                hooks.reset_peak()  # type: ignore[attr-defined]
+                hooks.reset_peak()
 
     def after_epoch(epoch: int) -> None:
         if epoch == MEASURED_EPOCH:
-            peaks.append(hooks.read_peaks() if hooks is not None  # type: ignore[attr-defined]
+            peaks.append(hooks.read_peaks() if hooks is not None
                          else memory.read_peaks(settings.backend, local_gpus))
 
     timer = timing.EpochTimer(events, feed.train.images_in_step, len(feed.train),
