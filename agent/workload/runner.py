@@ -46,6 +46,9 @@ class ReplicaHooks(Protocol):
     def read_peaks(self) -> MemoryReport:
         """Every replica's GPU peak (all replicas call it together)."""
 
+    def finish(self, network: Any) -> list[str]:
+        """After training: warnings about the replicas (all replicas call it together)."""
+
 
 def run(settings: RunSettings, events: EventWriter) -> int:
     """Run the benchmark; returns the process's exit code."""
@@ -185,12 +188,14 @@ def train(
                               before_epoch=before_epoch, after_epoch=after_epoch)
     network.fit(feed.train, validation_data=feed.validation, epochs=settings.epochs,
                 verbose=0, callbacks=[timer])
+    replica_warnings = hooks.finish(network) if hooks is not None else []
     if events is None:
         return EXIT_OK
 
     report = peaks[0]
     first, measured = timer.epochs[0], timer.epochs[MEASURED_EPOCH - 1]
     warnings = list(feed.warnings) + list(measured.stats.warnings if measured.stats else [])
+    warnings += replica_warnings
     expected = PROTOCOL_PARAMETERS[settings.model]
     if len(dataset.class_names) == 3 and tuple(counts.values()) != expected:
         warnings.append(f"parameter counts {counts} differ from the protocol's {expected}")

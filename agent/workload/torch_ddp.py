@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import queue
 import socket
+import time
 from typing import Any
 
 from gpubench.agent.events import EventWriter
@@ -28,13 +29,17 @@ from gpubench.agent.workload.options import EXIT_OK, RunSettings
 
 
 class _QueuedEvents:
-    """The first replica's events, passed to the parent, which owns the stream."""
+    """The first replica's events, passed to the parent, which owns the stream.
+
+    Each event keeps the time it happened in the replica (`t` is CLOCK_MONOTONIC,
+    the same in every process), not the moment the parent forwards it.
+    """
 
     def __init__(self, channel: Any) -> None:
         self._channel = channel
 
     def emit(self, kind: str, **fields: Any) -> None:
-        self._channel.put((kind, fields))
+        self._channel.put((kind, {**fields, "t": time.monotonic(), "wall": time.time()}))
 
 
 class ReplicaHooks:
@@ -70,6 +75,29 @@ class ReplicaHooks:
 
         optimizer.apply = apply_averaged
 
+    def finish(self, network: Any) -> list[str]:
+        """Check that the replicas still hold the same trainable weights; warnings if not.
+
+        With averaged gradients they must (batch-normalisation statistics may differ:
+        they are not trainable). Replicas that drifted apart would mean the run did not
+        train one model, and the figures would not be what they claim.
+        """
+        import torch
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            flat = torch.cat([v.value.detach().reshape(-1).float()
+                              for v in network.trainable_weights])
+            first = flat.clone()
+            dist.broadcast(first, src=0)
+            drift = torch.tensor([float((flat - first).abs().max())], device=flat.device)
+            dist.all_reduce(drift, op=dist.ReduceOp.MAX)
+        scale = float(first.abs().max()) or 1.0
+        if float(drift) > 1e-4 * scale:
+            return [f"data-parallel replicas hold different weights after training "
+                    f"(largest difference {float(drift):.3g}): the gradients were not averaged"]
+        return []
+
     def reset_peak(self) -> None:
         """Start this GPU's peak anew (before the measured epoch)."""
         import torch
@@ -84,7 +112,8 @@ class ReplicaHooks:
 
         if not torch.cuda.is_available():
             dist.barrier()
-            return MemoryReport([], ["CPU replicas: there is no GPU allocator peak to report"])
+            return MemoryReport([], ["CPU run (data-parallel replicas): there is no GPU allocator "
+                                     "peak to report"])
         device = torch.cuda.current_device()
         mine = torch.tensor([torch.cuda.max_memory_allocated(),
                              torch.cuda.get_device_properties(device).total_memory],
@@ -121,7 +150,7 @@ def _forward(channel: Any, events: EventWriter) -> None:
             kind, fields = channel.get_nowait()
         except queue.Empty:
             return
-        events.emit(kind, **fields)
+        events.emit(kind, **fields)  # the replica's t and wall replace the parent's
 
 
 def _replica(rank: int, world: int, settings: RunSettings, dataset: Dataset, batch: int,

@@ -19,7 +19,7 @@ from gpubench.errors import ExitCode
 
 pytestmark = pytest.mark.slow
 
-TINY = ("--model", "B0", "--gpus", "0", "--batch", "8", "--image-size", "32")
+TINY = ("--model", "B0", "--gpus", "0", "--image-size", "32")
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class Expected:
     steps: int
     skipped: int
     pipeline: str
+    batch_per_gpu: int
 
 
 def _folder(root: Path) -> Path:
@@ -49,16 +50,17 @@ def _folder(root: Path) -> Path:
 @pytest.fixture(scope="module", params=["tensorflow", "torch"])
 def tiny_run(request: pytest.FixtureRequest, workload, tmp_path_factory):
     """TensorFlow: the synthetic set, cached, batches that divide evenly (no retracing).
-    torch: a folder of PNGs through the protocol's decode-every-epoch pipeline, a short last
-    batch. Returns (backend, finished run, what to expect)."""
+    torch: data-parallel over 2 CPU processes (gloo), global batch 8, on a folder of PNGs
+    through the protocol's decode-every-epoch pipeline, with a short last batch. (A
+    single-process torch run is in test_batch_search.) Returns (backend, run, expected)."""
     backend = request.param
     if backend == "tensorflow":
-        args = ["--limit-images", "40"]
-        expected = Expected("synthetic-rps", 40, 32, 8, 4, 0, "cached")
+        args = ["--batch", "8", "--limit-images", "40"]
+        expected = Expected("synthetic-rps", 40, 32, 8, 4, 0, "cached", 8)
     else:
         root = _folder(tmp_path_factory.mktemp("folder") / "hands")
-        args = ["--data", str(root), "--pipeline", "seed"]
-        expected = Expected("hands", 47, 38, 9, 5, 1, "seed")
+        args = ["--batch", "4", "--replicas-on-cpu", "2", "--data", str(root), "--pipeline", "seed"]
+        expected = Expected("hands", 47, 38, 9, 5, 1, "seed", 4)
     finished = workload("run", "--backend", backend, *TINY, *args)
     assert finished.returncode == 0, finished.stderr[-3000:]
     return backend, finished, expected
@@ -81,7 +83,8 @@ def test_started_says_what_runs_and_on_what(tiny_run) -> None:
     assert started.get("backend_version") and started.get("keras_version")
     assert started.get("python_version").count(".") == 2
     assert (started.get("model"), started.get("image_size")) == ("B0", 32)
-    assert (started.get("batch_per_gpu"), started.get("global_batch")) == (8, 8)
+    assert (started.get("batch_per_gpu"), started.get("global_batch")) == (
+        expected.batch_per_gpu, 8)
     assert started.get("batch_choice") == "given"
     assert (started.get("precision"), started.get("gpu_count")) == ("float32", 0)
     assert (started.get("pipeline"), started.get("weights")) == (expected.pipeline, "none")
@@ -133,6 +136,7 @@ def test_result_reports_the_second_epoch(tiny_run) -> None:
     rate, median = result.get("train_images_per_second"), result.get("step_time_median_seconds")
     assert rate > 0 and median > 0 and result.get("step_time_cv") >= 0
     assert 0.5 * 8 / median < rate < 2 * 8 / median  # the rate and the step times agree
+    assert not [w for w in result.get("warnings") if "replicas" in w]  # one model trained
     assert [e["epoch"] for e in result.get("epochs")] == [1, 2]
     assert tuple(result.get("parameters").values()) == PROTOCOL_PARAMETERS["B0"]
     assert result.get("weights") == "none" and result.get("pipeline_mode") == expected.pipeline
