@@ -50,9 +50,14 @@ RATE_LIMIT = 1e9
 # -- submissions over gRPC ----------------------------------------------------------------
 
 
-def _client_process(address: str, tokens: list[str], per_client: int, start_at, results) -> None:
+def _client_process(
+    address: str, tokens: list[str], per_client: int, start_at, results, cpus: set[int] | None
+) -> None:
     """Submit `per_client` runs from each of len(tokens) threads, each on its own channel."""
     import grpc
+
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
     from gpubench.v1 import collector_pb2, collector_pb2_grpc
 
@@ -90,7 +95,9 @@ def _client_process(address: str, tokens: list[str], per_client: int, start_at, 
     results.put(("done", spans))
 
 
-def submissions_over_grpc(workdir: Path, clients: int, total: int) -> float:
+def submissions_over_grpc(
+    workdir: Path, clients: int, total: int, client_cpus: set[int] | None = None
+) -> float:
     """Submissions per second with `clients` concurrent clients, `total` runs in all."""
     store = Store(workdir / f"grpc-{clients}.duckdb")
     tokens = TokenBook(store)
@@ -106,7 +113,8 @@ def submissions_over_grpc(workdir: Path, clients: int, total: int) -> float:
         processes = [
             ctx.Process(
                 target=_client_process,
-                args=(f"127.0.0.1:{port}", secrets[p::processes_n], per_client, start_at, results),
+                args=(f"127.0.0.1:{port}", secrets[p::processes_n], per_client, start_at, results,
+                      client_cpus),
             )
             for p in range(processes_n)
         ]
@@ -342,6 +350,15 @@ def compare_latency(workdir: Path, runs: int, queries: int) -> dict[str, tuple[f
         store.close()
 
 
+def _cpus(text: str) -> set[int]:
+    """'0,1' or '2-9' or '0,4-7' as a set of CPU numbers."""
+    found: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=1_000_000,
@@ -353,17 +370,27 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="100,000 runs, 2000 submissions, 100 queries")
     parser.add_argument("--dir", type=Path, help="where the databases go (default: a temp dir)")
+    parser.add_argument("--server-cpus", type=_cpus,
+                        help="pin the collector (this process) to these CPUs, e.g. 0,1")
+    parser.add_argument("--client-cpus", type=_cpus,
+                        help="pin the client processes to these CPUs, e.g. 2-9 (default: "
+                             "wherever the collector may run)")
     args = parser.parse_args()
+    if args.server_cpus:
+        os.sched_setaffinity(0, args.server_cpus)
     if args.quick:
         args.runs, args.submissions, args.queries = 100_000, 2000, 100
     workdir = Path(tempfile.mkdtemp(prefix="collector-bench-", dir=args.dir))
+    usable = sorted(os.sched_getaffinity(0))
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"collector on CPUs {usable}; clients on "
+          f"{sorted(args.client_cpus) if args.client_cpus else 'the same CPUs'}")
     print(f"databases in {workdir}")
 
     print("submissions over gRPC (SubmitRun: validate, group commit, acknowledge):")
-    one = submissions_over_grpc(workdir, 1, max(args.submissions // 4, 200))
+    one = submissions_over_grpc(workdir, 1, max(args.submissions // 4, 200), args.client_cpus)
     print(f"  1 client:    {one:8.0f} submissions/s")
-    sixteen = submissions_over_grpc(workdir, 16, args.submissions)
+    sixteen = submissions_over_grpc(workdir, 16, args.submissions, args.client_cpus)
     print(f"  16 clients:  {sixteen:8.0f} submissions/s  (target >= {TARGET_SUBMISSIONS:.0f})")
 
     print("the store without gRPC (the ceiling):")

@@ -169,7 +169,7 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def run_row(run: run_pb2.Run, submitter: str, sha: str | None = None) -> dict[str, Any]:
+def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
     """The runs-table row of a (validated) run; received_at is filled in at commit."""
     cfg, res = run.config, run.result
     gpus = list(run.gpus)
@@ -183,7 +183,7 @@ def run_row(run: run_pb2.Run, submitter: str, sha: str | None = None) -> dict[st
     energy = res.energy_per_epoch_joules if res.energy_per_epoch_joules > 0 else None
     return {
         "run_id": run.run_id,
-        "content_sha256": sha or record.content_sha256(run),
+        "content_sha256": record.content_sha256(run),
         "submitter": submitter,
         "received_at": None,
         "created_at": run.created_at.ToDatetime() if run.HasField("created_at") else None,
