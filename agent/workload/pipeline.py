@@ -17,8 +17,12 @@ Imports Keras: import this module only after the backend has been selected.
 from __future__ import annotations
 
 import math
+import os
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 import keras
 import numpy as np
@@ -28,18 +32,66 @@ from gpubench.agent.workload.data import Dataset, decode_images, decoder_pool
 # the framework, which needs several GiB of host memory of its own.
 CACHE_SHARE_OF_AVAILABLE = 0.5
 
-Images = Callable[[np.ndarray], object]  # image indices -> a batch of images
-
 
 @dataclass(frozen=True)
 class Feed:
     """The training and validation batches of a run, and how they are produced."""
 
-    train: keras.utils.PyDataset
-    validation: keras.utils.PyDataset
+    train: ImageBatches
+    validation: ImageBatches
     mode: str  # "cached", "cached-on-device", "streaming" or "seed"
     decode_seconds: float  # time spent decoding up front (cached modes)
     warnings: tuple[str, ...]
+
+
+class Source(Protocol):
+    """Where a batch's images and one-hot labels come from."""
+
+    def batch(self, indices: np.ndarray) -> tuple[object, object]:
+        """Images and labels of the given dataset indices."""
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """Decode and resize the files of every batch (seed and streaming pipelines)."""
+
+    dataset: Dataset
+    labels: np.ndarray
+    size: int
+    pool: ThreadPoolExecutor
+    as_float: bool  # the protocol's pipeline hands float32 pixels to the model
+
+    def batch(self, indices: np.ndarray) -> tuple[object, object]:
+        images = decode_images(self.dataset.paths(indices), self.size, self.pool)
+        return (images.astype(np.float32) if self.as_float else images), self.labels[indices]
+
+
+@dataclass(frozen=True)
+class Cached:
+    """Slices of the decoded uint8 images in host memory."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    def batch(self, indices: np.ndarray) -> tuple[object, object]:
+        return self.images[indices], self.labels[indices]
+
+
+class OnDevice:
+    """The decoded images and labels as tensors on the training device (torch backend)."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
+        import torch
+
+        self._torch = torch
+        self._device = (torch.device("cuda", torch.cuda.current_device())
+                        if torch.cuda.is_available() else torch.device("cpu"))
+        self._images = torch.from_numpy(images).to(self._device)
+        self._labels = torch.from_numpy(labels).to(self._device)
+
+    def batch(self, indices: np.ndarray) -> tuple[object, object]:
+        where = self._torch.from_numpy(np.ascontiguousarray(indices)).to(self._device)
+        return self._images[where], self._labels[where]
 
 
 class ImageBatches(keras.utils.PyDataset):
@@ -47,26 +99,22 @@ class ImageBatches(keras.utils.PyDataset):
 
     def __init__(
         self,
-        images: Images,
-        labels: object,
+        source: Source,
         indices: np.ndarray,
         batch_size: int,
         *,
         shuffle_seed: int | None,
         shard: tuple[int, int] = (0, 1),
-        index: Callable[[np.ndarray], object] = None,
         prefetch: bool,
     ) -> None:
         # A thread prefetching a few batches ahead; the seed pipeline has none.
         super().__init__(workers=2 if prefetch else 1, use_multiprocessing=False,
                          max_queue_size=4)
-        self._images = images
-        self._labels = labels
+        self._source = source
         self._indices = indices
         self._batch = batch_size
         self._shuffle_seed = shuffle_seed
         self._rank, self._world = shard
-        self._index = index or _same
         self._epoch = 0
         self._order = self._epoch_order()
 
@@ -87,8 +135,7 @@ class ImageBatches(keras.utils.PyDataset):
         chosen = self._order[step * self._batch : (step + 1) * self._batch]
         if self._world > 1:
             chosen = np.array_split(chosen, self._world)[self._rank]
-        where = self._index(chosen)
-        return self._images(where), self._labels[where]
+        return self._source.batch(chosen)
 
     def on_epoch_end(self) -> None:
         self._epoch += 1
@@ -97,10 +144,6 @@ class ImageBatches(keras.utils.PyDataset):
     def images_in_step(self, step: int) -> int:
         """How many images (over all replicas) step `step` of an epoch trains on."""
         return len(self._order[step * self._batch : (step + 1) * self._batch])
-
-
-def _same(order: np.ndarray) -> np.ndarray:
-    return order
 
 
 def available_memory_bytes() -> int:
@@ -112,8 +155,6 @@ def available_memory_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    import os
-
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
@@ -134,11 +175,7 @@ def build_feed(
     log: Callable[[str], None] = lambda message: None,
 ) -> Feed:
     """The training and validation batches for `dataset` in the chosen pipeline."""
-    import time
-
     labels = np.eye(len(dataset.class_names), dtype=np.float32)[np.asarray(dataset.labels)]
-    train = np.arange(dataset.train_count)
-    validation = np.arange(dataset.train_count, dataset.image_count)
     pool = decoder_pool()
     warnings: list[str] = []
     mode = pipeline
@@ -152,49 +189,28 @@ def build_feed(
             )
 
     decode_seconds = 0.0
-    index: Callable[[np.ndarray], object] = _same
+    source: Source
     if mode == "cached":
         log(f"decoding {dataset.image_count} images at {size}x{size} into memory")
         started = time.monotonic()
         cache = decode_images(dataset.paths(range(dataset.image_count)), size, pool)
         decode_seconds = time.monotonic() - started
-        def images(where: np.ndarray) -> object:
-            return cache[where]
-
-        if on_device:
-            images, labels, index = _on_device(cache, labels)
-            mode = "cached-on-device"
+        source = OnDevice(cache, labels) if on_device else Cached(cache, labels)
+        mode = "cached-on-device" if on_device else mode
     else:
-        as_float = mode == "seed"  # the protocol's pipeline hands float32 to the model
-
-        def images(where: np.ndarray) -> np.ndarray:
-            batch = decode_images(dataset.paths(where), size, pool)
-            return batch.astype(np.float32) if as_float else batch
+        source = Decoded(dataset, labels, size, pool, as_float=mode == "seed")
 
     # Prefetching threads for work on the host; none for the seed pipeline (the
     # protocol's had none) nor for batches gathered on the GPU.
     prefetch = mode in ("cached", "streaming")
+    train = np.arange(dataset.train_count)
+    validation = np.arange(dataset.train_count, dataset.image_count)
     return Feed(
-        train=ImageBatches(images, labels, train, global_batch, shuffle_seed=seed, shard=shard,
-                           index=index, prefetch=prefetch),
-        validation=ImageBatches(images, labels, validation, global_batch, shuffle_seed=None,
-                                shard=shard, index=index, prefetch=prefetch),
+        train=ImageBatches(source, train, global_batch, shuffle_seed=seed, shard=shard,
+                           prefetch=prefetch),
+        validation=ImageBatches(source, validation, global_batch, shuffle_seed=None, shard=shard,
+                                prefetch=prefetch),
         mode=mode,
         decode_seconds=decode_seconds,
         warnings=tuple(warnings),
     )
-
-
-def _on_device(cache: np.ndarray, labels: np.ndarray) -> tuple[Images, object, Callable]:
-    """The cache and labels as tensors on the training device, batches gathered there (torch)."""
-    import torch
-
-    device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
-              else torch.device("cpu"))
-    images = torch.from_numpy(cache).to(device)
-    on_gpu_labels = torch.from_numpy(labels).to(device)
-
-    def index(order: np.ndarray) -> object:
-        return torch.from_numpy(np.ascontiguousarray(order)).to(device, non_blocking=True)
-
-    return (lambda where: images[where]), on_gpu_labels, index
