@@ -186,8 +186,9 @@ def main() -> int:
     print(f"sampler overhead (same process as a pure-Python loop, worst case): "
           f"{same_overhead:+.2%}")
     print(f"the sampler's own CPU use: {statistics.median(sampler_cpu):.2%} of one core")
-    print(f"ticks per sampled epoch: median {statistics.median(ticks):.0f} "
-          f"(expected about {args.sample_hz * args.epoch_seconds:.0f})")
+    print(f"ticks per sampled child process: median {statistics.median(ticks):.0f} "
+          f"(its start-up included; the timed part alone is about "
+          f"{args.sample_hz * args.epoch_seconds:.0f})")
     if args.json:
         args.json.write_text(json.dumps({
             "nvml": args.nvml, "work": args.work, "sample_hz": args.sample_hz,
