@@ -113,6 +113,8 @@ def main() -> int:
     parser.add_argument("--epoch-seconds", type=float, default=2.0, help="length of one epoch")
     parser.add_argument("--sample-hz", type=float, default=10.0, help="the sampler's rate")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when the overhead is over the target (a quiet machine only)")
     args = parser.parse_args()
 
     nvml_module, telemetry = import_agent()
@@ -198,7 +200,7 @@ def main() -> int:
             "ticks_per_epoch": ticks,
         }, indent=1))
     nvml.close()
-    return 0 if ok else 1
+    return 1 if args.check and not ok else 0
 
 
 if __name__ == "__main__":
