@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DOCKER, REPO, Images, StageClock, run
+from dockerhost import DOCKER, REPO, Images, StageClock, run
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
