@@ -242,7 +242,11 @@ class Store:
         self._local = threading.local()
         self._write_lock = threading.Lock()
         self._closed = False
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            self._conn.close()  # release the file: nothing else may use it now
+            raise
         self._queue: list[_Pending] = []
         self._last_batch = 0  # how many runs the previous group commit carried
         # Outlier groups with runs inserted but not yet rescored (only under load).

@@ -98,3 +98,4 @@ def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
         assert (t4.gpu_name, t4.runs, t4.epoch2_median_seconds) == ("Tesla T4", 3, 17.0)
     finally:
         store.close()
+
