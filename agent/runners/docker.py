@@ -29,6 +29,7 @@ from gpubench.agent.runners.base import (
 from gpubench.errors import ExitCode, GpubenchError
 
 DEFAULT_IMAGE = "gpubench-workload:latest"
+WORKLOAD_COMMAND = ("python3", "-m", "gpubench.agent.workload")
 DATA_MOUNT = "/data"
 STOP_TIMEOUTS = (10.0, 5.0)
 # How long a container's process list stays fresh (asking docker is an HTTP call).
@@ -89,6 +90,11 @@ class DockerWorkload(Workload):
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, name="workload-logs", daemon=True)
         self._reader.start()
+
+    @property
+    def container_id(self) -> str:
+        """The container's id."""
+        return str(self._container.id)
 
     def _read(self) -> None:
         # attach(logs=True) replays what was written before we attached, then follows.
@@ -179,7 +185,11 @@ class DockerWorkload(Workload):
 
 
 class DockerRunner(Runner):
-    """Runs the workload in `image` through the docker engine of this host."""
+    """Runs the workload in `image` through the docker engine of this host.
+
+    `command` replaces the workload's command inside the container and `mounts`
+    (host path -> container path, read-only) adds folders: for a stand-in workload.
+    """
 
     name = "docker"
 
@@ -190,11 +200,15 @@ class DockerRunner(Runner):
         gpus: bool = True,
         environment: dict[str, str] | None = None,
         stop_timeouts: tuple[float, float] = STOP_TIMEOUTS,
+        command: tuple[str, ...] = WORKLOAD_COMMAND,
+        mounts: dict[str, str] | None = None,
     ) -> None:
         self.image = image
         self.gpus = gpus
         self.environment = dict(environment or {})
         self.stop_timeouts = stop_timeouts
+        self.command = tuple(command)
+        self.mounts = dict(mounts or {})
 
     def _client(self) -> Any:
         try:
@@ -219,10 +233,10 @@ class DockerRunner(Runner):
         except docker.errors.ImageNotFound:
             client.close()
             raise DockerUnavailable(
-                f"image {self.image}: not on this host (build it: make -C docker workload, "
-                "or docker pull it)"
+                f"image {self.image}: not on this host (build it with docker/build.sh "
+                "workload, or docker pull it)"
             ) from None
-        volumes = {}
+        volumes = {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts.items()}
         args = request.arguments()
         if request.data and request.data != "synthetic":
             # The data folder goes in read-only, under a fixed path.
@@ -237,7 +251,7 @@ class DockerRunner(Runner):
         try:
             container = client.containers.create(
                 image.id,
-                command=["python", "-m", "gpubench.agent.workload", *args],
+                command=[*self.command, *args],
                 detach=True,
                 device_requests=device_requests,
                 environment={"PYTHONUNBUFFERED": "1", **self.environment},

@@ -1,0 +1,127 @@
+"""The docker runner against the host's docker engine (make test-docker).
+
+The stand-in workload runs in the local base image (python3 only) with this folder
+mounted; one test runs the real workload image with tiny settings.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from gpubench.agent.assemble import decide_ending
+from gpubench.agent.runners.base import WorkloadRequest
+from gpubench.agent.runners.docker import DockerRunner, DockerUnavailable
+
+from gpubench.v1 import run_pb2
+
+pytestmark = pytest.mark.docker
+
+HERE = Path(__file__).resolve().parent
+REQUEST = WorkloadRequest(model="B0", batch=8, gpus=0, epochs=2, image_size=32, limit_images=48)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"no docker engine ({exc})")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def python_image(engine) -> str:
+    """An image with python3: $GPUBENCH_TEST_PYTHON_IMAGE, or the local base image."""
+    wanted = os.environ.get("GPUBENCH_TEST_PYTHON_IMAGE")
+    if wanted:
+        return wanted
+    for image in engine.images.list(name="gpubench-base"):
+        if image.tags:
+            return image.tags[0]
+    pytest.skip("no image with python3 (docker/base-image.sh makes gpubench-base)")
+
+
+def stand_in(image: str, mode: str, **options) -> DockerRunner:
+    return DockerRunner(image, gpus=False, command=("python3", "/fake/fake_workload.py"),
+                        mounts={str(HERE): "/fake"},
+                        environment={"FAKE_WORKLOAD_MODE": mode}, **options)
+
+
+def gone(engine, container_id: str) -> bool:
+    import docker
+
+    try:
+        engine.containers.get(container_id)
+    except docker.errors.NotFound:
+        return True
+    return False
+
+
+def test_events_stream_and_the_container_is_removed(engine, python_image, tmp_path) -> None:
+    with stand_in(python_image, "noisy").start(REQUEST, log_path=tmp_path / "w.log") as workload:
+        events = list(workload.events())
+        outcome = workload.wait()
+        container_id = workload.container_id
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "started" and kinds[-1] == "result" and "warning" in kinds
+    assert outcome.exit_code == 0 and not outcome.interrupted
+    assert outcome.image == python_image and outcome.image_digest.startswith("sha256:")
+    assert "framework banner on stderr" in (tmp_path / "w.log").read_text()
+    assert gone(engine, container_id)
+
+
+def test_a_crash_in_the_container_is_an_error_result(engine, python_image) -> None:
+    with stand_in(python_image, "crash").start(REQUEST) as workload:
+        events = list(workload.events())
+        outcome = workload.wait()
+        container_id = workload.container_id
+    result = decide_ending(outcome, None, None, False)
+    assert outcome.exit_code == 1 and result.status == run_pb2.RUN_STATUS_ERROR
+    assert "simulated crash" in result.message
+    assert [e.kind for e in events].count("epoch_finished") == 1
+    assert gone(engine, container_id)
+
+
+def test_stop_interrupts_and_removes_the_container(engine, python_image) -> None:
+    runner = stand_in(python_image, "ignore-sigint", stop_timeouts=(2.0, 5.0))
+    with runner.start(REQUEST) as workload:
+        for event in workload.events():
+            if event.kind == "step":
+                break
+        assert workload.pids()  # host pids of the container's processes
+        began = time.monotonic()
+        workload.stop()
+        took = time.monotonic() - began
+        outcome = workload.wait()
+        container_id = workload.container_id
+    assert outcome.interrupted and 2.0 <= took < 10.0  # SIGINT ignored, SIGTERM worked
+    assert decide_ending(outcome, None, None, False).status == run_pb2.RUN_STATUS_INTERRUPTED
+    assert gone(engine, container_id)
+
+
+def test_a_missing_image_is_one_clear_error(engine) -> None:
+    with pytest.raises(DockerUnavailable, match="no-such-image:0: not on this host"):
+        DockerRunner("no-such-image:0", gpus=False).start(REQUEST)
+
+
+@pytest.mark.slow
+def test_the_real_workload_image(engine, tmp_path) -> None:
+    image = os.environ.get("GPUBENCH_WORKLOAD_IMAGE", "gpubench-workload:latest")
+    if not engine.images.list(name=image.split(":")[0]):
+        pytest.skip(f"{image} is not built (docker/build.sh workload)")
+    with DockerRunner(image, gpus=False).start(REQUEST, log_path=tmp_path / "w.log") as workload:
+        events = list(workload.events())
+        outcome = workload.wait()
+        container_id = workload.container_id
+    result = next(e for e in events if e.kind == "result")
+    epochs = {e.get("epoch") for e in events if e.kind == "epoch_finished"}
+    assert decide_ending(outcome, None, result, 2 in epochs).status == run_pb2.RUN_STATUS_OK
+    started = next(e for e in events if e.kind == "started")
+    assert started.get("model") == "B0" and started.get("image_size") == 32
+    assert gone(engine, container_id)
