@@ -34,7 +34,7 @@ test: proto
 	$(PY) -m pytest -m "not docker and not gpu" $(PYTEST_ARGS)
 
 test-docker: proto
-	$(PY) -m pytest -m docker tests/docker $(PYTEST_ARGS)
+	$(PY) -m pytest -m docker tests/docker tests/agent $(PYTEST_ARGS)
 
 test-gpu: proto
 	$(PY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
