@@ -115,10 +115,10 @@ def parse_line(line: str) -> Event | None:
     t = float(record.pop("t", time.monotonic()))
     wall = float(record.pop("wall", time.time()))
     if version != STREAM_VERSION:
-        return Event(
-            "warning", t, wall, {"message": f"event stream version {version!r} is not {STREAM_VERSION}; "
-                                 f"ignored a {kind!r} event"}
+        message = (
+            f"event stream version {version!r} is not {STREAM_VERSION}; ignored a {kind!r} event"
         )
+        return Event("warning", t, wall, {"message": message})
     if kind not in KINDS:
         return Event("warning", t, wall, {"message": f"ignored an unknown event kind {kind!r}"})
     return Event(kind, t, wall, record)
