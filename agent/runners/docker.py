@@ -264,7 +264,7 @@ class DockerRunner(Runner):
             )
             container.start()
             return workload
-        except docker.errors.APIError as exc:
+        except BaseException as exc:  # a Ctrl-C while starting included: leave nothing behind
             if container is not None:
                 try:
                     container.remove(force=True)
@@ -272,4 +272,6 @@ class DockerRunner(Runner):
                     pass
             log.close()
             client.close()
-            raise DockerUnavailable(f"cannot start the workload container ({exc})") from None
+            if isinstance(exc, docker.errors.APIError):
+                raise DockerUnavailable(f"cannot start the workload container ({exc})") from None
+            raise
