@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich import box
 from rich.table import Table
 
 from gpubench import record
@@ -14,7 +15,7 @@ MISSING = "-"
 
 
 def _seconds(value: float) -> str:
-    return f"{value:.1f}" if value else MISSING
+    return f"{value:.1f} s" if value else MISSING
 
 
 def _memory(run: run_pb2.Run) -> str:
@@ -30,8 +31,7 @@ def _memory(run: run_pb2.Run) -> str:
         share = f" ({allocator / total:.0%})" if total else ""
         parts.append(f"{allocator / GIB:.1f} GiB{share}")
     if process:
-        share = f" ({process / total:.0%})" if total else ""
-        parts.append(f"NVML {process / GIB:.1f} GiB{share}")
+        parts.append(f"NVML {process / GIB:.1f} GiB")
     return "\n".join(parts) or MISSING
 
 
@@ -47,16 +47,22 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
     first = runs[0] if runs else None
     where = (record.gpu_config_name(first.gpus[0].name, first.config.gpu_count)
              if first is not None and first.gpus else "CPU only")
-    table = Table(title=f"gpubench on {where}")
+    searched_any = any(r.config.batch_choice == run_pb2.BATCH_CHOICE_SEARCHED for r in runs)
+    table = Table(
+        title=f"gpubench on {where}", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
+        pad_edge=False,
+        caption="energy and power: the measured epoch, all GPUs"
+        + ("; * the largest batch that fits (--batch auto)" if searched_any else ""),
+    )
     table.add_column("model")
     table.add_column("status")
-    table.add_column("epoch 1 (s)", justify="right")
-    table.add_column("epoch 2 (s)", justify="right")
+    table.add_column("epoch 1", justify="right")
+    table.add_column("epoch 2", justify="right")
     table.add_column("img/s", justify="right")
     table.add_column("batch", justify="right")
-    table.add_column("peak memory\n(% of card)", justify="right")
-    table.add_column("energy/epoch", justify="right")
-    table.add_column("mean power", justify="right")
+    table.add_column("peak memory", justify="right", no_wrap=True)
+    table.add_column("energy", justify="right")
+    table.add_column("power", justify="right")
     for run in runs:
         result = run.result
         epochs = {epoch.number: epoch for epoch in result.epochs}
@@ -69,7 +75,7 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
             _seconds(epochs[1].wall_seconds if 1 in epochs else 0.0),
             _seconds(result.epoch2_seconds),
             f"{result.train_images_per_second:.0f}" if result.train_images_per_second else MISSING,
-            (f"{batch}{' (largest)' if searched else ''}" if batch else MISSING),
+            (f"{batch}{'*' if searched else ''}" if batch else MISSING),
             _memory(run),
             _energy(result.energy_per_epoch_joules),
             f"{result.mean_power_watts:.0f} W" if result.mean_power_watts else MISSING,
