@@ -157,10 +157,13 @@ def open_and_take_inventory() -> tuple[Nvml | None, Inventory]:
     """Open the driver and take the inventory; without a driver, a CPU-only inventory
     whose `no_gpu_reason` says why. The caller closes the returned Nvml.
     """
+    nvml: Nvml | None = None
     try:
         nvml = open_nvml()
-    except NvmlUnavailable as exc:
+        return nvml, take_inventory(nvml)
+    except NvmlUnavailable as exc:  # no driver, or one that cannot even count its GPUs
+        if nvml is not None:
+            nvml.close()
         inventory = take_inventory(None)
         inventory.no_gpu_reason = no_driver_line(exc)
         return None, inventory
-    return nvml, take_inventory(nvml)
