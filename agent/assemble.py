@@ -232,6 +232,7 @@ class RunBuilder:
         config.pipeline = str(started.get("pipeline") or request.pipeline or "")
         config.weights = str(started.get("weights") or request.weights or "")
         config.jit_compile = bool(started.get("jit_compile", False))
+        config.data_on_device = bool(started.get("data_on_device", False))
         dataset = started.get("dataset") or {}
         config.dataset_name = str(dataset.get("name") or "")
         config.image_count = int(dataset.get("image_count") or 0)

@@ -152,6 +152,12 @@ def main() -> None:
                    "scripts read them [default: the workload's].")
 @click.option("--weights", metavar="none|imagenet|FILE", default=None,
               help="Initial weights [default: the workload's, none].")
+@click.option("--jit-compile/--no-jit-compile", default=None,
+              help="Compile the training step (XLA on TensorFlow and JAX, torch.compile on "
+                   "torch); the protocol did not [default: the workload's, off].")
+@click.option("--data-on-device/--data-on-host", default=None,
+              help="torch backend, cached pipeline: keep the decoded images on the GPU "
+                   "[default: the workload's, on the host].")
 @click.option("--runner", type=click.Choice(("local", "docker")), default="local",
               show_default=True,
               help="Run the workload in a child process, or in the workload image.")
@@ -174,7 +180,8 @@ def main() -> None:
 @handles_errors
 def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
         backend: str | None, data: str | None, epochs: int | None, image_size: int | None,
-        limit_images: int | None, pipeline: str | None, weights: str | None, runner: str,
+        limit_images: int | None, pipeline: str | None, weights: str | None,
+        jit_compile: bool | None, data_on_device: bool | None, runner: str,
         image: str, collector: str | None, token: str | None, ca: Path | None, offline: bool,
         spool_dir: Path | None, sample_hz: float, trace_path: Path | None,
         idle_timeout: float, idle_temperature: float, label: str, as_json: bool) -> int:
@@ -241,7 +248,8 @@ def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
                 WorkloadRequest(model=model, batch=batch, precision=precision, gpus=gpu_count,
                                 backend=backend, data=data, epochs=epochs,
                                 image_size=image_size, limit_images=limit_images,
-                                pipeline=pipeline, weights=weights)
+                                pipeline=pipeline, weights=weights,
+                                jit_compile=jit_compile, data_on_device=data_on_device)
                 for model in models
             ]
             outcome = benchmark.run(requests)

@@ -40,6 +40,8 @@ class WorkloadRequest:
     limit_images: int | None = None
     pipeline: str | None = None
     weights: str | None = None
+    jit_compile: bool | None = None
+    data_on_device: bool | None = None
 
     def arguments(self) -> list[str]:
         """The arguments of `python -m gpubench.agent.workload run`."""
@@ -58,6 +60,12 @@ class WorkloadRequest:
         ):
             if value is not None:
                 args += [flag, str(value)]
+        for on, off, value in (
+            ("--jit-compile", "--no-jit-compile", self.jit_compile),
+            ("--data-on-device", "--data-on-host", self.data_on_device),
+        ):
+            if value is not None:
+                args.append(on if value else off)
         return args
 
 

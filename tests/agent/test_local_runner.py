@@ -50,6 +50,8 @@ def test_arguments_reach_the_workload() -> None:
         "--image-size", "32", "--limit-images", "48",
     ]
     assert WorkloadRequest(model="B7").arguments() == ["run", "--model", "B7", "--batch", "auto"]
+    assert WorkloadRequest(model="B0", jit_compile=True, data_on_device=False).arguments()[-2:] == [
+        "--jit-compile", "--data-on-host"]
 
 
 def test_events_in_order_and_other_output_in_the_log(fake_workload_command, tmp_path) -> None:
