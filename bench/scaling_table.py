@@ -43,7 +43,8 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
     for run in runs:
         cfg = run["config"]
         gpu = (run.get("gpus") or [{}])[0].get("name", "CPU")
-        groups[(cfg["model"], cfg.get("precision", ""), gpu, int(cfg.get("gpu_count", 0)))].append(run)
+        key = (cfg["model"], cfg.get("precision", ""), gpu, int(cfg.get("gpu_count", 0)))
+        groups[key].append(run)
     rows = []
     for (model, precision, gpu, count), members in sorted(groups.items()):
         speed = statistics.median(r["result"].get("train_images_per_second", 0) for r in members)
