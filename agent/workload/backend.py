@@ -27,6 +27,8 @@ _OOM_TEXT = (
     "failed to allocate",
     "std::bad_alloc",
     "not enough memory",
+    # oneDNN (torch's CPU convolutions) reports a failed allocation this way.
+    "could not create a primitive",
 )
 
 

@@ -65,6 +65,7 @@ class RunSettings:
     seed: int = DEFAULT_SEED
     jit_compile: bool = False
     data_on_device: bool = False  # keep the cached images on the GPU (torch backend)
+    batched_augmentation: bool = False  # rotation and zoom for the whole batch at once (torch)
     max_trials: int = 10
     trial_steps: int = 3
     memory_limit_bytes: int | None = None  # caps each search trial's address space (tests)
@@ -89,6 +90,8 @@ class RunSettings:
             raise BadSettings(f"--max-trials must be at least 2, not {self.max_trials}")
         if self.trial_steps < 1:
             raise BadSettings(f"--trial-steps must be at least 1, not {self.trial_steps}")
+        if self.batched_augmentation and self.backend != "torch":
+            raise BadSettings("--batched-augmentation needs --backend torch")
         if self.replicas_on_cpu and (self.gpus or self.backend != "torch"):
             raise BadSettings("--replicas-on-cpu needs --gpus 0 and --backend torch")
         if self.data_on_device and (self.pipeline != "cached" or self.backend != "torch"):

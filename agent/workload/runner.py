@@ -119,6 +119,7 @@ def started_fields(settings: RunSettings, dataset: data.Dataset, batch: int, cho
         "weights": net.weights_label(settings.weights),
         "jit_compile": settings.jit_compile,
         "data_on_device": settings.data_on_device,
+        "batched_augmentation": settings.batched_augmentation,
         "dataset": dataset.describe(),
         "pid": os.getpid(),
     }
@@ -165,6 +166,10 @@ def train(
         network = net.build(settings.model, settings.size, settings.weights,
                             classes=len(dataset.class_names))
         net.compile_for_training(network, jit_compile=settings.jit_compile)
+        if settings.batched_augmentation:
+            from gpubench.agent.workload import augment
+
+            augment.batch_affine_transforms(network)
         if hooks is not None:
             hooks.prepare(network)
     counts = net.parameter_counts(network)
