@@ -14,20 +14,26 @@ Kinds and their fields (all optional fields may be absent):
 - started: backend, backend_version, keras_version, python_version,
   cuda_runtime_version, cudnn_version, model, image_size, batch_per_gpu,
   global_batch, batch_choice ("given"|"searched"), precision, gpu_count, epochs,
-  pipeline, weights, jit_compile, dataset {name, image_count, fingerprint,
-  train_images, validation_images, validation_split, seed, skipped_files}, pid
-- batch_trial: batch, fits, peak_memory_bytes, seconds, message
+  pipeline, weights, jit_compile, data_on_device, batched_augmentation,
+  dataset {name, image_count, fingerprint, train_images, validation_images,
+  validation_split, seed, skipped_files (count of non-image files), class_names}, pid
+- batch_trial: batch, fits, peak_memory_bytes, seconds, message,
+  address_space_peak_bytes
 - batch_chosen: batch
 - epoch_started: epoch, steps
 - step: epoch, step, steps                       (progress; throttled)
 - epoch_finished: epoch, wall_seconds, train_seconds, validation_seconds,
-  loss, accuracy, val_loss, val_accuracy, t_start, t_end
-- result: measured_epoch, train_images_per_second, step_time_median_seconds,
-  step_time_cv, memory [{gpu_index, allocator_peak_bytes, memory_total_bytes}],
-  warnings [str]
+  loss, accuracy, val_loss, val_accuracy, t_start, t_end, steps,
+  train_images_per_second, step_time_median_seconds, step_time_cv, timed_steps
+- result: measured_epoch, epoch2_seconds, startup_seconds,
+  train_images_per_second, step_time_median_seconds, step_time_cv, timed_steps,
+  memory [{gpu_index, allocator_peak_bytes, memory_total_bytes}], memory_notes [str],
+  warnings [str], epochs [{epoch, wall_seconds, train_images_per_second, ...}],
+  batch_per_gpu, global_batch, pipeline_mode, decode_seconds, weights,
+  parameters {total, trainable, non_trainable}
 - warning: message
 - log: message
-- error: status ("out_of_memory"|"error"), message
+- error: status ("out_of_memory"|"error"|"interrupted"), message
 """
 
 from __future__ import annotations
