@@ -124,6 +124,7 @@ def trial_command(settings: RunSettings, batch: int) -> list[str]:
         "--trial-steps", str(settings.trial_steps),
         "--seed", str(settings.seed),
         "--jit-compile" if settings.jit_compile else "--no-jit-compile",
+        "--batched-augmentation" if settings.batched_augmentation else "--keras-augmentation",
     ]
     if settings.memory_limit_bytes:
         command += ["--memory-limit-bytes", str(settings.memory_limit_bytes)]

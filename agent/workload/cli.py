@@ -67,6 +67,11 @@ def _model_options(func: Callable) -> Callable:
         click.option("--jit-compile/--no-jit-compile", default=False, show_default=True,
                      help="Compile the training step (XLA on TensorFlow and JAX, torch.compile "
                           "on torch); the protocol did not."),
+        click.option("--batched-augmentation/--keras-augmentation", default=False,
+                     show_default=True,
+                     help="torch backend: compute the random rotation and zoom for the whole "
+                          "batch at once (the same transforms, bit for bit) instead of Keras's "
+                          "image-by-image loop."),
         click.option("--trial-steps", type=click.IntRange(min=1), default=3, show_default=True,
                      help="Training steps each batch-size trial runs."),
         click.option("--memory-limit-bytes", type=click.IntRange(min=1), default=None,
@@ -108,10 +113,6 @@ def main() -> None:
 @click.option("--data-on-device/--data-on-host", default=False, show_default=True,
               help="torch backend, cached pipeline: keep the decoded images on the GPU and "
                    "gather batches there.")
-@click.option("--batched-augmentation/--keras-augmentation", default=False, show_default=True,
-              help="torch backend: compute the random rotation and zoom for the whole batch at "
-                   "once (the same transforms, bit for bit) instead of Keras's image-by-image "
-                   "loop.")
 @click.option("--max-trials", type=click.IntRange(min=2), default=10, show_default=True,
               help="Most batch-size trials --batch auto may run.")
 @click.option("--replicas-on-cpu", type=click.IntRange(min=0), default=0, hidden=True,

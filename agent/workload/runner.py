@@ -65,11 +65,11 @@ def run(settings: RunSettings, events: EventWriter) -> int:
                                     replicas=settings.replicas_on_cpu or None)
         backend.select(settings.backend, settings.gpus)
         return train(settings, dataset, batch, choice, events)
-    except BaseException as exc:  # noqa: B036 - Ctrl-C is reported, then re-raised
-        code = report_failure(events, exc)
-        if not isinstance(exc, Exception):
-            raise
-        return code
+    except KeyboardInterrupt as exc:
+        report_failure(events, exc)  # said on the stream, then Python's own Ctrl-C exit
+        raise
+    except Exception as exc:
+        return report_failure(events, exc)
 
 
 def load_dataset(settings: RunSettings) -> data.Dataset:
@@ -250,6 +250,10 @@ def trial(settings: RunSettings, batch: int, events: EventWriter) -> int:
         net.set_precision(settings.precision)
         network = net.build(settings.model, settings.size, "none")
         net.compile_for_training(network, jit_compile=settings.jit_compile)
+        if settings.batched_augmentation:  # it needs memory of its own: try what will run
+            from gpubench.agent.workload import augment
+
+            augment.batch_affine_transforms(network)
         rng = np.random.default_rng(settings.seed)
         images = rng.integers(0, 256, size=(batch, settings.size, settings.size, 3), dtype=np.uint8)
         labels = np.eye(3, dtype=np.float32)[rng.integers(0, 3, size=batch)]
