@@ -71,14 +71,6 @@ def read_peaks(backend: str, gpus: int) -> MemoryReport:
     return _jax(gpus)
 
 
-def local_peak(backend: str, device_index: int) -> GpuMemory:
-    """This process's own GPU peak (one process per GPU under torch data parallelism)."""
-    import torch
-
-    return GpuMemory(device_index, int(torch.cuda.max_memory_allocated()),
-                     int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory))
-
-
 def _tensorflow(gpus: int) -> MemoryReport:
     import tensorflow as tf
 

@@ -7,8 +7,7 @@ these settings without pulling in Keras.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from gpubench.errors import ExitCode, GpubenchError
 
@@ -106,10 +105,6 @@ class RunSettings:
     def devices(self) -> int:
         """How many replicas train: the GPUs, or the one CPU."""
         return self.replicas_on_cpu or max(1, self.gpus)
-
-    def as_event(self) -> dict[str, Any]:
-        """The settings as event fields (JSON-ready)."""
-        return asdict(self)
 
 
 def default_backend() -> str:

@@ -17,7 +17,6 @@ Imports Keras: import this module only after the backend has been selected.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,11 +25,8 @@ from typing import Protocol
 
 import keras
 import numpy as np
+from gpubench.agent.workload import hostmemory
 from gpubench.agent.workload.data import Dataset, decode_images, decoder_pool
-
-# Share of the available memory the decoded cache may take; the rest is left to
-# the framework, which needs several GiB of host memory of its own.
-CACHE_SHARE_OF_AVAILABLE = 0.5
 
 
 @dataclass(frozen=True)
@@ -146,23 +142,6 @@ class ImageBatches(keras.utils.PyDataset):
         return len(self._order[step * self._batch : (step + 1) * self._batch])
 
 
-def available_memory_bytes() -> int:
-    """Memory the system could give this process now (MemAvailable), in bytes."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def cache_bytes(image_count: int, size: int) -> int:
-    """Bytes the decoded uint8 cache takes: images x height x width x 3."""
-    return image_count * size * size * 3
-
-
 def build_feed(
     dataset: Dataset,
     *,
@@ -180,13 +159,11 @@ def build_feed(
     warnings: list[str] = []
     mode = pipeline
     if pipeline == "cached":
-        need, have = cache_bytes(dataset.image_count, size), available_memory_bytes()
-        if need > CACHE_SHARE_OF_AVAILABLE * have:
+        too_big = hostmemory.cache_refusal(dataset.image_count, size,
+                                           hostmemory.available_memory_bytes())
+        if too_big:
             mode = "streaming"
-            warnings.append(
-                f"decoded images would take {need / 2**30:.1f} GiB of the {have / 2**30:.1f} GiB "
-                "available: streaming them from disk every epoch instead of caching"
-            )
+            warnings.append(too_big)
 
     decode_seconds = 0.0
     source: Source

@@ -150,3 +150,14 @@ def test_limit_keeps_the_first_images_after_the_shuffle(image_folder) -> None:
     limited = data.read_dataset(root, seed=12, validation_split=0.2, limit=12)
     assert limited.files == full.files[:12]
     assert limited.fingerprint != full.fingerprint
+
+
+def test_cache_that_would_not_fit_streams_with_a_warning() -> None:
+    from gpubench.agent.workload import hostmemory
+
+    b7 = hostmemory.cache_bytes(2136, 600)
+    assert b7 == 2136 * 600 * 600 * 3  # 2.3 GB: what cost the article's author a 12 GB machine
+    assert hostmemory.cache_refusal(2136, 600, available=12 * 10**9) is None
+    warning = hostmemory.cache_refusal(2136, 600, available=4 * 10**9)
+    assert warning and "streaming" in warning and "2.1 GiB" in warning
+    assert hostmemory.available_memory_bytes() > 0
