@@ -15,11 +15,12 @@ share one commit instead of paying for one each.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -281,8 +282,7 @@ class Store:
                 "upgrade gpubench"
             )
         for migration in migrations.pending(applied):
-            con.execute("BEGIN TRANSACTION")
-            try:
+            with _transaction(con):
                 for statement in migration.statements:
                     con.execute(statement)
                 if migration.refill_group_figures:
@@ -290,10 +290,6 @@ class Store:
                 con.execute(
                     "INSERT INTO schema_migrations VALUES (?, ?)", [migration.name, utc_now()]
                 )
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
 
     def applied_migrations(self) -> list[str]:
         """The names of the migrations this database has had, in order applied."""
@@ -313,9 +309,15 @@ class Store:
                 return
             self._closed = True
             with self._write_lock:
-                self._conn.execute("CHECKPOINT")
-            for cursor in self._cursors:
-                cursor.close()
+                # Cursors first: one holding an unread result keeps its transaction open,
+                # and an open transaction prevents the checkpoint.
+                for cursor in self._cursors:
+                    cursor.close()
+                try:
+                    self._conn.execute("CHECKPOINT")
+                except duckdb.TransactionException:
+                    # Nothing is lost: opening the file replays the write-ahead log.
+                    log.warning("could not checkpoint on close; the log is replayed on open")
             self._conn.close()
 
     # -- submissions ------------------------------------------------------------------------
@@ -432,16 +434,11 @@ class Store:
         for pending in fresh:
             pending.row["received_at"] = received_at
         self._dirty_groups.update(_group_key(p.row) for p in fresh if p.row["status"] == "ok")
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with _pending_runs(con, rows_table([p.row for p in fresh])), _transaction(con):
             if fresh:
-                con.from_arrow(rows_table([p.row for p in fresh])).insert_into("runs")
+                con.execute("INSERT INTO runs SELECT * FROM pending_runs")
             if rescore:
                 self._rescore(con, self._dirty_groups)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         if rescore:
             self._dirty_groups = set()
             self._rescored_at = time.monotonic()
@@ -461,13 +458,8 @@ class Store:
     def _rescore_dirty(self) -> None:
         con = self._cursor()
         try:
-            con.execute("BEGIN TRANSACTION")
-            try:
+            with _transaction(con):
                 self._rescore(con, self._dirty_groups)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
         except Exception:  # the writer must live on: the runs are stored, only flags lag
             log.exception("rescoring outliers failed; will retry")
         else:
@@ -545,25 +537,16 @@ class Store:
         """Recompute the outlier flags of every group (after a bulk load)."""
         with self._write_lock:
             con = self._cursor()
-            con.execute("BEGIN TRANSACTION")
-            try:
+            with _transaction(con):
                 self._rescore(con, None)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
 
     def bulk_load(self, table: pa.Table) -> None:
         """Append rows given as an Arrow table of RUN_COLUMNS (no validation, no rescoring)."""
         with self._write_lock:
             con = self._cursor()
-            con.execute("BEGIN TRANSACTION")
-            try:
-                con.from_arrow(table.select(RUN_COLUMNS.names).cast(RUN_COLUMNS)).insert_into("runs")
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+            rows = table.select(RUN_COLUMNS.names).cast(RUN_COLUMNS)
+            with _pending_runs(con, rows), _transaction(con):
+                con.execute("INSERT INTO runs SELECT * FROM pending_runs")
 
     # -- reading runs -----------------------------------------------------------------------
 
@@ -578,7 +561,7 @@ class Store:
 
     def count(self) -> int:
         """How many runs are stored."""
-        return self._cursor().execute("SELECT count(*) FROM runs").fetchone()[0]
+        return self._cursor().execute("SELECT count(*) FROM runs").fetchall()[0][0]
 
     def list(
         self, where: RunFilter, *, page_size: int, page_token: str = ""
@@ -609,15 +592,10 @@ class Store:
             ).fetchall()
             if not rows:
                 raise NotFound(f"run_id {run_id}: no such run")
-            con.execute("BEGIN TRANSACTION")
-            try:
+            with _transaction(con):
                 con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
                 if rows[0][1] == "ok":
                     self._rescore(con, {tuple(rows[0][2:])})
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
             return rows[0][0]
 
     def submitter_of(self, run_id: str) -> str:
@@ -706,18 +684,13 @@ class Store:
             if rows and not rows[0][0]:
                 raise TokenExists(f"token {name!r}: already exists (revoke it first)")
             now = utc_now()
-            con.execute("BEGIN TRANSACTION")
-            try:
+            with _transaction(con):
                 con.execute("DELETE FROM tokens WHERE name = ?", [name])
                 con.execute(
                     "INSERT INTO tokens (name, secret_sha256, admin, created_at, revoked) "
                     "VALUES (?, ?, ?, ?, false)",
                     [name, secret_sha256, admin, now],
                 )
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
             return TokenRow(name, admin, now, False, None, secret_sha256)
 
     def tokens(self) -> list[TokenRow]:
@@ -818,6 +791,29 @@ def _group_figures(r: Sequence[Any]) -> GroupFigures:
         backends=tuple(sorted(r[15] or ())), precisions=tuple(sorted(r[16] or ())),
         image_sizes=tuple(sorted(r[17] or ())),
     )
+
+
+@contextlib.contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One transaction: committed when the block ends, rolled back if it raises."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+@contextlib.contextmanager
+def _pending_runs(con: duckdb.DuckDBPyConnection, table: pa.Table) -> Iterator[None]:
+    """`table` readable as the view pending_runs (registered outside any transaction,
+    so a failed insert's rollback cannot leave it behind)."""
+    con.register("pending_runs", table)
+    try:
+        yield
+    finally:
+        con.unregister("pending_runs")
 
 
 def _group_key(row: dict[str, Any]) -> tuple:
