@@ -95,10 +95,30 @@ def _client_process(
     results.put(("done", spans))
 
 
+def _thread_cpu_seconds() -> dict[str, float]:
+    """CPU seconds so far of this process's threads, by Python thread name (Linux)."""
+    names = {t.native_id: t.name.rstrip("0123456789_-") for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except OSError:  # the thread ended
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        name = names.get(int(tid), f"native {comm}")
+        found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
 def submissions_over_grpc(
     workdir: Path, clients: int, total: int, client_cpus: set[int] | None = None
 ) -> float:
-    """Submissions per second with `clients` concurrent clients, `total` runs in all."""
+    """Submissions per second with `clients` concurrent clients, `total` runs in all.
+
+    Also prints where the collector's CPU went per submission, by thread.
+    """
     store = Store(workdir / f"grpc-{clients}.duckdb")
     tokens = TokenBook(store)
     server, port = create_server(store, tokens=tokens, rate_limit=RATE_LIMIT)
@@ -122,8 +142,10 @@ def submissions_over_grpc(
             p.start()
         ready = sum(results.get(timeout=300)[1] for _ in processes)
         assert ready == clients
+        cpu_before = _thread_cpu_seconds()
         start_at.value = time.monotonic() + 0.2
         spans = [span for _ in processes for span in results.get(timeout=600)[1]]
+        cpu_after = _thread_cpu_seconds()
         for p in processes:
             p.join()
         begin = min(s[0] for s in spans)
@@ -131,6 +153,11 @@ def submissions_over_grpc(
         done = sum(s[2] for s in spans)
         stored = store.count()
         assert stored == done + clients, f"stored {stored}, submitted {done} + {clients} warm-ups"
+        spent = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items()}
+        shown = sorted(((v, k) for k, v in spent.items() if v > 0), reverse=True)
+        print(f"  {clients} client(s), collector CPU per submission: "
+              f"{sum(spent.values()) / done * 1000:.2f} ms ("
+              + ", ".join(f"{k} {v / done * 1000:.2f}" for v, k in shown[:5]) + ")")
         return done / (end - begin)
     finally:
         server.stop(None).wait()

@@ -217,11 +217,16 @@ def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
     }
 
 
-def rows_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
-    """Rows (as `run_row` makes them) as an Arrow table in the runs table's column order."""
-    return pa.table(
-        {name: [r[name] for r in rows] for name in RUN_COLUMNS.names}, schema=RUN_COLUMNS
-    )
+# The runs table's column types in DuckDB's words, for the insert below.
+_SQL_TYPES = {
+    pa.string(): "VARCHAR", pa.timestamp("us"): "TIMESTAMP", pa.int32(): "INTEGER",
+    pa.float64(): "DOUBLE", pa.uint64(): "UBIGINT", pa.bool_(): "BOOLEAN", pa.binary(): "BLOB",
+}
+# Inserts a batch given as one list per column: a single parameterised statement, which
+# costs DuckDB less per transaction than registering an Arrow table or one row at a time.
+_INSERT_ROWS = "INSERT INTO runs SELECT " + ", ".join(
+    f"unnest(${i}::{_SQL_TYPES[field.type]}[])" for i, field in enumerate(RUN_COLUMNS, start=1)
+)
 
 
 class Store:
@@ -434,9 +439,11 @@ class Store:
         for pending in fresh:
             pending.row["received_at"] = received_at
         self._dirty_groups.update(_group_key(p.row) for p in fresh if p.row["status"] == "ok")
-        with _pending_runs(con, rows_table([p.row for p in fresh])), _transaction(con):
+        with _transaction(con):
             if fresh:
-                con.execute("INSERT INTO runs SELECT * FROM pending_runs")
+                con.execute(
+                    _INSERT_ROWS, [[p.row[name] for p in fresh] for name in RUN_COLUMNS.names]
+                )
             if rescore:
                 self._rescore(con, self._dirty_groups)
         if rescore:
