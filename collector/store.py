@@ -10,6 +10,10 @@ thread inserts everything queued into one transaction, commits (DuckDB writes
 the commit to its write-ahead log before returning), and only then wakes the
 waiting threads with their acknowledgements. Many concurrent submissions thus
 share one commit instead of paying for one each.
+
+Outlier flags and the per-group figures Compare reads (table group_figures) are
+recomputed for the groups a change touched: after deletes and imports at once,
+after submissions at most every RESCORE_INTERVAL_S, and always before a read.
 """
 
 from __future__ import annotations
@@ -255,7 +259,7 @@ class Store:
             raise
         self._queue: list[_Pending] = []
         self._last_batch = 0  # how many runs the previous group commit carried
-        # Outlier groups with runs inserted but not yet rescored (only under load).
+        # Outlier groups with runs inserted but not yet rescored.
         self._dirty_groups: set[tuple] = set()
         self._rescored_at = time.monotonic()
         self._queue_ready = threading.Condition()
@@ -392,9 +396,9 @@ class Store:
     def _commit(self, batch: list[_Pending], *, rescore: bool) -> None:
         """Insert a batch in one transaction, then resolve every waiting future.
 
-        With `rescore` the outlier groups the batch touched are rescored in the same
-        transaction; under load (more submissions waiting) they are marked dirty and
-        rescored once for many batches, at most RESCORE_INTERVAL_S later.
+        With `rescore` (imports) the outlier groups the batch touched are rescored in
+        the same transaction; otherwise they stay dirty until the writer's next rescore
+        (at most RESCORE_INTERVAL_S later) or the next read, whichever comes first.
         """
         con = self._cursor()
         received_at = utc_now()
