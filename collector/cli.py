@@ -189,7 +189,10 @@ def import_runs(db_path: Path, files: tuple[Path, ...], submitter: str) -> None:
     finally:
         store.close()
     conflicts = [str(r) for r in results if isinstance(r, Exception)]
-    err.print(f"imported {len(runs) - len(conflicts)} run(s) into {db_path}")
+    err.print(
+        f"{len(runs) - len(conflicts)} run(s) stored in {db_path} "
+        "(runs already there with the same content are left as they were)"
+    )
     if conflicts:
         raise RequestRefused("; ".join(conflicts[:3]))
 
