@@ -774,17 +774,22 @@ _FIGURES = """
 """
 
 
-def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
-    clauses = ["model = ?"]
-    params: list[Any] = [query.model]
-    for column in ("precision", "backend", "benchmark_version"):
-        value = getattr(query, column)
+def _equal_where_set(source: object, columns: tuple[str, ...]) -> tuple[list[str], list[Any]]:
+    """`column = ?` for each of `columns` that `source` sets (non-empty, non-zero)."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column in columns:
+        value = getattr(source, column)
         if value:
             clauses.append(f"{column} = ?")
             params.append(value)
-    if query.image_size:
-        clauses.append("image_size = ?")
-        params.append(query.image_size)
+    return clauses, params
+
+
+def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
+    clauses, params = _equal_where_set(
+        query, ("model", "precision", "backend", "benchmark_version", "image_size")
+    )
     if query.gpu_names:
         clauses.append("list_contains(?, lower(gpu_name))")
         params.append([n.lower() for n in query.gpu_names])
@@ -832,19 +837,12 @@ def _group_key(row: dict[str, Any]) -> tuple:
 
 
 def _filter_sql(where: RunFilter) -> tuple[list[str], list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
+    clauses, params = _equal_where_set(
+        where, ("model", "backend", "precision", "submitter", "gpu_count")
+    )
     if where.gpu_name:
         clauses.append("contains(lower(gpu_name), ?)")
         params.append(where.gpu_name.lower())
-    for column in ("model", "backend", "precision", "submitter"):
-        value = getattr(where, column)
-        if value:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    if where.gpu_count:
-        clauses.append("gpu_count = ?")
-        params.append(where.gpu_count)
     if where.since is not None:
         clauses.append("created_at >= ?")
         params.append(where.since)
