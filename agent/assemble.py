@@ -233,6 +233,7 @@ class RunBuilder:
         config.weights = str(started.get("weights") or request.weights or "")
         config.jit_compile = bool(started.get("jit_compile", False))
         config.data_on_device = bool(started.get("data_on_device", False))
+        config.batched_augmentation = bool(started.get("batched_augmentation", False))
         dataset = started.get("dataset") or {}
         config.dataset_name = str(dataset.get("name") or "")
         config.image_count = int(dataset.get("image_count") or 0)
@@ -246,7 +247,7 @@ class RunBuilder:
         skipped = dataset.get("skipped_files")
         if skipped:
             count = len(skipped) if isinstance(skipped, list) else int(skipped)
-            self.warn(f"{count} unreadable image file(s) in the dataset were skipped")
+            self.warn(f"{count} file(s) in the dataset folder are not images and were skipped")
 
     def _memory(self, run: run_pb2.Run, window: WindowTelemetry | None) -> None:
         totals = {gpu.index: gpu.memory_total_bytes for gpu in run.gpus}

@@ -158,6 +158,10 @@ def main() -> None:
 @click.option("--data-on-device/--data-on-host", default=None,
               help="torch backend, cached pipeline: keep the decoded images on the GPU "
                    "[default: the workload's, on the host].")
+@click.option("--batched-augmentation/--keras-augmentation", default=None,
+              help="torch backend: compute the protocol's rotation and zoom for the whole batch "
+                   "at once (the same images as Keras's per-image code, much faster) [default: "
+                   "the workload's, Keras's own].")
 @click.option("--runner", type=click.Choice(("local", "docker")), default="local",
               show_default=True,
               help="Run the workload in a child process, or in the workload image.")
@@ -181,7 +185,8 @@ def main() -> None:
 def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
         backend: str | None, data: str | None, epochs: int | None, image_size: int | None,
         limit_images: int | None, pipeline: str | None, weights: str | None,
-        jit_compile: bool | None, data_on_device: bool | None, runner: str,
+        jit_compile: bool | None, data_on_device: bool | None,
+        batched_augmentation: bool | None, runner: str,
         image: str, collector: str | None, token: str | None, ca: Path | None, offline: bool,
         spool_dir: Path | None, sample_hz: float, trace_path: Path | None,
         idle_timeout: float, idle_temperature: float, label: str, as_json: bool) -> int:
@@ -249,7 +254,8 @@ def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
                                 backend=backend, data=data, epochs=epochs,
                                 image_size=image_size, limit_images=limit_images,
                                 pipeline=pipeline, weights=weights,
-                                jit_compile=jit_compile, data_on_device=data_on_device)
+                                jit_compile=jit_compile, data_on_device=data_on_device,
+                                batched_augmentation=batched_augmentation)
                 for model in models
             ]
             outcome = benchmark.run(requests)

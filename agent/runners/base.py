@@ -42,6 +42,7 @@ class WorkloadRequest:
     weights: str | None = None
     jit_compile: bool | None = None
     data_on_device: bool | None = None
+    batched_augmentation: bool | None = None
 
     def arguments(self) -> list[str]:
         """The arguments of `python -m gpubench.agent.workload run`."""
@@ -63,6 +64,7 @@ class WorkloadRequest:
         for on, off, value in (
             ("--jit-compile", "--no-jit-compile", self.jit_compile),
             ("--data-on-device", "--data-on-host", self.data_on_device),
+            ("--batched-augmentation", "--keras-augmentation", self.batched_augmentation),
         ):
             if value is not None:
                 args.append(on if value else off)
