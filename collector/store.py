@@ -662,11 +662,13 @@ class Store:
     def leaderboard(self, model: str, precision: str, limit: int) -> list[LeaderboardRow]:
         """A model's GPU configurations by median epoch-2 time, fastest first.
 
-        Only the newest benchmark version with OK runs of the model counts, and outliers
-        are left out.
+        Only runs at the model's native image size (the standard benchmark, not a
+        smoke run at --image-size) and of the newest benchmark version with OK runs of
+        the model count, and outliers are left out.
         """
-        clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "NOT outlier", "model = ?"]
-        params: list[Any] = [model]
+        clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "NOT outlier", "model = ?",
+                   "image_size = ?"]
+        params: list[Any] = [model, record.NATIVE_IMAGE_SIZE.get(model, 0)]
         if precision:
             clauses.append("precision = ?")
             params.append(precision)

@@ -61,7 +61,8 @@ def from_dict(data: Mapping[str, Any], *, source: str = "record") -> Run:
     if isinstance(version, int) and version > SCHEMA_VERSION:
         raise InvalidRecord(
             f"{source}: schema_version",
-            f"is {version}, newer than this gpubench understands ({SCHEMA_VERSION}); upgrade gpubench",
+            f"is {version}, newer than this gpubench understands ({SCHEMA_VERSION}); "
+            "upgrade gpubench",
         )
     try:
         return json_format.ParseDict(dict(data), Run())

@@ -183,6 +183,13 @@ def test_leaderboard_ranks_by_median_epoch2_without_outliers(populated) -> None:
     assert first.best_epoch2_seconds == 2.0
     assert first.epoch2_median_seconds == pytest.approx(2.1)
     assert first.max_batch_per_gpu == 512
+    # A smoke run at another image size is no entry of the standard benchmark's board.
+    smoke = make_run(gpu_name="Tesla V100", epoch2_seconds=0.5, image_size=64)
+    collector.collector_stub().SubmitRun(pb.SubmitRunRequest(run=smoke),
+                                         metadata=collector.metadata())
+    again = collector.collector_stub().Leaderboard(pb.LeaderboardRequest(model="B0"),
+                                                   metadata=collector.metadata())
+    assert "Tesla V100" not in {e.gpu_name for e in again.entries}
     limited = collector.collector_stub().Leaderboard(
         pb.LeaderboardRequest(model="B0", limit=2, precision="float32"),
         metadata=collector.metadata())
