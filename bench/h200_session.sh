@@ -9,8 +9,10 @@
 #
 # Steps: inventory, b0-128, protocol-b0, protocol-b3, protocol-b7, auto-b0,
 #        fast-b0, fast-b0-jit, fast-b7, bf16-b0-128, gpus2-b0, gpus2-b3
-# Needs: .whl/ (keras, namex, optree, protobuf, grpcio, grpcio-tools wheels for the
-# machine's Python) carried with the working tree.
+# Needs, carried with the working tree: .whl/ (keras, namex, optree and protobuf
+# wheels for the machine's Python) and gpubench/v1 (the wire code `make proto` made).
+# The device call: carry [".whl", "gpubench/v1"], command
+#   OUT=$OUT bench/h200_session.sh inventory b0-128 fast-b0 ...
 set -uo pipefail
 OUT=${OUT:?set OUT to the output folder}
 WORK=/tmp/gpubench-evidence
@@ -18,12 +20,21 @@ mkdir -p "$WORK/spool" "$WORK/logs" /tmp/site
 export PYTHONUNBUFFERED=1 KERAS_BACKEND=torch GPUBENCH_CACHE=/tmp/gpubench-cache
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
+# Wheels for what the machine lacks; gpubench itself through a folder of links that
+# lays the repository out as the installed package (setup.py's LAYOUT), run from
+# outside the repository so Python cannot find the bare gpubench/ folder first.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
-  --target /tmp/site . || exit 1
-export PATH=/tmp/site/bin:$PATH
+ROOT=$PWD
+SHIM=/tmp/gpubench-shim
+mkdir -p "$SHIM/gpubench"
+for entry in "$ROOT"/gpubench/*; do ln -sfn "$entry" "$SHIM/gpubench/"; done
+ln -sfn "$ROOT/agent" "$SHIM/gpubench/agent"
+ln -sfn "$ROOT/collector" "$SHIM/gpubench/collector"
+ls "$ROOT"/gpubench/v1/run_pb2.py >/dev/null || { echo "carry gpubench/v1 (make proto)"; exit 1; }
+export PYTHONPATH=$SHIM:/tmp/site
+cd "$WORK"
+gpubench-agent() { python3 -m gpubench.agent.cli "$@"; }
 
 agent() {  # agent NAME ARGS...: one gpubench-agent run, offline, traced
   local name=$1; shift
@@ -45,14 +56,14 @@ for step in "$@"; do
     protocol-b7) agent protocol-b7 --models B7 --batch 10 ;;
     auto-b0)     agent auto-b0 --models B0 --batch auto ;;
     bf16-b0-128) agent bf16-b0-128 --models B0 --batch 128 --precision mixed_bfloat16 ;;
-    fast-b0)     agent fast-b0 --models B0 --batch 512 --precision mixed_bfloat16 --data-on-device ;;
-    fast-b0-jit) agent fast-b0-jit --models B0 --batch 512 --precision mixed_bfloat16 --data-on-device --jit-compile ;;
-    fast-b7)     agent fast-b7 --models B7 --batch 32 --precision mixed_bfloat16 --data-on-device ;;
+    fast-b0)     agent fast-b0 --models B0 --batch 512 --precision mixed_bfloat16 --data-on-device --batched-augmentation ;;
+    fast-b0-jit) agent fast-b0-jit --models B0 --batch 512 --precision mixed_bfloat16 --data-on-device --batched-augmentation --jit-compile ;;
+    fast-b7)     agent fast-b7 --models B7 --batch 16 --precision mixed_bfloat16 --data-on-device --batched-augmentation ;;
     gpus2-b0)    agent gpus2-b0 --models B0 --batch 128 --gpus 2 ;;
     gpus2-b3)    agent gpus2-b3 --models B3 --batch 64 --gpus 2 ;;
     *) echo "unknown step $step" >&2 ;;
   esac
 done
 
-python3 bench/summarize_runs.py "$WORK/spool" | tee "$OUT/summary.txt"
+python3 "$ROOT/bench/summarize_runs.py" "$WORK/spool" | tee "$OUT/summary.txt"
 tar -C "$WORK" -czf "$OUT/evidence.tar.gz" .
