@@ -42,6 +42,7 @@ class GroupFigures:
     backends: tuple[str, ...] = ()
     precisions: tuple[str, ...] = ()
     image_sizes: tuple[int, ...] = ()
+    train_images: tuple[int, ...] = ()  # training images per epoch (the dataset's size)
 
     @property
     def config_name(self) -> str:
@@ -71,15 +72,21 @@ class Comparison:
     backend: str
     precision: str
     image_size: int  # 0 when mixed
+    train_images: int = 0  # training images per epoch; 0 when mixed
 
 
-# The dimensions that must agree, with the CLI flag that pins each.
+# The dimensions that must agree, with the CLI flag that pins each. The epoch-2 time
+# depends on the image size and on how many images an epoch trains on (a smoke run
+# with --limit-images has fewer), so both must agree as much as the software does.
 DIMENSIONS = (
     ("benchmark_version", "benchmark_versions", "--benchmark-version"),
     ("backend", "backends", "--backend"),
     ("precision", "precisions", "--precision"),
     ("image_size", "image_sizes", "--image-size"),
+    ("train_images", "train_images", "--train-images"),
 )
+# Dimensions counted in integers: these read 0, not "mixed", when they differ.
+_NUMERIC = {"image_size", "train_images"}
 
 
 def shared_settings(
@@ -87,16 +94,18 @@ def shared_settings(
 ) -> dict[str, str | int]:
     """What all groups' runs share per dimension; MixedRuns names any that differ.
 
-    With allow_mixed a differing dimension reads "mixed" (0 for image_size) instead.
+    With allow_mixed a differing dimension reads "mixed" (0 for image_size and
+    train_images) instead.
     """
     shared: dict[str, str | int] = {}
     mixed: list[str] = []
     for dimension, attribute, flag in DIMENSIONS:
+        numeric = dimension in _NUMERIC
         values = sorted({v for g in groups for v in getattr(g, attribute)}, key=str)
         if len(values) <= 1:
-            shared[dimension] = values[0] if values else (0 if dimension == "image_size" else "")
+            shared[dimension] = values[0] if values else (0 if numeric else "")
             continue
-        shared[dimension] = 0 if dimension == "image_size" else MIXED
+        shared[dimension] = 0 if numeric else MIXED
         mixed.append(f"{dimension} ({', '.join(str(v) for v in values)}; pin one with {flag})")
     if mixed and not allow_mixed:
         raise MixedRuns(
@@ -165,7 +174,7 @@ def compare(
     """Compare GPU configurations against a baseline; fastest first."""
     groups = [g for g in groups if g.runs > 0]
     if not groups:
-        return Comparison(model, "", (), (f"no OK runs of {model} match",), "", "", "", 0)
+        return Comparison(model, "", (), (f"no OK runs of {model} match",), "", "", "", 0, 0)
     shared = shared_settings(model, groups, allow_mixed=allow_mixed)
     baseline = choose_baseline(groups, baseline_gpu, baseline_gpu_count)
     ordered = sorted(groups, key=lambda g: (g.epoch2_median_seconds, g.config_name))
@@ -188,4 +197,5 @@ def compare(
         backend=str(shared["backend"]),
         precision=str(shared["precision"]),
         image_size=int(shared["image_size"]),
+        train_images=int(shared["train_images"]),
     )

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 class Migration:
     """One named step of the schema.
 
-    `refill_group_figures` asks the store to recompute the per-group figures from the
-    runs in the same transaction (a data step SQL text alone cannot express).
+    `refill_group_figures` asks the store to recompute the outlier flags and the
+    per-group figures from the runs in the same transaction (a data step SQL text
+    alone cannot express). The store computes them in today's shape of the table, so
+    where several pending migrations ask, only the last of them refills.
     """
 
     name: str
@@ -106,6 +108,44 @@ MIGRATIONS: tuple[Migration, ...] = (
                 images_per_joule_median DOUBLE,
                 PRIMARY KEY (model, gpu_name, gpu_count, backend, precision, image_size,
                              benchmark_version, with_outliers)
+            )
+            """,
+        ),
+        refill_group_figures=True,
+    ),
+    Migration(
+        "0004_group_figures_by_train_images",
+        (
+            # The epoch-2 time depends on how many images an epoch trains on: a smoke run
+            # (agent --limit-images) is not the same settings as a full run, so the
+            # outlier groups and their figures are keyed by train_images too. The table
+            # holds nothing but derived figures: recreate it and refill from the runs.
+            "DROP TABLE group_figures",
+            """
+            CREATE TABLE group_figures (
+                model VARCHAR NOT NULL,
+                gpu_name VARCHAR NOT NULL,
+                gpu_count INTEGER NOT NULL,
+                backend VARCHAR NOT NULL,
+                precision VARCHAR NOT NULL,
+                image_size INTEGER NOT NULL,
+                train_images INTEGER NOT NULL,
+                benchmark_version VARCHAR NOT NULL,
+                with_outliers BOOLEAN NOT NULL,
+                runs INTEGER NOT NULL,
+                outliers_excluded INTEGER NOT NULL,
+                epoch2_median_seconds DOUBLE,
+                epoch2_min_seconds DOUBLE,
+                epoch2_max_seconds DOUBLE,
+                train_images_per_second_median DOUBLE,
+                max_batch_per_gpu INTEGER,
+                max_global_batch INTEGER,
+                peak_memory_median_bytes DOUBLE,
+                memory_total_bytes DOUBLE,
+                energy_per_epoch_median_joules DOUBLE,
+                images_per_joule_median DOUBLE,
+                PRIMARY KEY (model, gpu_name, gpu_count, backend, precision, image_size,
+                             train_images, benchmark_version, with_outliers)
             )
             """,
         ),

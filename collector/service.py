@@ -140,6 +140,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             precision=request.precision,
             backend=request.backend,
             image_size=request.image_size,
+            train_images=request.train_images,
             benchmark_version=request.benchmark_version,
             gpu_names=tuple(request.gpu_names),
             include_outliers=request.include_outliers,
@@ -216,6 +217,7 @@ def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResp
         backend=result.backend,
         precision=result.precision,
         image_size=result.image_size,
+        train_images=result.train_images,
     )
 
 

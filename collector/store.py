@@ -45,10 +45,16 @@ log = logging.getLogger(__name__)
 
 # Robust z-score (Iglewicz and Hoaglin): 0.6745 * (x - median) / MAD; beyond 3.5 is an outlier.
 OUTLIER_THRESHOLD = 3.5
-# The columns that decide which runs are "the same GPU configuration" for outliers.
+# The columns that decide which runs are "the same GPU configuration" for outliers,
+# in the order of group_figures' first columns. train_images: a smoke run on a subset
+# of the images (agent --limit-images) is not timed like a full run.
 OUTLIER_GROUP = (
-    "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "benchmark_version",
+    "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
+    "benchmark_version",
 )
+# The protocol's training set: 80% of the benchmark's 2136 images. The leaderboard ranks
+# only runs of it; a smoke run with --limit-images trains on fewer.
+STANDARD_TRAIN_IMAGES = 1709
 # The most runs one group commit inserts; more wait for the next commit.
 MAX_BATCH = 1024
 # How long a group commit waits for more submissions when there is concurrency (s).
@@ -134,6 +140,7 @@ class CompareQuery:
     precision: str = ""
     backend: str = ""
     image_size: int = 0
+    train_images: int = 0  # training images per epoch
     benchmark_version: str = ""
     gpu_names: tuple[str, ...] = ()  # exact, case-insensitive
     include_outliers: bool = False
@@ -290,11 +297,15 @@ class Store:
                 f"{self.path}: written by a newer collector (migrations {', '.join(newer)}); "
                 "upgrade gpubench"
             )
-        for migration in migrations.pending(applied):
+        pending = migrations.pending(applied)
+        # The figures are computed in this code's shape of group_figures, which exists
+        # only once every pending migration has run: only the last one that asks refills.
+        refills = [m for m in pending if m.refill_group_figures]
+        for migration in pending:
             with _transaction(con):
                 for statement in migration.statements:
                     con.execute(statement)
-                if migration.refill_group_figures:
+                if refills and migration is refills[-1]:
                     self._rescore(con, None)
                 con.execute(
                     "INSERT INTO schema_migrations VALUES (?, ?)", [migration.name, utc_now()]
@@ -632,7 +643,7 @@ class Store:
                 epoch2_min_seconds, epoch2_max_seconds, train_images_per_second_median,
                 max_batch_per_gpu, max_global_batch, peak_memory_median_bytes,
                 memory_total_bytes, energy_per_epoch_median_joules, images_per_joule_median,
-                [benchmark_version], [backend], [precision], [image_size]
+                [benchmark_version], [backend], [precision], [image_size], [train_images]
             FROM group_figures WHERE with_outliers = ? AND {' AND '.join(clauses)}
             """,
             [query.include_outliers, *params],
@@ -650,7 +661,8 @@ class Store:
                 list(DISTINCT benchmark_version) FILTER (WHERE keep),
                 list(DISTINCT backend) FILTER (WHERE keep),
                 list(DISTINCT precision) FILTER (WHERE keep),
-                list(DISTINCT image_size) FILTER (WHERE keep)
+                list(DISTINCT image_size) FILTER (WHERE keep),
+                list(DISTINCT train_images) FILTER (WHERE keep)
             FROM (SELECT *, (? OR NOT outlier) AS keep FROM runs
                   WHERE status = 'ok' AND epoch2_seconds IS NOT NULL
                     AND {' AND '.join(clauses)})
@@ -662,13 +674,16 @@ class Store:
     def leaderboard(self, model: str, precision: str, limit: int) -> list[LeaderboardRow]:
         """A model's GPU configurations by median epoch-2 time, fastest first.
 
-        Only runs at the model's native image size (the standard benchmark, not a
-        smoke run at --image-size) and of the newest benchmark version with OK runs of
-        the model count, and outliers are left out.
+        Only runs of the standard benchmark count: at the model's native image size (not
+        a smoke run at --image-size), on the protocol's STANDARD_TRAIN_IMAGES training
+        images (not a smoke run with --limit-images), and of the newest benchmark version
+        with such runs of the model; outliers are left out. The training set is the
+        protocol's fixed number rather than, say, the most common one among the runs, so
+        that a burst of smoke runs can never take the leaderboard over.
         """
         clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "NOT outlier", "model = ?",
-                   "image_size = ?"]
-        params: list[Any] = [model, record.NATIVE_IMAGE_SIZE.get(model, 0)]
+                   "image_size = ?", "train_images = ?"]
+        params: list[Any] = [model, record.NATIVE_IMAGE_SIZE.get(model, 0), STANDARD_TRAIN_IMAGES]
         if precision:
             clauses.append("precision = ?")
             params.append(precision)
@@ -790,7 +805,7 @@ def _equal_where_set(source: object, columns: tuple[str, ...]) -> tuple[list[str
 
 def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
     clauses, params = _equal_where_set(
-        query, ("model", "precision", "backend", "benchmark_version", "image_size")
+        query, ("model", "precision", "backend", "benchmark_version", "image_size", "train_images")
     )
     if query.gpu_names:
         clauses.append("list_contains(?, lower(gpu_name))")
@@ -807,7 +822,7 @@ def _group_figures(r: Sequence[Any]) -> GroupFigures:
         memory_total_bytes=r[11], energy_per_epoch_median_joules=r[12],
         images_per_joule_median=r[13], benchmark_versions=tuple(sorted(r[14] or ())),
         backends=tuple(sorted(r[15] or ())), precisions=tuple(sorted(r[16] or ())),
-        image_sizes=tuple(sorted(r[17] or ())),
+        image_sizes=tuple(sorted(r[17] or ())), train_images=tuple(sorted(r[18] or ())),
     )
 
 

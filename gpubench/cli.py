@@ -161,9 +161,17 @@ def cli(
 @click.option("--backend", type=BACKEND, help="Only runs on this Keras backend.")
 @click.option("--image-size", type=click.IntRange(min=1), help="Only runs at this image size (px).")
 @click.option(
+    "--train-images",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Only runs with N training images per epoch; pins comparisons to one dataset size "
+    "(the standard data set has 1709, a smoke run with --limit-images fewer).",
+)
+@click.option(
     "--allow-mixed",
     is_flag=True,
-    help="Compare runs that differ in benchmark version, backend, precision or image size.",
+    help="Compare runs that differ in benchmark version, backend, precision, image size or "
+    "training images per epoch.",
 )
 @click.option("--include-outliers", is_flag=True, help="Keep runs flagged as outliers.")
 @click.option(
@@ -182,6 +190,7 @@ def compare(
     precision: str | None,
     backend: str | None,
     image_size: int | None,
+    train_images: int | None,
     allow_mixed: bool,
     include_outliers: bool,
     chart: str | None,
@@ -197,6 +206,7 @@ def compare(
         precision=precision,
         backend=backend,
         image_size=image_size,
+        train_images=train_images,
         allow_mixed=allow_mixed,
         include_outliers=include_outliers,
     )

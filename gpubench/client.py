@@ -368,6 +368,7 @@ class Client:
         allow_mixed: bool = False,
         include_outliers: bool = False,
         benchmark_version: str | None = None,
+        train_images: int | None = None,
     ) -> collector_pb2.CompareResponse:
         """The collector's raw comparison; see `compare` for the arguments."""
         request = collector_pb2.CompareRequest(
@@ -375,6 +376,7 @@ class Client:
             precision=precision or "",
             backend=backend or "",
             image_size=image_size or 0,
+            train_images=train_images or 0,
             benchmark_version=benchmark_version or "",
             gpu_names=list(gpus),
             baseline_gpu=baseline or "",
@@ -396,14 +398,17 @@ class Client:
         allow_mixed: bool = False,
         include_outliers: bool = False,
         benchmark_version: str | None = None,
+        train_images: int | None = None,
     ) -> pd.DataFrame:
         """Compare GPU configurations on one model: one row per GPU configuration,
         fastest first.
 
         `baseline` names the GPU whose `baseline_count`-GPU configuration is the 1.0x
         reference (default: the slowest). `gpus` keeps only those GPU names. Runs that
-        differ in precision, backend, image size or benchmark version are refused
-        unless `allow_mixed`. Outlier runs are left out unless `include_outliers`.
+        differ in precision, backend, image size, training images per epoch
+        (`train_images`: a smoke run's subset against the full data set) or benchmark
+        version are refused unless `allow_mixed`; each of those arguments pins one
+        value. Outlier runs are left out unless `include_outliers`.
 
         Columns: see `gpubench.tables.compare_frame`; `df.attrs` holds the raw
         response ("response"), "baseline", "warnings" and what the runs share.
@@ -419,6 +424,7 @@ class Client:
             allow_mixed=allow_mixed,
             include_outliers=include_outliers,
             benchmark_version=benchmark_version,
+            train_images=train_images,
         )
         return tables.compare_frame(response)
 

@@ -202,7 +202,8 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
     in the collector's order (fastest first).
 
     `attrs` keeps the raw response ("response") and, as plain values, "model",
-    "baseline", "warnings", "benchmark_version", "backend", "precision", "image_size".
+    "baseline", "warnings", "benchmark_version", "backend", "precision", "image_size",
+    "train_images" (training images per epoch; 0 where the runs differ).
     """
     rows = [
         {
@@ -237,6 +238,7 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
         backend=response.backend,
         precision=response.precision,
         image_size=response.image_size,
+        train_images=response.train_images,
     )
     return frame
 
@@ -252,6 +254,7 @@ def compare_document(frame: pd.DataFrame) -> dict[str, Any]:
         "backend": attrs.get("backend", ""),
         "precision": attrs.get("precision", ""),
         "image_size": attrs.get("image_size", 0),
+        "train_images": attrs.get("train_images", 0),
         "warnings": list(attrs.get("warnings", [])),
         "groups": frame_records(frame),
     }
@@ -391,7 +394,8 @@ def _int(value: Any) -> int:
 
 
 def compare_title(frame: pd.DataFrame) -> str:
-    """'B7 · tensorflow · float32 · 600 px · benchmark 1': what the compared runs share."""
+    """'B7 · tensorflow · float32 · 600 px · 1709 training images · benchmark 1': what the
+    compared runs share."""
     attrs = frame.attrs
     parts = [attrs.get("model", "")]
     for key in ("backend", "precision"):
@@ -399,6 +403,8 @@ def compare_title(frame: pd.DataFrame) -> str:
             parts.append(str(attrs[key]))
     if attrs.get("image_size"):
         parts.append(f"{attrs['image_size']} px")
+    if attrs.get("train_images"):
+        parts.append(f"{attrs['train_images']} training images")
     if attrs.get("benchmark_version"):
         parts.append(f"benchmark {attrs['benchmark_version']}")
     return " · ".join(p for p in parts if p)

@@ -46,6 +46,15 @@ def populated(collector):
     return collector, runs
 
 
+def smoke_run(**fields):
+    """A run of `gpubench-agent run --limit-images 240` at the native image size: 192
+    training images an epoch instead of the standard 1709."""
+    seconds = fields.pop("epoch2_seconds")
+    return make_run(epoch2_seconds=seconds, train_images_per_second=192 / (seconds * 0.82),
+                    config__image_count=240, config__train_images=192,
+                    config__validation_images=48, **fields)
+
+
 def compare(collector, **fields) -> pb.CompareResponse:
     return collector.collector_stub().Compare(pb.CompareRequest(**fields),
                                               metadata=collector.metadata())
@@ -55,8 +64,8 @@ def test_compare_figures_match_hand_computed_values(populated) -> None:
     collector, _ = populated
     reply = compare(collector, model="B0", backend="tensorflow")
     assert reply.baseline == "1x Tesla T4"  # the slowest
-    assert (reply.benchmark_version, reply.backend, reply.precision, reply.image_size) == (
-        "1", "tensorflow", "float32", 224)
+    assert (reply.benchmark_version, reply.backend, reply.precision, reply.image_size,
+            reply.train_images) == ("1", "tensorflow", "float32", 224, 1709)
     ada, h200, t4 = reply.groups  # fastest first
     assert (ada.gpu_name, ada.gpu_count, h200.gpu_name, t4.gpu_name) == (ADA, 2, H200, T4)
 
@@ -114,6 +123,38 @@ def test_mixing_backends_is_refused_unless_allowed(populated) -> None:
     t4 = next(g for g in reply.groups if g.gpu_name == T4)
     assert t4.runs == 5
     assert t4.epoch2_median_seconds == pytest.approx(18.0)  # 16, 17, 18, 19, 30
+
+
+def test_a_smoke_run_on_fewer_images_is_kept_apart(populated) -> None:
+    collector, runs = populated
+    smoke = smoke_run(gpu_name=T4, epoch2_seconds=1.9)
+    collector.collector_stub().SubmitRun(pb.SubmitRunRequest(run=smoke),
+                                         metadata=collector.metadata())
+    with pytest.raises(grpc.RpcError) as caught:
+        compare(collector, model="B0", backend="tensorflow")
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "differ in train_images (1709, 192; pin one with --train-images)" in (
+        caught.value.details())
+
+    mixed = compare(collector, model="B0", backend="tensorflow", allow_mixed=True)
+    assert (mixed.train_images, mixed.image_size) == (0, 224)
+    t4 = next(g for g in mixed.groups if g.gpu_name == T4)
+    assert (t4.runs, t4.epoch2_median_seconds) == (5, 17.0)  # 1.9, 16, 17, 18, 19
+
+    pinned = compare(collector, model="B0", backend="tensorflow", train_images=1709)
+    assert pinned.train_images == 1709
+    t4 = next(g for g in pinned.groups if g.gpu_name == T4)
+    assert (t4.runs, t4.outliers_excluded) == (4, 0)
+    assert t4.epoch2_median_seconds == pytest.approx(17.5)
+    only_smoke = compare(collector, model="B0", train_images=192)
+    assert [(g.gpu_name, g.runs) for g in only_smoke.groups] == [(T4, 1)]
+
+    # Not an outlier of the full runs' group, nor does it move their scores.
+    stub, md = collector.collector_stub(), collector.metadata()
+    stored = stub.GetRun(pb.GetRunRequest(run_id=smoke.run_id), metadata=md)
+    assert (stored.outlier, stored.outlier_score) == (False, 0.0)
+    full = stub.GetRun(pb.GetRunRequest(run_id=runs["t4"][1].run_id), metadata=md)  # 17 s
+    assert full.outlier_score == pytest.approx(0.6745 * -0.5)  # median 17.5, MAD 1.0
 
 
 def test_bad_compare_requests(populated) -> None:
@@ -190,6 +231,14 @@ def test_leaderboard_ranks_by_median_epoch2_without_outliers(populated) -> None:
     again = collector.collector_stub().Leaderboard(pb.LeaderboardRequest(model="B0"),
                                                    metadata=collector.metadata())
     assert "Tesla V100" not in {e.gpu_name for e in again.entries}
+    # Nor is a smoke run on a subset of the images (native size, 192 training images).
+    fewer = smoke_run(gpu_name="Tesla P100", epoch2_seconds=0.4)
+    collector.collector_stub().SubmitRun(pb.SubmitRunRequest(run=fewer),
+                                         metadata=collector.metadata())
+    again = collector.collector_stub().Leaderboard(pb.LeaderboardRequest(model="B0"),
+                                                   metadata=collector.metadata())
+    assert "Tesla P100" not in {e.gpu_name for e in again.entries}
+    assert len(again.entries) == 4
     limited = collector.collector_stub().Leaderboard(
         pb.LeaderboardRequest(model="B0", limit=2, precision="float32"),
         metadata=collector.metadata())

@@ -155,6 +155,32 @@ def test_compare_mixed_runs_refused(invoke: Any, filled: Any, make_run: Any) -> 
     assert [g["runs"] for g in json.loads(torch.stdout)["groups"]] == [1]
 
 
+def test_compare_pins_the_data_set_with_train_images(
+    invoke: Any, filled: Any, make_run: Any
+) -> None:
+    # A smoke run: `gpubench-agent run --limit-images 240` trains on 192 images an epoch.
+    smoke = make_run(gpu_name=T4, epoch2_seconds=1.9, config__image_count=240,
+                     config__train_images=192, config__validation_images=48)
+    with Client(filled.address, filled.lab_token) as client:
+        client.submit_run(smoke)
+        frame = client.compare("B0", train_images=TRAIN_IMAGES)
+        assert frame.attrs["train_images"] == TRAIN_IMAGES
+        assert frame.set_index("gpu_config").loc["1x Tesla T4", "runs"] == len(T4_SECONDS)
+    result = invoke("compare", "--model", "B0")
+    assert result.exit_code == ExitCode.FAILURE
+    assert f"train_images ({TRAIN_IMAGES}, 192; pin one with --train-images)" in result.stderr
+    pinned = invoke("compare", "--model", "B0", "--train-images", str(TRAIN_IMAGES))
+    assert pinned.exit_code == 0, pinned.stderr
+    assert f"224 px · {TRAIN_IMAGES} training images" in pinned.stdout
+    assert "17.0 [16.4-17.6]" in pinned.stdout  # the full runs only
+    small = invoke("compare", "--model", "B0", "--train-images", "192", "--format", "json")
+    document = json.loads(small.stdout)
+    assert document["train_images"] == 192
+    assert [(g["gpu_config"], g["runs"]) for g in document["groups"]] == [("1x Tesla T4", 1)]
+    mixed = invoke("compare", "--model", "B0", "--allow-mixed", "--format", "json")
+    assert json.loads(mixed.stdout)["train_images"] == 0
+
+
 def test_compare_chart(invoke: Any, tmp_path: Path) -> None:
     chart = tmp_path / "b0.png"
     result = invoke("compare", "--model", "B0", "--chart", str(chart))
@@ -252,3 +278,4 @@ def test_every_flag_is_explained() -> None:
                 assert param.help, f"{name} {param.opts[0]} has no help"
     result = CliRunner().invoke(cli, ["compare", "--help"])
     assert result.exit_code == 0 and "--baseline-count" in result.stdout
+    assert "--train-images N" in result.stdout and "one dataset size" in result.stdout

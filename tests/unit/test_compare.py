@@ -23,7 +23,7 @@ def group(name: str, count: int, median: float, **fields: object) -> GroupFigure
         peak_memory_median_bytes=12 * GIB, memory_total_bytes=16 * GIB,
         energy_per_epoch_median_joules=70.0 * median, images_per_joule_median=1709 / (70 * median),
         benchmark_versions=("1",), backends=("tensorflow",), precisions=("float32",),
-        image_sizes=(600,),
+        image_sizes=(600,), train_images=(1709,),
     )
     return replace(base, **fields)
 
@@ -89,6 +89,17 @@ def test_several_mixed_dimensions_are_all_named() -> None:
         assert words in message
 
 
+def test_a_smoke_run_data_set_is_refused_naming_train_images() -> None:
+    smoke = replace(T4, train_images=(192,))  # gpubench-agent run --limit-images 240
+    with pytest.raises(MixedRuns) as caught:
+        compare.compare("B7", [smoke, GTX])
+    message = str(caught.value)
+    assert "differ in train_images (1709, 192; pin one with --train-images)" in message
+    assert "image_size" not in message
+    result = compare.compare("B7", [smoke, GTX], allow_mixed=True)
+    assert (result.train_images, result.image_size) == (0, 600)
+
+
 def test_allow_mixed_reports_mixed() -> None:
     result = compare.compare(
         "B7", [replace(T4, backends=("torch",), image_sizes=(300,)), GTX], allow_mixed=True
@@ -99,8 +110,8 @@ def test_allow_mixed_reports_mixed() -> None:
 
 def test_shared_settings_are_reported() -> None:
     result = compare.compare("B7", [T4, GTX])
-    assert (result.benchmark_version, result.backend, result.precision, result.image_size) == (
-        "1", "tensorflow", "float32", 600)
+    assert (result.benchmark_version, result.backend, result.precision, result.image_size,
+            result.train_images) == ("1", "tensorflow", "float32", 600, 1709)
 
 
 def test_warnings_for_few_runs_wide_spread_and_outliers() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from factories import make_run
 from gpubench.collector import migrations
+from gpubench.collector import store as store_module
 from gpubench.collector.errors import SchemaTooNew
 from gpubench.collector.store import CompareQuery, RunFilter, Store, run_row
 
@@ -89,13 +90,85 @@ def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
     store.submit_many([make_run(epoch2_seconds=s) for s in (16.0, 17.0, 19.0)], "lab")
     # As a database from before the figures existed: no table, no record of it.
     store._cursor().execute("DROP TABLE group_figures")
-    store._cursor().execute("DELETE FROM schema_migrations WHERE name = '0003_group_figures'")
+    store._cursor().execute(
+        "DELETE FROM schema_migrations WHERE name IN "
+        "('0003_group_figures', '0004_group_figures_by_train_images')"
+    )
     store.close()
     store = Store(db)
     try:
-        assert "0003_group_figures" in store.applied_migrations()
+        assert store.applied_migrations()[-2:] == [
+            "0003_group_figures", "0004_group_figures_by_train_images"]
         [t4] = store.compare_groups(CompareQuery(model="B0"))
         assert (t4.gpu_name, t4.runs, t4.epoch2_median_seconds) == ("Tesla T4", 3, 17.0)
     finally:
         store.close()
 
+
+
+# The outlier group before train_images was part of it (migration 0003's table order).
+GROUP_BEFORE_TRAIN_IMAGES = (
+    "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "benchmark_version",
+)
+
+
+def _smoke_run(seconds: float) -> object:
+    """A run made with `gpubench-agent run --limit-images 240` at the native size."""
+    return make_run(epoch2_seconds=seconds, train_images_per_second=192 / (seconds * 0.82),
+                    config__image_count=240, config__train_images=192,
+                    config__validation_images=48)
+
+
+def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "c.duckdb"
+    full = [make_run(epoch2_seconds=s) for s in (16.0, 17.0, 18.0, 19.0)]
+    smoke = _smoke_run(1.9)
+    # The database as a collector with migrations 0001-0003 wrote it: one group for all.
+    with monkeypatch.context() as old:
+        old.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:3])
+        old.setattr(store_module, "OUTLIER_GROUP", GROUP_BEFORE_TRAIN_IMAGES)
+        store = Store(db)
+        store.submit_many([*full, smoke], "lab")
+        assert store.get(smoke.run_id).outlier  # 15 s faster than the full runs' median
+        figures = store._cursor().execute(
+            "SELECT with_outliers, runs, outliers_excluded FROM group_figures ORDER BY ALL"
+        ).fetchall()
+        assert figures == [(False, 4, 1), (True, 5, 0)]
+        store.close()
+    store = Store(db)
+    try:
+        assert store.applied_migrations()[-1] == "0004_group_figures_by_train_images"
+        # The smoke run is alone in its group now: no outlier, score 0.
+        stored = store.get(smoke.run_id)
+        assert (stored.outlier, stored.outlier_score) == (False, 0.0)
+        # 16-19 s: median 17.5, MAD 1.0.
+        assert store.get(full[1].run_id).outlier_score == pytest.approx(0.6745 * -0.5)
+        [standard] = store.compare_groups(CompareQuery(model="B0", train_images=1709))
+        assert (standard.runs, standard.outliers_excluded) == (4, 0)
+        assert standard.epoch2_median_seconds == pytest.approx(17.5)
+        assert standard.train_images == (1709,)
+        [small] = store.compare_groups(CompareQuery(model="B0", train_images=192))
+        assert (small.runs, small.epoch2_median_seconds, small.train_images) == (1, 1.9, (192,))
+        rows = store._cursor().execute(
+            "SELECT train_images, with_outliers, runs FROM group_figures ORDER BY ALL"
+        ).fetchall()
+        assert rows == [(192, False, 1), (192, True, 1), (1709, False, 4), (1709, True, 4)]
+    finally:
+        store.close()
+
+
+def test_a_fresh_database_keeps_smoke_runs_apart(tmp_path: Path) -> None:
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        smoke = _smoke_run(1.9)
+        store.submit_many([*(make_run(epoch2_seconds=s) for s in (16.0, 17.0, 18.0)), smoke],
+                          "lab")
+        assert not store.get(smoke.run_id).outlier
+        groups = store.compare_groups(CompareQuery(model="B0"))
+        assert sorted((g.train_images, g.runs) for g in groups) == [((192,), 1), ((1709,), 3)]
+        [both] = store.compare_groups(CompareQuery(model="B0", allow_mixed=True))
+        assert (both.runs, both.train_images) == (4, (192, 1709))
+    finally:
+        store.close()
