@@ -36,9 +36,11 @@ def _memory(run: run_pb2.Run) -> str:
 
 
 def _energy(joules: float) -> str:
-    if not joules:
-        return MISSING
-    return f"{joules:.0f} J" if joules < 10_000 else f"{joules / 1000:.1f} kJ"
+    # 0 means "not measured" in the record; the query CLI's formatter does the rest,
+    # so the agent's summary and `gpubench compare` show energy alike.
+    from gpubench.tables import format_energy
+
+    return format_energy(joules) if joules else MISSING
 
 
 def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
