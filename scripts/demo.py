@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / ".demo"
+# Where the demo keeps its database and spool ($GPUBENCH_DEMO_DIR, else .demo/).
+DEMO = Path(os.environ.get("GPUBENCH_DEMO_DIR", ROOT / ".demo")).resolve()
 BIN = Path(sys.executable).parent
 REFERENCE_RUNS = ROOT / "docs" / "results" / "runs"
 
@@ -67,7 +68,7 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> N
 
 
 def main() -> int:
-    DEMO.mkdir(exist_ok=True)
+    DEMO.mkdir(parents=True, exist_ok=True)
     db = DEMO / "collector.duckdb"
     env = dict(os.environ, GPUBENCH_COLLECTOR_DB=str(db))
 
@@ -79,7 +80,7 @@ def main() -> int:
 
     port = free_port()
     address = f"127.0.0.1:{port}"
-    step(f"starting the collector on {address} (database {db.relative_to(ROOT)})")
+    step(f"starting the collector on {address} (database {db})")
     server = subprocess.Popen([tool("gpubench-collector"), "serve", "--db", str(db),
                                "--port", str(port)], env=env)
     try:
@@ -119,7 +120,7 @@ def main() -> int:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
-        print(f"\ncollector stopped; runs kept in {db.relative_to(ROOT)}", flush=True)
+        print(f"\ncollector stopped; runs kept in {db}", flush=True)
 
 
 if __name__ == "__main__":
