@@ -18,7 +18,13 @@ from typing import Any, Protocol
 
 from gpubench.agent.spool import Spool, SpoolEntry
 
-from gpubench.errors import AccessDenied, GpubenchError, InvalidRecord, RequestRefused
+from gpubench.errors import (
+    AccessDenied,
+    GpubenchError,
+    InvalidRecord,
+    RequestRefused,
+    is_retryable,
+)
 from gpubench.v1 import run_pb2
 
 
@@ -47,7 +53,7 @@ class FreshConnection:
         try:
             return self._client.submit_run(run)
         except GpubenchError as exc:
-            if retryable(exc):
+            if is_retryable(exc):
                 self.close()
             raise
 
@@ -82,11 +88,6 @@ class RetryPolicy:
         return ceiling / 2 + draw() * ceiling / 2
 
 
-def retryable(error: BaseException) -> bool:
-    """Whether sending the same run again later may succeed."""
-    return bool(getattr(error, "retryable", False))
-
-
 def submit_with_retries(
     client: Submitter,
     run: run_pb2.Run,
@@ -104,7 +105,7 @@ def submit_with_retries(
         try:
             return client.submit_run(run)
         except GpubenchError as exc:
-            if not retryable(exc) or attempt >= policy.attempts:
+            if not is_retryable(exc) or attempt >= policy.attempts:
                 raise
             pause = policy.delay(attempt, draw)
             if clock() - began + pause > policy.total_seconds:
@@ -152,7 +153,7 @@ def push_one(
         report.stopped = exc
         return False
     except RequestRefused as exc:
-        if retryable(exc):  # still over a limit after every retry: try again later
+        if is_retryable(exc):  # still over a limit after every retry: try again later
             report.stopped = exc
             return False
         spool.mark_refused(entry, str(exc))

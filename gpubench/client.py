@@ -76,11 +76,6 @@ _RETRYABLE_CODES = {
 }
 
 
-def is_retryable(error: BaseException) -> bool:
-    """Whether the same request may succeed if sent again later."""
-    return bool(getattr(error, "retryable", False))
-
-
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 

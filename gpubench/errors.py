@@ -32,6 +32,15 @@ class GpubenchError(Exception):
             self.exit_code = exit_code
 
 
+def is_retryable(error: BaseException) -> bool:
+    """Whether the same request may succeed if sent again later.
+
+    The client marks errors it raises with `retryable` (unreachable collector,
+    deadline passed, over a rate limit); anything else is final.
+    """
+    return bool(getattr(error, "retryable", False))
+
+
 class InvalidRecord(GpubenchError):
     """A run record (or one of its fields) is not valid."""
 

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from gpubench import Client
-from gpubench.client import is_retryable
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,
     ExitCode,
     GpubenchError,
     RequestRefused,
+    is_retryable,
 )
 
 
