@@ -390,11 +390,6 @@ class FakeNvml(Nvml):
         """Report the recorded workload's GPU memory under this live process id."""
         self._workload_pid = pid
 
-    def restart(self, start_at: float = 0.0) -> None:
-        """Replay again from `start_at` seconds into the trace."""
-        self._start_at = start_at
-        self._start = self._clock()
-
     def system(self) -> dict[str, Any]:
         return {"missing": [], **self.trace["system"]}
 
