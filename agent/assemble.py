@@ -234,6 +234,8 @@ class RunBuilder:
         config.jit_compile = bool(started.get("jit_compile", False))
         config.data_on_device = bool(started.get("data_on_device", False))
         config.batched_augmentation = bool(started.get("batched_augmentation", False))
+        config.fused_batchnorm = bool(started.get("fused_batchnorm", False))
+        config.channels_first = bool(started.get("channels_first", False))
         dataset = started.get("dataset") or {}
         config.dataset_name = str(dataset.get("name") or "")
         config.image_count = int(dataset.get("image_count") or 0)

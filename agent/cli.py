@@ -161,7 +161,15 @@ def main() -> None:
 @click.option("--batched-augmentation/--keras-augmentation", default=None,
               help="torch backend: compute the protocol's rotation and zoom for the whole batch "
                    "at once (the same images as Keras's per-image code, much faster) [default: "
-                   "the workload's, Keras's own].")
+                   "the workload's: on with torch].")
+@click.option("--fused-batchnorm/--keras-batchnorm", default=None,
+              help="torch backend: compute batch normalization with torch's fused kernel (the "
+                   "same normalisation and moving averages, far fewer passes over memory) "
+                   "[default: the workload's: on with torch].")
+@click.option("--channels-first/--channels-last", default=None,
+              help="torch backend: lay images and activations out as (channels, height, "
+                   "width), torch's own order [default: the workload's: channels first with "
+                   "torch, else channels last as the protocol].")
 @click.option("--runner", type=click.Choice(("local", "docker")), default="local",
               show_default=True,
               help="Run the workload in a child process, or in the workload image.")
@@ -186,7 +194,8 @@ def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
         backend: str | None, data: str | None, epochs: int | None, image_size: int | None,
         limit_images: int | None, pipeline: str | None, weights: str | None,
         jit_compile: bool | None, data_on_device: bool | None,
-        batched_augmentation: bool | None, runner: str,
+        batched_augmentation: bool | None, fused_batchnorm: bool | None,
+        channels_first: bool | None, runner: str,
         image: str, collector: str | None, token: str | None, ca: Path | None, offline: bool,
         spool_dir: Path | None, sample_hz: float, trace_path: Path | None,
         idle_timeout: float, idle_temperature: float, label: str, as_json: bool) -> int:
@@ -255,7 +264,9 @@ def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
                                 image_size=image_size, limit_images=limit_images,
                                 pipeline=pipeline, weights=weights,
                                 jit_compile=jit_compile, data_on_device=data_on_device,
-                                batched_augmentation=batched_augmentation)
+                                batched_augmentation=batched_augmentation,
+                                fused_batchnorm=fused_batchnorm,
+                                channels_first=channels_first)
                 for model in models
             ]
             outcome = benchmark.run(requests)

@@ -7,8 +7,12 @@
 #
 #   bench/h200_session.sh STEP [STEP ...]
 #
-# Steps: inventory, b0-128, protocol-b0, protocol-b3, protocol-b7, auto-b0,
-#        fast-b0, fast-b0-jit, fast-b7, bf16-b0-128, gpus2-b0, gpus2-b3
+# Steps (the case list below says what each runs): inventory; protocol runs
+# b0-128, protocol-b0, protocol-b3, protocol-b7, auto-b0, bf16-b0-128; the same with
+# torch's fewer kernels kernels-b0-128, kernels-b3-128, kernels-b7-10; the fast
+# settings fast-b0, fast-b0-jit, fast-b3, fast-b7, auto-fast-b0; two GPUs gpus2-b0,
+# gpus2-b3, gpus2-fast-b0, gpus2-fast-b3, gpus2-fast-b7; and profile-b0, profile-b7,
+# profile-fast (bench/keras_torch_profile.py: where a step's time goes).
 # Needs, carried with the working tree: .whl/ (keras, namex, optree and protobuf
 # wheels for the machine's Python) and gpubench/v1 (the wire code `make proto` made).
 # The device call: carry [".whl", "gpubench/v1"], command
@@ -47,20 +51,53 @@ agent() {  # agent NAME ARGS...: one gpubench-agent run, offline, traced
   tail -n 3 "$WORK/logs/$name.log"
 }
 
+# The same network computed in fewer kernels (torch): see docs/protocol.md.
+KERNELS="--batched-augmentation --fused-batchnorm --channels-first"
+FAST="--precision mixed_bfloat16 --data-on-device $KERNELS"
+profile() {  # profile NAME VARIANT...: bench/keras_torch_profile.py
+  local name=$1; shift
+  local args=()
+  for variant in "$@"; do args+=(--variant "$variant"); done
+  python3 "$ROOT/bench/keras_torch_profile.py" --out "$WORK/profile" "${args[@]}" \
+    | tee "$WORK/$name.txt"
+}
+
 for step in "$@"; do
   case $step in
     inventory)   gpubench-agent inventory --json >"$WORK/inventory.json"; nvidia-smi >"$WORK/nvidia-smi.txt" ;;
     b0-128)      agent b0-128 --models B0 --batch 128 ;;
+    kernels-b0-128) agent kernels-b0-128 --models B0 --batch 128 $KERNELS ;;
     protocol-b0) agent protocol-b0 --models B0 --batch 512 ;;
     protocol-b3) agent protocol-b3 --models B3 --batch 128 ;;
     protocol-b7) agent protocol-b7 --models B7 --batch 10 ;;
+    kernels-b3-128) agent kernels-b3-128 --models B3 --batch 128 $KERNELS ;;
+    kernels-b7-10) agent kernels-b7-10 --models B7 --batch 10 $KERNELS ;;
     auto-b0)     agent auto-b0 --models B0 --batch auto ;;
+    auto-fast-b0) agent auto-fast-b0 --models B0 --batch auto $FAST ;;
     bf16-b0-128) agent bf16-b0-128 --models B0 --batch 128 --precision mixed_bfloat16 ;;
-    fast-b0)     agent fast-b0 --models B0 --batch 512 --precision mixed_bfloat16 --data-on-device --batched-augmentation ;;
-    fast-b0-jit) agent fast-b0-jit --models B0 --batch 512 --precision mixed_bfloat16 --data-on-device --batched-augmentation --jit-compile ;;
-    fast-b7)     agent fast-b7 --models B7 --batch 16 --precision mixed_bfloat16 --data-on-device --batched-augmentation ;;
+    fast-b0)     agent fast-b0 --models B0 --batch 512 $FAST ;;
+    fast-b0-jit) agent fast-b0-jit --models B0 --batch 512 $FAST --jit-compile ;;
+    fast-b3)     agent fast-b3 --models B3 --batch 256 $FAST ;;
+    fast-b7)     agent fast-b7 --models B7 --batch 48 $FAST ;;
     gpus2-b0)    agent gpus2-b0 --models B0 --batch 128 --gpus 2 ;;
     gpus2-b3)    agent gpus2-b3 --models B3 --batch 64 --gpus 2 ;;
+    gpus2-fast-b0) agent gpus2-fast-b0 --models B0 --batch 512 --gpus 2 $FAST ;;
+    gpus2-fast-b3) agent gpus2-fast-b3 --models B3 --batch 256 --gpus 2 $FAST ;;
+    gpus2-fast-b7) agent gpus2-fast-b7 --models B7 --batch 48 --gpus 2 $FAST ;;
+    profile-b0)  profile profile-b0 b0-f32-128:batch=128 \
+                   b0-f32-128-aug:batch=128,aug=batched \
+                   b0-f32-128-aug-bn:batch=128,aug=batched,bn=fused \
+                   b0-f32-128-aug-bn-cf:batch=128,aug=batched,bn=fused,format=first \
+                   b0-bf16-512-aug:batch=512,precision=mixed_bfloat16,aug=batched \
+                   b0-bf16-512-aug-bn:batch=512,precision=mixed_bfloat16,aug=batched,bn=fused \
+                   b0-bf16-512-aug-bn-cf:batch=512,precision=mixed_bfloat16,aug=batched,bn=fused,format=first \
+                   b0-bf16-512-noaug-bn:batch=512,precision=mixed_bfloat16,aug=none,bn=fused ;;
+    profile-b7)  profile profile-b7 \
+                   b7-bf16-32-aug-bn:model=B7,batch=32,precision=mixed_bfloat16,aug=batched,bn=fused,steps=4 \
+                   b7-bf16-32-aug-bn-cf:model=B7,batch=32,precision=mixed_bfloat16,aug=batched,bn=fused,format=first,steps=4 ;;
+    profile-fast) profile profile-fast \
+                   b0-f32-128-all:batch=128,aug=batched,bn=fused,format=first \
+                   b0-bf16-512-all:batch=512,precision=mixed_bfloat16,aug=batched,bn=fused,format=first ;;
     *) echo "unknown step $step" >&2 ;;
   esac
 done

@@ -3,8 +3,9 @@
 
     python bench/scaling_table.py SPOOL_DIR_OR_FILES... [--markdown]
 
-Groups OK runs by (model, precision, GPU name) and, for each GPU count, takes the
-median training images/s; efficiency is that figure against linear scaling of
+Groups OK runs by (model, precision, settings, GPU name) and, for each GPU count,
+takes the median training images/s (settings: the options that change how the
+network is computed or fed, e.g. "kernels+data-on-device"; "keras" for none); efficiency is that figure against linear scaling of
 the 1-GPU figure (images/s at N GPUs / (N x images/s at 1 GPU)). Per-GPU peak
 memory is the allocator's largest per-GPU peak; energy per epoch is the measured
 epoch's, all GPUs together.
@@ -37,24 +38,42 @@ def load(paths: list[Path]) -> list[dict]:
     return runs
 
 
+# Options of a run's config that change its speed, by their name in the table.
+SETTINGS = {"batched_augmentation": "batched-augmentation", "fused_batchnorm": "fused-batchnorm",
+            "channels_first": "channels-first", "data_on_device": "data-on-device",
+            "jit_compile": "jit"}
+KERNELS = ("batched-augmentation", "fused-batchnorm", "channels-first")
+
+
+def settings_label(config: dict) -> str:
+    """The speed-changing options a run used, short ("kernels" for all three kernels)."""
+    used = [label for name, label in SETTINGS.items() if config.get(name)]
+    if all(kernel in used for kernel in KERNELS):
+        used = ["kernels"] + [label for label in used if label not in KERNELS]
+    return "+".join(used) or "keras"
+
+
 def scaling_rows(runs: list[dict]) -> list[dict]:
-    """One row per (model, precision, GPU, GPU count), with efficiency against linear."""
+    """One row per (model, precision, settings, GPU, GPU count), with efficiency against
+    linear."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
         cfg = run["config"]
         gpu = (run.get("gpus") or [{}])[0].get("name", "CPU")
-        key = (cfg["model"], cfg.get("precision", ""), gpu, int(cfg.get("gpu_count", 0)))
+        key = (cfg["model"], cfg.get("precision", ""), settings_label(cfg), gpu,
+               int(cfg.get("gpu_count", 0)))
         groups[key].append(run)
     rows = []
-    for (model, precision, gpu, count), members in sorted(groups.items()):
+    for (model, precision, settings, gpu, count), members in sorted(groups.items()):
         speed = statistics.median(r["result"].get("train_images_per_second", 0) for r in members)
-        base = groups.get((model, precision, gpu, 1))
+        base = groups.get((model, precision, settings, gpu, 1))
         base_speed = (statistics.median(r["result"].get("train_images_per_second", 0) for r in base)
                       if base else 0.0)
         peaks = [int(m.get("allocator_peak_bytes", 0)) for r in members
                  for m in r["result"].get("memory", [])]
         rows.append({
-            "model": model, "precision": precision, "gpu": gpu, "gpus": count,
+            "model": model, "precision": precision, "settings": settings, "gpu": gpu,
+            "gpus": count,
             "runs": len(members),
             "batch_per_gpu": max(int(r["config"].get("batch_per_gpu", 0)) for r in members),
             "epoch2_s": statistics.median(r["result"].get("epoch2_seconds", 0) for r in members),
@@ -68,12 +87,14 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| model | precision | GPU | GPUs | batch/GPU | epoch 2 (s) | train img/s "
-             "| efficiency vs linear | peak per GPU (GiB) | energy/epoch (J) | runs |",
-             "|" + "---|" * 11]
+    lines = ["| model | precision | settings | GPU | GPUs | batch/GPU | epoch 2 (s) "
+             "| train img/s | efficiency vs linear | peak per GPU (GiB) | energy/epoch (J) "
+             "| runs |",
+             "|" + "---|" * 12]
     for r in rows:
         eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.0%}"
-        lines.append(f"| {r['model']} | {r['precision']} | {r['gpu']} | {r['gpus']} "
+        lines.append(f"| {r['model']} | {r['precision']} | {r['settings']} | {r['gpu']} "
+                     f"| {r['gpus']} "
                      f"| {r['batch_per_gpu']} | {r['epoch2_s']:.2f} | {r['images_per_s']:.0f} "
                      f"| {eff} | {r['peak_gib_per_gpu']:.1f} | {r['energy_per_epoch_j']:.0f} "
                      f"| {r['runs']} |")

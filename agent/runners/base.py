@@ -43,6 +43,8 @@ class WorkloadRequest:
     jit_compile: bool | None = None
     data_on_device: bool | None = None
     batched_augmentation: bool | None = None
+    fused_batchnorm: bool | None = None
+    channels_first: bool | None = None
 
     def arguments(self) -> list[str]:
         """The arguments of `python -m gpubench.agent.workload run`."""
@@ -65,6 +67,8 @@ class WorkloadRequest:
             ("--jit-compile", "--no-jit-compile", self.jit_compile),
             ("--data-on-device", "--data-on-host", self.data_on_device),
             ("--batched-augmentation", "--keras-augmentation", self.batched_augmentation),
+            ("--fused-batchnorm", "--keras-batchnorm", self.fused_batchnorm),
+            ("--channels-first", "--channels-last", self.channels_first),
         ):
             if value is not None:
                 args.append(on if value else off)

@@ -25,17 +25,18 @@ def batch_affine_transforms(model: keras.Model) -> int:
     Returns how many layers were changed.
     """
     changed = 0
-    for layer in _layers(model):
+    for layer in all_layers(model):
         if isinstance(layer, (keras.layers.RandomRotation, keras.layers.RandomZoom)):
             layer.backend = _BatchedImageBackend(layer.backend)
             changed += 1
     return changed
 
 
-def _layers(layer: Any) -> list[Any]:
+def all_layers(layer: Any) -> list[Any]:
+    """`layer` and every layer nested in it, depth first."""
     found = [layer]
     for child in getattr(layer, "layers", []):
-        found += _layers(child)
+        found += all_layers(child)
     return found
 
 
@@ -72,8 +73,10 @@ def affine_transform(images: Any, transform: Any, interpolation: str = "bilinear
     """keras.ops.image.affine_transform as Keras's torch backend computes it, batched.
 
     `transform` rows are [a0, a1, a2, b0, b1, b2, c0, c1]: an output pixel (row, col)
-    samples the input at row b1*row + b0*col + b2, col a1*row + a0*col + a2 (Keras's
-    torch code also adds c0 and c1 times the channel index; kept for equality).
+    samples the input at row b1*row + b0*col + b2, col a1*row + a0*col + a2. The
+    projective terms c0 and c1 must be zero, as they are for rotation and zoom (Keras's
+    torch code would add them times the channel index). Indices are computed once per
+    pixel and each gather moves a pixel's channels together.
     """
     import torch
 
@@ -92,26 +95,25 @@ def affine_transform(images: Any, transform: Any, interpolation: str = "bilinear
     batch, height, width, channels = images.shape
     dtype, device = transform.dtype, images.device
 
-    row = torch.arange(height, dtype=dtype, device=device).view(1, height, 1, 1)
-    col = torch.arange(width, dtype=dtype, device=device).view(1, 1, width, 1)
-    channel = torch.arange(channels, dtype=dtype, device=device).view(1, 1, 1, channels)
-    a0, a1, a2, b0, b1, b2, c0, c1 = (transform[:, k].view(batch, 1, 1, 1) for k in range(8))
-    source_row = row * b1 + col * b0 + channel * c0 + b2
-    source_col = row * a1 + col * a0 + channel * c1 + a2
+    row = torch.arange(height, dtype=dtype, device=device).view(1, height, 1)
+    col = torch.arange(width, dtype=dtype, device=device).view(1, 1, width)
+    a0, a1, a2, b0, b1, b2 = (transform[:, k].view(batch, 1, 1) for k in range(6))
+    source_row = row * b1 + col * b0 + b2
+    source_col = row * a1 + col * a0 + a2
 
-    flat = images.reshape(-1)
-    base = torch.arange(batch, device=device).view(batch, 1, 1, 1) * height
-    channel_index = torch.arange(channels, device=device).view(1, 1, 1, channels)
+    pixels = images.reshape(batch * height * width, channels)
+    base = torch.arange(batch, dtype=torch.int32, device=device).view(batch, 1, 1) * (
+        height * width)
     fix = _FIXERS[fill_mode]
     result = None
     for r_index, r_weight in _nodes(source_row, interpolation):
         for c_index, c_weight in _nodes(source_col, interpolation):
-            where = ((base + fix(r_index, height)) * width + fix(c_index, width)) * channels
-            values = flat[(where + channel_index).long()]
+            where = base + fix(r_index, height) * width + fix(c_index, width)
+            values = pixels[where.long()]  # (batch, height, width, channels)
             if fill_mode == "constant":
                 inside = (r_index >= 0) & (r_index < height) & (c_index >= 0) & (c_index < width)
-                values = torch.where(inside, values, fill_value)
-            term = values if r_weight is None else r_weight * c_weight * values
+                values = torch.where(inside.unsqueeze(-1), values, fill_value)
+            term = values if r_weight is None else (r_weight * c_weight).unsqueeze(-1) * values
             result = term if result is None else result + term
     if not torch.is_floating_point(images):
         result = torch.round(result)

@@ -125,6 +125,8 @@ def trial_command(settings: RunSettings, batch: int) -> list[str]:
         "--seed", str(settings.seed),
         "--jit-compile" if settings.jit_compile else "--no-jit-compile",
         "--batched-augmentation" if settings.batched_augmentation else "--keras-augmentation",
+        "--fused-batchnorm" if settings.fused_batchnorm else "--keras-batchnorm",
+        "--channels-first" if settings.channels_first else "--channels-last",
     ]
     if settings.memory_limit_bytes:
         command += ["--memory-limit-bytes", str(settings.memory_limit_bytes)]

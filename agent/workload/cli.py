@@ -67,11 +67,19 @@ def _model_options(func: Callable) -> Callable:
         click.option("--jit-compile/--no-jit-compile", default=False, show_default=True,
                      help="Compile the training step (XLA on TensorFlow and JAX, torch.compile "
                           "on torch); the protocol did not."),
-        click.option("--batched-augmentation/--keras-augmentation", default=False,
-                     show_default=True,
+        click.option("--batched-augmentation/--keras-augmentation", default=None,
                      help="torch backend: compute the random rotation and zoom for the whole "
                           "batch at once (the same transforms, bit for bit) instead of Keras's "
-                          "image-by-image loop."),
+                          "image-by-image loop [default: on with torch]."),
+        click.option("--fused-batchnorm/--keras-batchnorm", default=None,
+                     help="torch backend: compute batch normalization with torch's fused "
+                          "kernel (the same normalisation and moving averages) instead of "
+                          "Keras's element-wise float32 operations [default: on with torch]."),
+        click.option("--channels-first/--channels-last", default=None,
+                     help="torch backend: lay the images and every activation out as "
+                          "(channels, height, width), torch's own order, instead of the "
+                          "protocol's channels last, which Keras on torch transposes around "
+                          "every convolution [default: channels first with torch]."),
         click.option("--trial-steps", type=click.IntRange(min=1), default=3, show_default=True,
                      help="Training steps each batch-size trial runs."),
         click.option("--memory-limit-bytes", type=click.IntRange(min=1), default=None,

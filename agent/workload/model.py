@@ -26,6 +26,11 @@ def set_precision(precision: str) -> None:
     keras.config.set_dtype_policy(precision)
 
 
+def set_data_format(channels_first: bool) -> None:
+    """Set the global image layout before any layer is built (channels last: the protocol's)."""
+    keras.config.set_image_data_format("channels_first" if channels_first else "channels_last")
+
+
 def base_weights(weights: str) -> str | None:
     """What keras.applications is given: None, 'imagenet' or a weights file's path."""
     if weights == "none":
@@ -46,8 +51,13 @@ def weights_label(weights: str) -> str:
 
 
 def build(model: str, image_size: int, weights: str = "none", classes: int = 3) -> keras.Model:
-    """The protocol's model for `model` ('B0', 'B3', 'B7') at image_size x image_size."""
-    inputs = keras.Input(shape=(image_size, image_size, 3), name="images")
+    """The protocol's model for `model` ('B0', 'B3', 'B7') at image_size x image_size.
+
+    The images' layout follows keras.config.image_data_format(): channels last
+    (the protocol's) or channels first.
+    """
+    shape = input_shape(image_size)
+    inputs = keras.Input(shape=shape, name="images")
     augmentation = keras.Sequential(
         [
             layers.RandomRotation(0.2),
@@ -57,7 +67,7 @@ def build(model: str, image_size: int, weights: str = "none", classes: int = 3) 
         name="augmentation",
     )
     base = getattr(keras.applications, APPLICATIONS[model])(
-        include_top=False, weights=base_weights(weights), input_shape=(image_size, image_size, 3)
+        include_top=False, weights=base_weights(weights), input_shape=shape
     )
     base.trainable = True
     x = augmentation(inputs)
@@ -67,6 +77,13 @@ def build(model: str, image_size: int, weights: str = "none", classes: int = 3) 
     # guide advises; in a float32 run this is the protocol's layer unchanged.
     outputs = layers.Dense(classes, activation="softmax", dtype="float32", name="classes")(x)
     return keras.Model(inputs, outputs, name=f"efficientnet_{model.lower()}_rps")
+
+
+def input_shape(image_size: int) -> tuple[int, int, int]:
+    """One image's shape in the configured data format."""
+    if keras.config.image_data_format() == "channels_first":
+        return (3, image_size, image_size)
+    return (image_size, image_size, 3)
 
 
 def compile_for_training(model: keras.Model, *, jit_compile: bool) -> None:

@@ -40,6 +40,14 @@ EXIT_ERROR = 1
 EXIT_OUT_OF_MEMORY = 3
 
 
+# Settings that compute the protocol's network in fewer kernels on torch, by flag.
+TORCH_KERNELS = {
+    "--batched-augmentation": "batched_augmentation",
+    "--fused-batchnorm": "fused_batchnorm",
+    "--channels-first": "channels_first",
+}
+
+
 class BadSettings(GpubenchError):
     """A setting is out of range or not one of its choices; names the flag."""
 
@@ -64,7 +72,10 @@ class RunSettings:
     seed: int = DEFAULT_SEED
     jit_compile: bool = False
     data_on_device: bool = False  # keep the cached images on the GPU (torch backend)
-    batched_augmentation: bool = False  # rotation and zoom for the whole batch at once (torch)
+    # The same network in fewer kernels (torch only; None: on with torch, else off).
+    batched_augmentation: bool | None = None  # rotation and zoom for the whole batch at once
+    fused_batchnorm: bool | None = None  # batch normalization through torch's fused kernel
+    channels_first: bool | None = None  # images laid out (channels, height, width)
     max_trials: int = 10
     trial_steps: int = 3
     memory_limit_bytes: int | None = None  # caps each search trial's address space (tests)
@@ -89,8 +100,12 @@ class RunSettings:
             raise BadSettings(f"--max-trials must be at least 2, not {self.max_trials}")
         if self.trial_steps < 1:
             raise BadSettings(f"--trial-steps must be at least 1, not {self.trial_steps}")
-        if self.batched_augmentation and self.backend != "torch":
-            raise BadSettings("--batched-augmentation needs --backend torch")
+        for flag, name in TORCH_KERNELS.items():
+            value = getattr(self, name)
+            if value and self.backend != "torch":
+                raise BadSettings(f"{flag} needs --backend torch")
+            if value is None:  # frozen: settle the default once, here
+                object.__setattr__(self, name, self.backend == "torch")
         if self.replicas_on_cpu and (self.gpus or self.backend != "torch"):
             raise BadSettings("--replicas-on-cpu needs --gpus 0 and --backend torch")
         if self.data_on_device and (self.pipeline != "cached" or self.backend != "torch"):

@@ -11,6 +11,9 @@
   protocol's image_dataset_from_directory pipeline did: decoding in parallel,
   no cache and no prefetch.
 
+Images are laid out channels last (the protocol's), or channels first when the
+run asks for it (the cache is transposed once, decoded batches one by one).
+
 Imports Keras: import this module only after the backend has been selected.
 """
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,8 +46,11 @@ class Feed:
 class Source(Protocol):
     """Where a batch's images and one-hot labels come from."""
 
-    def batch(self, indices: np.ndarray) -> tuple[object, object]:
-        """Images and labels of the given dataset indices."""
+    def order(self, indices: np.ndarray) -> object:
+        """An epoch's order of dataset indices, where `batch` wants its slices."""
+
+    def batch(self, indices: object) -> tuple[object, object]:
+        """Images and labels of the given slice of an epoch's order."""
 
 
 @dataclass(frozen=True)
@@ -56,25 +62,51 @@ class Decoded:
     size: int
     pool: ThreadPoolExecutor
     as_float: bool  # the protocol's pipeline hands float32 pixels to the model
+    channels_first: bool
+
+    def order(self, indices: np.ndarray) -> object:
+        return indices
 
     def batch(self, indices: np.ndarray) -> tuple[object, object]:
         images = decode_images(self.dataset.paths(indices), self.size, self.pool)
+        if self.channels_first:
+            images = np.ascontiguousarray(images.transpose(0, 3, 1, 2))
         return (images.astype(np.float32) if self.as_float else images), self.labels[indices]
 
 
 @dataclass(frozen=True)
 class Cached:
-    """Slices of the decoded uint8 images in host memory."""
+    """Slices of the decoded uint8 images in host memory.
+
+    With `device` (torch on a GPU) each batch is copied to the GPU here, in the
+    prefetching thread: the copy waits for the GPU's queued work in that thread,
+    not in the one that queues the training steps.
+    """
 
     images: np.ndarray
     labels: np.ndarray
+    device: object = None
+
+    def order(self, indices: np.ndarray) -> object:
+        return indices
 
     def batch(self, indices: np.ndarray) -> tuple[object, object]:
-        return self.images[indices], self.labels[indices]
+        images, labels = self.images[indices], self.labels[indices]
+        if self.device is None:
+            return images, labels
+        import torch
+
+        return (torch.from_numpy(images).to(self.device),
+                torch.from_numpy(labels).to(self.device))
 
 
 class OnDevice:
-    """The decoded images and labels as tensors on the training device (torch backend)."""
+    """The decoded images and labels as tensors on the training device (torch backend).
+
+    Each epoch's order is copied to the device once, so taking a batch copies
+    nothing from the host: a copy from pageable host memory would make the host
+    wait for the device to finish all queued work, every step.
+    """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
         import torch
@@ -85,9 +117,11 @@ class OnDevice:
         self._images = torch.from_numpy(images).to(self._device)
         self._labels = torch.from_numpy(labels).to(self._device)
 
-    def batch(self, indices: np.ndarray) -> tuple[object, object]:
-        where = self._torch.from_numpy(np.ascontiguousarray(indices)).to(self._device)
-        return self._images[where], self._labels[where]
+    def order(self, indices: np.ndarray) -> object:
+        return self._torch.from_numpy(np.ascontiguousarray(indices)).to(self._device)
+
+    def batch(self, indices: object) -> tuple[object, object]:
+        return self._images[indices], self._labels[indices]
 
 
 class ImageBatches(keras.utils.PyDataset):
@@ -103,9 +137,12 @@ class ImageBatches(keras.utils.PyDataset):
         shard: tuple[int, int] = (0, 1),
         prefetch: bool,
     ) -> None:
-        # A thread prefetching a few batches ahead; the seed pipeline has none.
-        super().__init__(workers=2 if prefetch else 1, use_multiprocessing=False,
-                         max_queue_size=4)
+        # Keras's own prefetching (a pool of threads, for workers > 1) is not used:
+        # one thread of ours prepares the next batch while the model trains on
+        # this one. The seed pipeline prefetches nothing, as the protocol's.
+        super().__init__(workers=1, use_multiprocessing=False)
+        self._ahead: dict[int, Future] = {}
+        self._prefetcher = ThreadPoolExecutor(1, "batches") if prefetch else None
         self._source = source
         self._indices = indices
         self._batch = batch_size
@@ -114,10 +151,11 @@ class ImageBatches(keras.utils.PyDataset):
         self._epoch = 0
         self._order = self._epoch_order()
 
-    def _epoch_order(self) -> np.ndarray:
-        if self._shuffle_seed is None:
-            return self._indices
-        return np.random.default_rng((self._shuffle_seed, self._epoch)).permutation(self._indices)
+    def _epoch_order(self) -> object:
+        order = self._indices
+        if self._shuffle_seed is not None:
+            order = np.random.default_rng((self._shuffle_seed, self._epoch)).permutation(order)
+        return self._source.order(order)
 
     def __len__(self) -> int:
         steps = math.ceil(len(self._indices) / self._batch)
@@ -128,18 +166,40 @@ class ImageBatches(keras.utils.PyDataset):
         return steps
 
     def __getitem__(self, step: int) -> tuple[object, object]:
+        ready = self._ahead.pop(step, None)
+        batch = ready.result() if ready is not None else self._make(step)
+        if self._prefetcher is not None and step + 1 < len(self):
+            self._ahead[step + 1] = self._prefetcher.submit(self._make, step + 1)
+        return batch
+
+    def _make(self, step: int) -> tuple[object, object]:
         chosen = self._order[step * self._batch : (step + 1) * self._batch]
-        if self._world > 1:
-            chosen = np.array_split(chosen, self._world)[self._rank]
+        if self._world > 1:  # the same split as np.array_split, for device tensors too
+            chosen = (np.array_split(chosen, self._world) if isinstance(chosen, np.ndarray)
+                      else chosen.tensor_split(self._world))[self._rank]
         return self._source.batch(chosen)
 
     def on_epoch_end(self) -> None:
+        for pending in self._ahead.values():  # made in the old order
+            pending.result()
+        self._ahead.clear()
         self._epoch += 1
         self._order = self._epoch_order()
 
     def images_in_step(self, step: int) -> int:
         """How many images (over all replicas) step `step` of an epoch trains on."""
         return len(self._order[step * self._batch : (step + 1) * self._batch])
+
+
+def training_gpu() -> object:
+    """The GPU Keras trains on (torch backend), or None: batches stay in host memory."""
+    if keras.backend.backend() != "torch":
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def build_feed(
@@ -150,6 +210,7 @@ def build_feed(
     pipeline: str,
     seed: int,
     on_device: bool = False,
+    channels_first: bool = False,
     shard: tuple[int, int] = (0, 1),
     log: Callable[[str], None] = lambda message: None,
 ) -> Feed:
@@ -171,11 +232,15 @@ def build_feed(
         log(f"decoding {dataset.image_count} images at {size}x{size} into memory")
         started = time.monotonic()
         cache = decode_images(dataset.paths(range(dataset.image_count)), size, pool)
+        if channels_first:
+            cache = np.ascontiguousarray(cache.transpose(0, 3, 1, 2))
         decode_seconds = time.monotonic() - started
-        source = OnDevice(cache, labels) if on_device else Cached(cache, labels)
+        source = (OnDevice(cache, labels) if on_device
+                  else Cached(cache, labels, device=training_gpu()))
         mode = "cached-on-device" if on_device else mode
     else:
-        source = Decoded(dataset, labels, size, pool, as_float=mode == "seed")
+        source = Decoded(dataset, labels, size, pool, as_float=mode == "seed",
+                         channels_first=channels_first)
 
     # Prefetching threads for work on the host; none for the seed pipeline (the
     # protocol's had none) nor for batches gathered on the GPU.

@@ -120,6 +120,8 @@ def started_fields(settings: RunSettings, dataset: data.Dataset, batch: int, cho
         "jit_compile": settings.jit_compile,
         "data_on_device": settings.data_on_device,
         "batched_augmentation": settings.batched_augmentation,
+        "fused_batchnorm": settings.fused_batchnorm,
+        "channels_first": settings.channels_first,
         "dataset": dataset.describe(),
         "pid": os.getpid(),
     }
@@ -154,6 +156,7 @@ def train(
     feed = pipeline.build_feed(
         dataset, size=settings.size, global_batch=batch * settings.devices,
         pipeline=settings.pipeline, seed=settings.seed, on_device=settings.data_on_device,
+        channels_first=settings.channels_first,
         shard=shard, log=lambda message: emit("log", message=message),
     )
     for warning in feed.warnings:
@@ -162,14 +165,16 @@ def train(
         emit("log", message=f"decoded {dataset.image_count} images in {feed.decode_seconds:.1f} s")
 
     net.set_precision(settings.precision)
+    net.set_data_format(settings.channels_first)
     with distribute.replicas(settings):
         network = net.build(settings.model, settings.size, settings.weights,
                             classes=len(dataset.class_names))
         net.compile_for_training(network, jit_compile=settings.jit_compile)
-        if settings.batched_augmentation:
-            from gpubench.agent.workload import augment
+        fast_kernels(settings, network)
+        if settings.backend == "torch" and settings.gpus > 0:
+            from gpubench.agent.workload import torch_async
 
-            augment.batch_affine_transforms(network)
+            torch_async.keep_host_ahead(network)
         if hooks is not None:
             hooks.prepare(network)
     counts = net.parameter_counts(network)
@@ -189,8 +194,9 @@ def train(
             peaks.append(hooks.read_peaks() if hooks is not None
                          else memory.read_peaks(settings.backend, local_gpus))
 
-    timer = timing.EpochTimer(events, feed.train.images_in_step, len(feed.train),
-                              before_epoch=before_epoch, after_epoch=after_epoch)
+    timer = timing.epoch_timer(settings.backend, settings.gpus > 0, events,
+                               feed.train.images_in_step, len(feed.train),
+                               before_epoch=before_epoch, after_epoch=after_epoch)
     network.fit(feed.train, validation_data=feed.validation, epochs=settings.epochs,
                 verbose=0, callbacks=[timer])
     replica_warnings = hooks.finish(network) if hooks is not None else []
@@ -230,6 +236,18 @@ def train(
     return EXIT_OK
 
 
+def fast_kernels(settings: RunSettings, network: Any) -> None:
+    """The torch-only replacements that compute the protocol's layers in fewer kernels."""
+    if settings.batched_augmentation:
+        from gpubench.agent.workload import augment
+
+        augment.batch_affine_transforms(network)
+    if settings.fused_batchnorm:
+        from gpubench.agent.workload import batchnorm
+
+        batchnorm.fuse_batch_normalization(network)
+
+
 def trial(settings: RunSettings, batch: int, events: EventWriter) -> int:
     """One batch-size trial: build, train a few steps and validate one at `batch`."""
     started = time.monotonic()
@@ -248,14 +266,13 @@ def trial(settings: RunSettings, batch: int, events: EventWriter) -> int:
         backend.check_gpus(settings.backend, settings.gpus)
         keras.utils.set_random_seed(settings.seed)
         net.set_precision(settings.precision)
+        net.set_data_format(settings.channels_first)
         network = net.build(settings.model, settings.size, "none")
         net.compile_for_training(network, jit_compile=settings.jit_compile)
-        if settings.batched_augmentation:  # it needs memory of its own: try what will run
-            from gpubench.agent.workload import augment
-
-            augment.batch_affine_transforms(network)
+        fast_kernels(settings, network)  # they change the memory needed: try what will run
         rng = np.random.default_rng(settings.seed)
-        images = rng.integers(0, 256, size=(batch, settings.size, settings.size, 3), dtype=np.uint8)
+        images = rng.integers(0, 256, size=(batch, *net.input_shape(settings.size)),
+                              dtype=np.uint8)
         labels = np.eye(3, dtype=np.float32)[rng.integers(0, 3, size=batch)]
         memory.reset_peaks(settings.backend, settings.gpus)
         for _ in range(settings.trial_steps):

@@ -1,10 +1,20 @@
 """A Keras callback that times every epoch and step and reports them as events.
 
 Timestamps are time.monotonic(), the clock of the event stream and of the
-agent's GPU sampler. A step's end is taken in on_train_batch_end, which Keras
-calls after it has turned the step's loss and accuracy into Python numbers: that
-waits for the GPU to finish the step, so the times are the device's, not the
-moment the work was queued. Validation is timed from on_test_begin to on_test_end.
+agent's GPU sampler. Validation is timed from on_test_begin to on_test_end, and
+an epoch ends in on_epoch_end, after Keras has read the epoch's metrics back
+from the device. A step's end is taken one of two ways:
+
+- on the host (`HostTimedEpochs`): in on_train_batch_end, which Keras calls after
+  it has turned the step's loss and accuracy into Python numbers. That waits for
+  the device to finish the step, so the times are the device's, but the host
+  cannot queue step n+1 while the device runs step n.
+- on the device (`DeviceTimedEpochs`, torch on a GPU): a CUDA event queued at
+  the start of every step marks when the device finished the step before it, and
+  the events are read once the epoch is over. Nothing waits during the epoch, so
+  Keras dispatches its per-step bookkeeping asynchronously and the host queues
+  the next step while the device runs this one, as in any training loop that
+  does not print every step's loss.
 
 Imports Keras: import this module only after the backend has been selected.
 """
@@ -46,7 +56,8 @@ class EpochTimer(keras.callbacks.Callback):
     """Times epochs and steps; emits epoch_started, step and epoch_finished events.
 
     `before_epoch` / `after_epoch` get the 1-based epoch number (the run resets
-    and reads the memory peaks around the measured epoch there).
+    and reads the memory peaks around the measured epoch there). Subclasses say
+    how a step's end is taken; `epoch_timer` picks one.
     """
 
     def __init__(
@@ -66,6 +77,7 @@ class EpochTimer(keras.callbacks.Callback):
         self._after_epoch = after_epoch
         self._last_progress = 0.0
         self._validation_start = 0.0
+        self._validation_end = 0.0
         self.epochs: list[EpochRecord] = []
 
     def _emit(self, kind: str, **fields: object) -> None:
@@ -75,26 +87,35 @@ class EpochTimer(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._before_epoch(epoch + 1)
         self._emit("epoch_started", epoch=epoch + 1, steps=self._steps)
-        self.epochs.append(EpochRecord(epoch=epoch + 1, t_start=time.monotonic()))
+        self.epochs.append(EpochRecord(epoch=epoch + 1, t_start=self._epoch_start()))
 
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        now = time.monotonic()
+    def _epoch_start(self) -> float:
+        return time.monotonic()
+
+    def _step_done(self, step: int, now: float) -> None:
+        """Step `step` (0-based) of the current epoch ended at `now`."""
         record = self.epochs[-1]
         record.step_ends.append(now)
-        record.step_images.append(self._images_in_step(batch))
-        if now - self._last_progress >= PROGRESS_INTERVAL_SECONDS or batch + 1 == self._steps:
+        record.step_images.append(self._images_in_step(step))
+
+    def _progress(self, done: int) -> None:
+        """Tell the agent how many steps of the epoch are done (about twice a second)."""
+        now = time.monotonic()
+        if now - self._last_progress >= PROGRESS_INTERVAL_SECONDS or done == self._steps:
             self._last_progress = now
-            self._emit("step", epoch=record.epoch, step=batch + 1, steps=self._steps)
+            self._emit("step", epoch=self.epochs[-1].epoch, step=done, steps=self._steps)
 
     def on_test_begin(self, logs: dict | None = None) -> None:
         self._validation_start = time.monotonic()
 
     def on_test_end(self, logs: dict | None = None) -> None:
-        self.epochs[-1].validation_seconds = time.monotonic() - self._validation_start
+        self._validation_end = time.monotonic()
+        self.epochs[-1].validation_seconds = self._validation_end - self._validation_start
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         record = self.epochs[-1]
         record.t_end = time.monotonic()
+        self._collect_steps(record)
         self._after_epoch(record.epoch)
         last_step = record.step_ends[-1] if record.step_ends else record.t_start
         record.train_seconds = last_step - record.t_start
@@ -116,6 +137,81 @@ class EpochTimer(keras.callbacks.Callback):
             steps=len(record.step_ends),
             **record.stats.as_event(),
         )
+
+    def _collect_steps(self, record: EpochRecord) -> None:
+        """Fill in the epoch's step ends if they are known only now."""
+
+
+class HostTimedEpochs(EpochTimer):
+    """Takes each step's end on the host, once Keras has the step's metrics."""
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._step_done(batch, time.monotonic())
+        self._progress(batch + 1)
+
+
+class DeviceTimedEpochs(EpochTimer):
+    """Takes each step's end on the device with CUDA events (torch on a GPU).
+
+    Defines no on_train_batch_end, so Keras need not wait for each step's metrics.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        import torch
+
+        self._torch = torch
+        self._anchor: tuple[object, float] | None = None
+        self._marks: list[object] = []
+
+    def _mark(self) -> None:
+        event = self._torch.cuda.Event(enable_timing=True)
+        event.record()
+        self._marks.append(event)
+
+    def _epoch_start(self) -> float:
+        # The device is idle here (the last epoch ended with its metrics read
+        # back): an event recorded now is timestamped at this monotonic time.
+        self._torch.cuda.synchronize()
+        started = time.monotonic()
+        self._marks = []
+        self._mark()
+        self._anchor = (self._marks[0], started)
+        return started
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if batch:
+            self._mark()  # the device has finished step batch - 1 when it gets here
+            self._progress(batch)
+
+    def on_test_begin(self, logs: dict | None = None) -> None:
+        self._mark()  # the last training step's end
+        self._progress(self._steps)
+        super().on_test_begin(logs)
+
+    def _collect_steps(self, record: EpochRecord) -> None:
+        if self._anchor is None:
+            return
+        if len(self._marks) < 2:  # no validation pass marked the last step
+            self._mark()
+        self._torch.cuda.synchronize()
+        anchor, started = self._anchor
+        for step, event in enumerate(self._marks[1:]):
+            self._step_done(step, started + anchor.elapsed_time(event) / 1000)
+        if record.validation_seconds:
+            # Validation began on the device when the last training step ended.
+            record.validation_seconds = self._validation_end - record.step_ends[-1]
+        self._anchor = None
+
+
+def epoch_timer(backend: str, on_gpu: bool, *args: object, **kwargs: object) -> EpochTimer:
+    """The epoch timer for a run: device events for torch on a GPU, else the host's clock."""
+    if backend == "torch" and on_gpu:
+        import torch
+
+        if torch.cuda.is_available():
+            return DeviceTimedEpochs(*args, **kwargs)
+    return HostTimedEpochs(*args, **kwargs)
 
 
 def _is_number(value: object) -> bool:

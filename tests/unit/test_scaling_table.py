@@ -44,3 +44,12 @@ def test_efficiency_against_linear(tmp_path: Path) -> None:
     table = _module().markdown(list(rows.values()))
     assert "| 90% |" in table and "| 75% |" in table
     assert json.loads(json.dumps(list(rows.values())))  # JSON-ready
+
+
+def test_settings_keep_unlike_runs_apart() -> None:
+    settings_label = _module().settings_label
+    assert settings_label({}) == "keras"
+    kernels = {"batched_augmentation": True, "fused_batchnorm": True, "channels_first": True}
+    assert settings_label(kernels) == "kernels"
+    assert settings_label({**kernels, "data_on_device": True}) == "kernels+data-on-device"
+    assert settings_label({"fused_batchnorm": True}) == "fused-batchnorm"
