@@ -5,10 +5,10 @@
 
 Groups OK runs by (model, precision, settings, GPU name) and, for each GPU count,
 takes the median training images/s (settings: the options that change how the
-network is computed or fed, e.g. "kernels+data-on-device"; "keras" for none); efficiency is that figure against linear scaling of
-the 1-GPU figure (images/s at N GPUs / (N x images/s at 1 GPU)). Per-GPU peak
-memory is the allocator's largest per-GPU peak; energy per epoch is the measured
-epoch's, all GPUs together.
+network is computed or fed, e.g. "kernels+data-on-device"; "keras" for none);
+efficiency is that figure against linear scaling of the 1-GPU figure (images/s at
+N GPUs / (N x images/s at 1 GPU)). Per-GPU peak memory is the allocator's largest
+per-GPU peak; energy per epoch is the measured epoch's, all GPUs together.
 """
 
 from __future__ import annotations
