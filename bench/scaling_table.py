@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The multi-GPU scaling table from run records (spool JSON files).
 
-    python bench/scaling_table.py SPOOL_DIR_OR_FILES... [--markdown]
+    python bench/scaling_table.py SPOOL_DIR_OR_FILES... [--json]
 
 Groups OK runs by (model, precision, settings, GPU name) and, for each GPU count,
 takes the median training images/s (settings: the options that change how the
