@@ -12,7 +12,8 @@
 # torch's fewer kernels kernels-b0-128, kernels-b3-128, kernels-b7-10; the fast
 # settings fast-b0, fast-b0-jit, fast-b3, fast-b7, auto-fast-b0; two GPUs gpus2-b0,
 # gpus2-b3, gpus2-fast-b0, gpus2-fast-b3, gpus2-fast-b7; and profile-b0, profile-b7,
-# profile-fast (bench/keras_torch_profile.py: where a step's time goes).
+# profile-fast (bench/keras_torch_profile.py: where a step's time goes); and
+# collector (bench/collector_bench.py with the collector pinned to two cores).
 # Needs, carried with the working tree: .whl/ (keras, namex, optree and protobuf
 # wheels for the machine's Python) and gpubench/v1 (the wire code `make proto` made).
 # The device call: carry [".whl", "gpubench/v1"], command
@@ -98,6 +99,9 @@ for step in "$@"; do
     profile-fast) profile profile-fast \
                    b0-f32-128-all:batch=128,aug=batched,bn=fused,format=first \
                    b0-bf16-512-all:batch=512,precision=mixed_bfloat16,aug=batched,bn=fused,format=first ;;
+    collector)   python3 "$ROOT/bench/collector_bench.py" --runs 20000 --submissions 4000 \
+                   --queries 20 --skip-compare --server-cpus 0,1 --client-cpus 2-9 \
+                   | tee "$WORK/collector-bench.txt" ;;
     *) echo "unknown step $step" >&2 ;;
   esac
 done
