@@ -31,6 +31,7 @@ from typing import Any
 
 import grpc
 from gpubench.collector.store import Store, TokenRow, utc_now
+from gpubench.collector.transport import Refusal
 
 from gpubench.errors import InvalidRecord
 
@@ -215,15 +216,73 @@ def bearer_secret(metadata: Any) -> str | None:
     return None
 
 
-class AuthInterceptor(grpc.ServerInterceptor):
-    """Checks every call's token against what its method needs, before the servicer runs."""
+class Gate:
+    """Whether a call may go ahead: its token, admin rights and the submission rate limit."""
 
     def __init__(
         self, tokens: TokenBook, *, public_read: bool = False, limiter: RateLimiter | None = None
     ) -> None:
-        self._tokens = tokens
+        self.tokens = tokens
         self._public_read = public_read
         self._limiter = limiter
+
+    def check(self, access: Access, secret: str | None) -> Caller | None:
+        """The caller for a call needing `access`; raises Refusal when it may not proceed.
+
+        `secret` is what `bearer_secret` found (None: no authorization entry). Returns
+        None only for a tokenless read on a public-read collector.
+        """
+        if secret is None:
+            if access is Access.READ and self._public_read:
+                return None
+            raise Refusal(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "no token: send 'authorization: Bearer <token>' "
+                "(gpubench --token or GPUBENCH_TOKEN)",
+            )
+        caller = self.tokens.identify(secret) if secret else None
+        if caller is None:
+            raise Refusal(grpc.StatusCode.UNAUTHENTICATED, "token unknown or revoked")
+        if access is Access.ADMIN and not caller.admin:
+            raise Refusal(
+                grpc.StatusCode.PERMISSION_DENIED, f"token {caller.name!r} is not an admin token"
+            )
+        # The operator's own local credential (imports through a live collector) is not limited.
+        limited = access is Access.SUBMIT and self._limiter and caller.name != LOCAL_ADMIN
+        if limited and not self._limiter.allow(caller.name):
+            raise Refusal(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"token {caller.name!r}: over the submission rate limit "
+                f"({self._limiter.rate:g}/s); retry later",
+            )
+        return caller
+
+    def guarded(
+        self, behavior: Callable[[Any, grpc.ServicerContext], Any], access: Access
+    ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        """`behavior` (a servicer method) with the token check in front, the caller set
+        for it in `current_caller`. A refusal becomes `context.abort`."""
+
+        def checked(request: Any, context: grpc.ServicerContext) -> Any:
+            secret = bearer_secret(context.invocation_metadata())
+            try:
+                caller = self.check(access, secret)
+            except Refusal as refused:
+                context.abort(refused.code, refused.details)
+            reset = current_caller.set(caller)
+            try:
+                return behavior(request, context)
+            finally:
+                current_caller.reset(reset)
+
+        return checked
+
+
+class AuthInterceptor(grpc.ServerInterceptor):
+    """Checks every call's token against what its method needs, before the servicer runs."""
+
+    def __init__(self, gate: Gate) -> None:
+        self._gate = gate
         self._checked: dict[str, grpc.RpcMethodHandler] = {}  # method -> wrapped handler
 
     def intercept_service(
@@ -238,52 +297,10 @@ class AuthInterceptor(grpc.ServerInterceptor):
             access = access_of(method)
             if handler is None or access is Access.OPEN or handler.unary_unary is None:
                 return handler
-            checked = self._checked[method] = self._wrap(handler, access)
+            # Made once per method: the handler with the token check in front.
+            checked = self._checked[method] = grpc.unary_unary_rpc_method_handler(
+                self._gate.guarded(handler.unary_unary, access),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
         return checked
-
-    def _wrap(self, handler: grpc.RpcMethodHandler, access: Access) -> grpc.RpcMethodHandler:
-        """The method's handler with the token check in front (made once per method)."""
-        inner = handler.unary_unary
-
-        def checked(request: Any, context: grpc.ServicerContext) -> Any:
-            secret = bearer_secret(context.invocation_metadata())
-            caller = self._check(access, secret, context)
-            reset = current_caller.set(caller)
-            try:
-                return inner(request, context)
-            finally:
-                current_caller.reset(reset)
-
-        return grpc.unary_unary_rpc_method_handler(
-            checked,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-
-    def _check(
-        self, access: Access, secret: str | None, context: grpc.ServicerContext
-    ) -> Caller | None:
-        if secret is None:
-            if access is Access.READ and self._public_read:
-                return None
-            context.abort(
-                grpc.StatusCode.UNAUTHENTICATED,
-                "no token: send 'authorization: Bearer <token>' "
-                "(gpubench --token or GPUBENCH_TOKEN)",
-            )
-        caller = self._tokens.identify(secret) if secret else None
-        if caller is None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "token unknown or revoked")
-        if access is Access.ADMIN and not caller.admin:
-            context.abort(
-                grpc.StatusCode.PERMISSION_DENIED, f"token {caller.name!r} is not an admin token"
-            )
-        # The operator's own local credential (imports through a live collector) is not limited.
-        limited = access is Access.SUBMIT and self._limiter and caller.name != LOCAL_ADMIN
-        if limited and not self._limiter.allow(caller.name):
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"token {caller.name!r}: over the submission rate limit "
-                f"({self._limiter.rate:g}/s); retry later",
-            )
-        return caller

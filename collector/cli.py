@@ -60,13 +60,27 @@ def cli() -> None:
 @click.option("--max-message-bytes", default=1 << 20, show_default=True,
               type=click.IntRange(min=1024),
               help="Largest request accepted, in bytes (larger ones get RESOURCE_EXHAUSTED).")
+@click.option("--frontends", default="1", show_default=True, metavar="N|auto",
+              help="Front-end processes serving gRPC on the port and forwarding to this one, "
+                   "which holds the database. 1: everything in this process, which uses about "
+                   "one core whatever the machine has; auto: one per usable core, up to 4 "
+                   "(1 on a single core). More need more CPU per submission in all, so they "
+                   "pay only with cores to spare.")
 def serve(
     db_path: Path, host: str, port: int, public_read: bool, tls_cert: Path | None,
     tls_key: Path | None, insecure: bool, rate_limit: float, max_message_bytes: int,
+    frontends: str,
 ) -> None:
     """Serve the collector until SIGTERM or Ctrl-C, then stop gracefully."""
-    from gpubench.collector.server import TlsFiles
+    from gpubench.collector.server import TlsFiles, default_frontends
     from gpubench.collector.server import serve as run_server
+
+    if frontends == "auto":
+        count = default_frontends()
+    elif frontends.isdigit() and 1 <= int(frontends) <= 64:
+        count = int(frontends)
+    else:
+        raise click.BadParameter(f"{frontends!r}: a number 1-64 or auto", param_hint="--frontends")
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -75,12 +89,14 @@ def serve(
     def ready(address: str) -> None:
         mode = "TLS" if tls else "plaintext"
         reads = "public" if public_read else "token"
-        out.print(f"collector serving {db_path} on {address} ({mode}, reads: {reads})")
+        processes = f", {count} front-end processes" if count > 1 else ""
+        out.print(f"collector serving {db_path} on {address} ({mode}, reads: {reads}{processes})")
         sys.stdout.flush()
 
     run_server(
         db_path, host=host, port=port, public_read=public_read, tls=tls, insecure=insecure,
-        rate_limit=rate_limit, max_message_bytes=max_message_bytes, on_ready=ready,
+        rate_limit=rate_limit, max_message_bytes=max_message_bytes, frontends=count,
+        on_ready=ready,
     )
     err.print("collector stopped")
 

@@ -43,6 +43,7 @@ class GroupFigures:
     precisions: tuple[str, ...] = ()
     image_sizes: tuple[int, ...] = ()
     train_images: tuple[int, ...] = ()  # training images per epoch (the dataset's size)
+    settings: tuple[str, ...] = ()  # rows.settings_label: "keras", "kernels", ...
 
     @property
     def config_name(self) -> str:
@@ -73,17 +74,21 @@ class Comparison:
     precision: str
     image_size: int  # 0 when mixed
     train_images: int = 0  # training images per epoch; 0 when mixed
+    settings: str = ""  # how the network was computed and fed: "keras", "kernels", ...
 
 
 # The dimensions that must agree, with the CLI flag that pins each. The epoch-2 time
 # depends on the image size and on how many images an epoch trains on (a smoke run
-# with --limit-images has fewer), so both must agree as much as the software does.
+# with --limit-images has fewer), so both must agree as much as the software does. So
+# must the settings (rows.settings_label): the torch backend's own kernels or data kept
+# on the device make a run up to 4x faster than Keras's code path ("keras").
 DIMENSIONS = (
     ("benchmark_version", "benchmark_versions", "--benchmark-version"),
     ("backend", "backends", "--backend"),
     ("precision", "precisions", "--precision"),
     ("image_size", "image_sizes", "--image-size"),
     ("train_images", "train_images", "--train-images"),
+    ("settings", "settings", "--settings"),
 )
 # Dimensions counted in integers: these read 0, not "mixed", when they differ.
 _NUMERIC = {"image_size", "train_images"}
@@ -174,7 +179,7 @@ def compare(
     """Compare GPU configurations against a baseline; fastest first."""
     groups = [g for g in groups if g.runs > 0]
     if not groups:
-        return Comparison(model, "", (), (f"no OK runs of {model} match",), "", "", "", 0, 0)
+        return Comparison(model, "", (), (f"no OK runs of {model} match",), "", "", "", 0, 0, "")
     shared = shared_settings(model, groups, allow_mixed=allow_mixed)
     baseline = choose_baseline(groups, baseline_gpu, baseline_gpu_count)
     ordered = sorted(groups, key=lambda g: (g.epoch2_median_seconds, g.config_name))
@@ -198,4 +203,5 @@ def compare(
         precision=str(shared["precision"]),
         image_size=int(shared["image_size"]),
         train_images=int(shared["train_images"]),
+        settings=str(shared["settings"]),
     )

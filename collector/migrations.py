@@ -1,6 +1,7 @@
 """The collector database's schema, as named migrations applied in order.
 
-Each migration is a name and the SQL that moves the schema one step forward. The
+Each migration is a name and the SQL that moves the schema one step forward (and,
+where SQL cannot compute a new column, a Python data step over the stored records). The
 names applied so far are recorded in `schema_migrations`, so opening an older
 database upgrades it and opening a current one does nothing. Migrations are
 only ever appended; one already released is never edited.
@@ -8,12 +9,22 @@ only ever appended; one already released is never edited.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from gpubench.collector.rows import KERAS, settings_label
+
+from gpubench.v1 import run_pb2
 
 
 @dataclass(frozen=True)
 class Migration:
     """One named step of the schema.
+
+    `backfill`, when set, is a data step in Python run after the statements in the
+    same transaction, given the DuckDB connection: for columns whose values only the
+    stored records hold (SQL cannot read a protobuf).
 
     `refill_group_figures` asks the store to recompute the outlier flags and the
     per-group figures from the runs in the same transaction (a data step SQL text
@@ -24,6 +35,40 @@ class Migration:
     name: str
     statements: tuple[str, ...]
     refill_group_figures: bool = False
+    backfill: Callable[[Any], None] | None = None
+
+
+# How many stored records the settings backfill reads at a time.
+BACKFILL_CHUNK = 10_000
+
+
+def backfill_settings(con: Any) -> None:
+    """Set runs.settings from each stored record's config (the column's default is
+    "keras", so only the runs with an option on are written)."""
+    after = ""
+    while True:
+        rows = con.execute(
+            "SELECT run_id, record FROM runs WHERE run_id > ? ORDER BY run_id LIMIT ?",
+            [after, BACKFILL_CHUNK],
+        ).fetchall()
+        if not rows:
+            return
+        after = rows[-1][0]
+        changed = [
+            (run_id, label)
+            for run_id, blob in rows
+            if (label := settings_label(run_pb2.Run.FromString(blob).config)) != KERAS
+        ]
+        if changed:
+            con.execute(
+                """
+                UPDATE runs SET settings = s.settings
+                FROM (SELECT unnest(?::VARCHAR[]) AS run_id,
+                             unnest(?::VARCHAR[]) AS settings) s
+                WHERE runs.run_id = s.run_id
+                """,
+                [[r for r, _ in changed], [label for _, label in changed]],
+            )
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -150,6 +195,47 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
         refill_group_figures=True,
+    ),
+    Migration(
+        "0005_settings",
+        (
+            # How a run computed and fed the network (collector.rows.settings_label:
+            # "keras", "kernels+data-on-device", ...) changes its speed as much as the
+            # software does: a column of its own, filled from the stored records, and a
+            # key of the outlier groups and their figures.
+            "ALTER TABLE runs ADD COLUMN settings VARCHAR NOT NULL DEFAULT 'keras'",
+            "DROP TABLE group_figures",
+            """
+            CREATE TABLE group_figures (
+                model VARCHAR NOT NULL,
+                gpu_name VARCHAR NOT NULL,
+                gpu_count INTEGER NOT NULL,
+                backend VARCHAR NOT NULL,
+                precision VARCHAR NOT NULL,
+                image_size INTEGER NOT NULL,
+                train_images INTEGER NOT NULL,
+                settings VARCHAR NOT NULL,
+                benchmark_version VARCHAR NOT NULL,
+                with_outliers BOOLEAN NOT NULL,
+                runs INTEGER NOT NULL,
+                outliers_excluded INTEGER NOT NULL,
+                epoch2_median_seconds DOUBLE,
+                epoch2_min_seconds DOUBLE,
+                epoch2_max_seconds DOUBLE,
+                train_images_per_second_median DOUBLE,
+                max_batch_per_gpu INTEGER,
+                max_global_batch INTEGER,
+                peak_memory_median_bytes DOUBLE,
+                memory_total_bytes DOUBLE,
+                energy_per_epoch_median_joules DOUBLE,
+                images_per_joule_median DOUBLE,
+                PRIMARY KEY (model, gpu_name, gpu_count, backend, precision, image_size,
+                             train_images, settings, benchmark_version, with_outliers)
+            )
+            """,
+        ),
+        refill_group_figures=True,
+        backfill=backfill_settings,
     ),
 )
 

@@ -1,70 +1,52 @@
-"""The collector's gRPC server: services, health, reflection, TLS, and the serve loop."""
+"""The collector's gRPC server: services, health, reflection, TLS, and the serve loop.
+
+`serve` runs either one process that does everything, or (frontends > 1) the
+process that owns the database plus front-end processes sharing the port
+(collector.owner, collector.frontend).
+"""
 
 from __future__ import annotations
 
-import ipaddress
+import os
 import signal
 import threading
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 from gpubench.collector import local_admin
-from gpubench.collector.auth import AuthInterceptor, RateLimiter, TokenBook, new_secret
+from gpubench.collector.auth import AuthInterceptor, Gate, RateLimiter, TokenBook, new_secret
 from gpubench.collector.service import AdminService, CollectorService
 from gpubench.collector.store import Store
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
-
-from gpubench.errors import GpubenchError
-from gpubench.v1 import collector_pb2, collector_pb2_grpc
-
-DEFAULT_PORT = 50051
-DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
-DEFAULT_RATE_LIMIT = 50.0  # submissions per second per token
-# Enough threads that every concurrent submitter can wait for its group commit.
-DEFAULT_WORKERS = 64
-# How long in-flight calls get to finish on a graceful stop.
-STOP_GRACE_S = 10.0
-SERVICE_NAMES = (
-    collector_pb2.DESCRIPTOR.services_by_name["Collector"].full_name,
-    collector_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback: public here too
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_WORKERS,
+    STOP_GRACE_S,
+    TlsFiles,
+    add_health_and_reflection,
+    bind_address,
+    check_plaintext,
+    is_loopback,
+    listen,
+    server_options,
 )
 
+from gpubench.v1 import collector_pb2_grpc
 
-@dataclass(frozen=True)
-class TlsFiles:
-    """A PEM certificate (chain) and its private key."""
-
-    cert: Path
-    key: Path
-
-    def credentials(self) -> grpc.ServerCredentials:
-        """The server credentials; a GpubenchError names an unreadable file."""
-        try:
-            cert, key = self.cert.read_bytes(), self.key.read_bytes()
-        except OSError as exc:
-            raise GpubenchError(f"{exc.filename}: cannot read ({exc.strerror})") from exc
-        return grpc.ssl_server_credentials([(key, cert)])
+DEFAULT_PORT = 50051
+DEFAULT_RATE_LIMIT = 50.0  # submissions per second per token
+# How often the owner of a multi-process collector checks on its front-ends (s).
+WATCH_INTERVAL_S = 0.5
+# --frontends auto never starts more than this many: the owner's one writer is the
+# next limit, and more processes than that only cost memory.
+MAX_AUTO_FRONTENDS = 4
 
 
-def is_loopback(host: str) -> bool:
-    """Whether `host` names only this machine (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def bind_address(host: str, port: int) -> str:
-    """host:port with IPv6 literals bracketed."""
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{port}"
+def make_gate(tokens: TokenBook, *, public_read: bool, rate_limit: float) -> Gate:
+    """The token check and rate limit every call of one collector goes through."""
+    limiter = RateLimiter(rate_limit) if rate_limit > 0 else None
+    return Gate(tokens, public_read=public_read, limiter=limiter)
 
 
 def create_server(
@@ -79,54 +61,35 @@ def create_server(
     rate_limit: float = DEFAULT_RATE_LIMIT,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_workers: int = DEFAULT_WORKERS,
+    gate: Gate | None = None,
 ) -> tuple[grpc.Server, int]:
     """A collector server bound to host:port (0: any free port), not yet started.
 
     Registers the Collector and Admin services behind the token interceptor, the
     standard health service and server reflection. Plaintext is refused on any
-    address but loopback unless `insecure`.
+    address but loopback unless `insecure`. `gate` (default: one made of `tokens`,
+    `public_read` and `rate_limit`) lets other callers share its rate limit.
     """
-    if tls is None and not insecure and not is_loopback(host):
-        raise GpubenchError(
-            f"--host {host}: plaintext is only allowed on a loopback address; "
-            "give --tls-cert and --tls-key, or --insecure to accept plaintext"
-        )
+    check_plaintext(host, tls, insecure)
     tokens = tokens or TokenBook(store)
+    gate = gate or make_gate(tokens, public_read=public_read, rate_limit=rate_limit)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[
-            AuthInterceptor(
-                tokens,
-                public_read=public_read,
-                limiter=RateLimiter(rate_limit) if rate_limit > 0 else None,
-            )
-        ],
-        options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", 64 << 20),
-            ("grpc.so_reuseport", 0),
-        ],
+        interceptors=[AuthInterceptor(gate)],
+        options=server_options(max_message_bytes, share_port=False),
     )
     collector_pb2_grpc.add_CollectorServicer_to_server(CollectorService(store), server)
     collector_pb2_grpc.add_AdminServicer_to_server(AdminService(tokens), server)
-    health_servicer = health.HealthServicer()
-    for name in ("", *SERVICE_NAMES):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
-    address = bind_address(host, port)
-    try:
-        if tls is not None:
-            bound = server.add_secure_port(address, tls.credentials())
-        else:
-            bound = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise GpubenchError(f"--host/--port {address}: cannot listen ({exc})") from exc
-    if bound == 0:
-        raise GpubenchError(f"--host/--port {address}: cannot listen (in use or not local)")
-    return server, bound
+    add_health_and_reflection(server)
+    return server, listen(server, host, port, tls)
+
+
+def default_frontends() -> int:
+    """--frontends auto: one front-end process per usable core, at most MAX_AUTO_FRONTENDS;
+    a single process where only one core is usable."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    return 1 if cores < 2 else min(cores, MAX_AUTO_FRONTENDS)
 
 
 def serve(
@@ -139,24 +102,40 @@ def serve(
     insecure: bool = False,
     rate_limit: float = DEFAULT_RATE_LIMIT,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    frontends: int = 1,
     on_ready: Callable[[str], None] | None = None,
     stop: threading.Event | None = None,
 ) -> None:
     """Run a collector until SIGTERM/SIGINT (or `stop` is set), then stop gracefully.
+
+    With `frontends` > 1 this process owns the database and starts that many
+    front-end processes listening on host:port (see collector.owner); otherwise it
+    serves everything itself.
 
     While it runs, a local admin credential (a fresh secret and a loopback address)
     sits next to the database, readable only by its owner, so `gpubench-collector
     token ...` can administer the live collector; it is removed on stop.
     """
     stop = stop or threading.Event()
+    check_plaintext(host, tls, insecure)
+    if tls is not None:
+        tls.credentials()  # unreadable files fail here, before anything starts
     store = Store(db_path)
     credential = local_admin.credential_path(db_path)
     try:
         secret = new_secret()
         tokens = TokenBook(store, local_admin_secret=secret)
+        gate = make_gate(tokens, public_read=public_read, rate_limit=rate_limit)
+        if frontends > 1:
+            _serve_with_frontends(
+                store, gate, credential, secret, host=host, port=port, tls=tls,
+                max_message_bytes=max_message_bytes, frontends=frontends, on_ready=on_ready,
+                stop=stop,
+            )
+            return
         server, bound = create_server(
-            store, host=host, port=port, tokens=tokens, public_read=public_read, tls=tls,
-            insecure=insecure, rate_limit=rate_limit, max_message_bytes=max_message_bytes,
+            store, host=host, port=port, tokens=tokens, tls=tls, insecure=insecure,
+            max_message_bytes=max_message_bytes, gate=gate,
         )
         if tls is None and is_loopback(host):
             admin_address = bind_address(host if host != "localhost" else "127.0.0.1", bound)
@@ -175,6 +154,42 @@ def serve(
     finally:
         local_admin.remove(credential)
         store.close()
+
+
+def _serve_with_frontends(
+    store: Store, gate: Gate, credential: Path, secret: str, *, host: str, port: int,
+    tls: TlsFiles | None, max_message_bytes: int, frontends: int,
+    on_ready: Callable[[str], None] | None, stop: threading.Event,
+) -> None:
+    """The owner's part of `serve`: front-ends on host:port, local admin on loopback."""
+    from gpubench.collector.owner import Dispatcher, Frontends
+
+    # Token commands and imports come straight to this process, on a loopback port of
+    # its own; the front-ends forward everything else here too.
+    admin_server, admin_port = create_server(
+        store, host="127.0.0.1", port=0, tokens=gate.tokens, max_message_bytes=max_message_bytes,
+        gate=gate, max_workers=8,
+    )
+    admin_server.start()
+    _on_signals(stop)
+    pool: Frontends | None = None
+    try:
+        pool = Frontends(
+            Dispatcher(store, gate), count=frontends, host=host, port=port, tls=tls,
+            max_message_bytes=max_message_bytes,
+        )
+        bound = pool.start()
+        local_admin.write(credential, address=f"127.0.0.1:{admin_port}", secret=secret)
+        if on_ready:
+            on_ready(bind_address(host, bound))
+        while not stop.wait(WATCH_INTERVAL_S):
+            pool.watch()  # restarts a front-end that died; raises when they keep dying
+    finally:
+        # Front-ends first (they finish their in-flight calls through us), then the rest.
+        if pool is not None:
+            pool.stop()
+        admin_server.stop(STOP_GRACE_S).wait()
+        gate.tokens.flush()
 
 
 def _on_signals(stop: threading.Event) -> None:

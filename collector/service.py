@@ -16,6 +16,7 @@ import grpc
 from gpubench.collector import compare, validation
 from gpubench.collector.auth import Caller, TokenBook, current_caller
 from gpubench.collector.errors import MixedRuns, RunConflict, TokenExists
+from gpubench.collector.rows import SETTINGS_LABELS, SETTINGS_OPTIONS, ack_message
 from gpubench.collector.store import CompareQuery, RunFilter, Store, TokenRow
 
 from gpubench import record
@@ -40,6 +41,15 @@ STATUS_OF_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
+def status_of(exc: Exception) -> tuple[grpc.StatusCode, str] | None:
+    """The gRPC status code and message a servicer answers `exc` with; None: not ours."""
+    if isinstance(exc, GpubenchError):
+        return next(c for cls, c in STATUS_OF_ERROR if isinstance(exc, cls)), str(exc)
+    if isinstance(exc, RuntimeError):  # the store is closing: the server is shutting down
+        return grpc.StatusCode.UNAVAILABLE, f"collector shutting down ({exc})"
+    return None
+
+
 def _translating_errors(method: Handler) -> Handler:
     """Turn the collector's user-facing errors into gRPC status codes."""
 
@@ -47,11 +57,8 @@ def _translating_errors(method: Handler) -> Handler:
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             return method(self, request, context)
-        except GpubenchError as exc:
-            code = next(c for cls, c in STATUS_OF_ERROR if isinstance(exc, cls))
-            context.abort(code, str(exc))
-        except RuntimeError as exc:  # the store is closing: the server is shutting down
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"collector shutting down ({exc})")
+        except (GpubenchError, RuntimeError) as exc:
+            context.abort(*status_of(exc))
 
     return wrapper  # type: ignore[return-value]
 
@@ -88,12 +95,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
     def SubmitRun(self, request, context):  # noqa: N802 - gRPC's method names
         caller = _caller()
         validation.validate(request.run)
-        ack = self._store.submit(request.run, caller.name)
-        response = collector_pb2.SubmitRunResponse(
-            run_id=ack.run_id, content_sha256=ack.content_sha256
-        )
-        response.received_at.FromDatetime(ack.received_at)
-        return response
+        return ack_message(self._store.submit(request.run, caller.name))
 
     @_translating_errors
     def GetRun(self, request, context):  # noqa: N802
@@ -135,12 +137,20 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             raise InvalidRecord("model", f"missing (one of {', '.join(record.MODELS)})")
         _check_choice("precision", request.precision, record.PRECISIONS)
         _check_choice("backend", request.backend, record.BACKENDS)
+        if request.settings and request.settings not in SETTINGS_LABELS:
+            raise InvalidRecord(
+                "settings",
+                f"unknown {request.settings[:64]!r} (\"keras\", or the options on joined "
+                f"with '+' in this order: kernels, {', '.join(n for _, n in SETTINGS_OPTIONS)};"
+                " e.g. \"kernels+data-on-device\")",
+            )
         query = CompareQuery(
             model=request.model,
             precision=request.precision,
             backend=request.backend,
             image_size=request.image_size,
             train_images=request.train_images,
+            settings=request.settings,
             benchmark_version=request.benchmark_version,
             gpu_names=tuple(request.gpu_names),
             include_outliers=request.include_outliers,
@@ -177,6 +187,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
                     max_batch_per_gpu=r.max_batch_per_gpu,
                     backend=r.backend,
                     precision=r.precision,
+                    settings=r.settings,
                 )
                 for rank, r in enumerate(rows, start=1)
             ],
@@ -218,6 +229,7 @@ def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResp
         precision=result.precision,
         image_size=result.image_size,
         train_images=result.train_images,
+        settings=result.settings,
     )
 
 

@@ -9,7 +9,8 @@ Submissions are group-committed: RPC threads queue their run and wait, a writer
 thread inserts everything queued into one transaction, commits (DuckDB writes
 the commit to its write-ahead log before returning), and only then wakes the
 waiting threads with their acknowledgements. Many concurrent submissions thus
-share one commit instead of paying for one each.
+share one commit instead of paying for one each. (`submit_row` queues without
+waiting: the multi-process collector's owner answers from the future instead.)
 
 Outlier flags and the per-group figures Compare reads (table group_figures) are
 recomputed for the groups a change touched: after deletes and imports at once,
@@ -27,7 +28,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ import pyarrow as pa
 from gpubench.collector import migrations
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.errors import DatabaseLocked, RunConflict, SchemaTooNew, TokenExists
+from gpubench.collector.rows import Ack, run_row, utc_now
 
 from gpubench import record
 from gpubench.errors import InvalidRecord, NotFound
@@ -47,23 +49,27 @@ log = logging.getLogger(__name__)
 OUTLIER_THRESHOLD = 3.5
 # The columns that decide which runs are "the same GPU configuration" for outliers,
 # in the order of group_figures' first columns. train_images: a smoke run on a subset
-# of the images (agent --limit-images) is not timed like a full run.
+# of the images (agent --limit-images) is not timed like a full run; settings: nor is a
+# run computed or fed differently (rows.settings_label: "keras", "kernels", ...).
 OUTLIER_GROUP = (
     "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
-    "benchmark_version",
+    "settings", "benchmark_version",
 )
 # The protocol's training set: 80% of the benchmark's 2136 images. The leaderboard ranks
 # only runs of it; a smoke run with --limit-images trains on fewer.
 STANDARD_TRAIN_IMAGES = 1709
 # The most runs one group commit inserts; more wait for the next commit.
 MAX_BATCH = 1024
-# How long a group commit waits for more submissions when there is concurrency (s).
-COMMIT_DELAY_S = 0.002
+# How long a group commit waits for more submissions when there is concurrency (s):
+# long enough for the submitters the last commit answered to send their next run on a
+# busy machine (each commit costs DuckDB a few ms of CPU however few runs it carries).
+COMMIT_DELAY_S = 0.005
 # Submissions leave their outlier groups "dirty"; the writer rescores dirty groups
 # at most this often (seconds), and any read of the flags rescores first.
-RESCORE_INTERVAL_S = 0.25
+RESCORE_INTERVAL_S = 1.0
 
-# The runs table's columns in insert order, with their Arrow types.
+# The runs table's columns in insert order, with their Arrow types (columns added by
+# later migrations come last, where ALTER TABLE puts them).
 RUN_COLUMNS = pa.schema(
     [
         ("run_id", pa.string()),
@@ -93,17 +99,9 @@ RUN_COLUMNS = pa.schema(
         ("outlier", pa.bool_()),
         ("outlier_score", pa.float64()),
         ("record", pa.binary()),
+        ("settings", pa.string()),
     ]
 )
-
-
-@dataclass(frozen=True)
-class Ack:
-    """What a submission is acknowledged with; the same for every resubmission."""
-
-    run_id: str
-    received_at: datetime  # UTC, naive
-    content_sha256: str
 
 
 @dataclass(frozen=True)
@@ -141,6 +139,7 @@ class CompareQuery:
     backend: str = ""
     image_size: int = 0
     train_images: int = 0  # training images per epoch
+    settings: str = ""  # rows.settings_label: "keras", "kernels+data-on-device", ...
     benchmark_version: str = ""
     gpu_names: tuple[str, ...] = ()  # exact, case-insensitive
     include_outliers: bool = False
@@ -155,6 +154,7 @@ class LeaderboardRow:
     gpu_count: int
     backend: str
     precision: str
+    settings: str
     runs: int
     best_epoch2_seconds: float
     epoch2_median_seconds: float
@@ -176,58 +176,6 @@ def _usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def utc_now() -> datetime:
-    """Now in UTC as a naive datetime at microsecond precision (what the store keeps)."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
-def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
-    """The runs-table row of a (validated) run; received_at is filled in at commit."""
-    cfg, res = run.config, run.result
-    gpus = list(run.gpus)
-    # A run on unlike cards (rare) is its own configuration: "A + B".
-    names = list(dict.fromkeys(g.name for g in gpus[: cfg.gpu_count]))
-    totals = [g.memory_total_bytes for g in gpus if g.memory_total_bytes] + [
-        m.memory_total_bytes for m in res.memory if m.memory_total_bytes
-    ]
-    peaks = [m.allocator_peak_bytes for m in res.memory if m.allocator_peak_bytes]
-    ok = res.status == run_pb2.RUN_STATUS_OK
-    energy = res.energy_per_epoch_joules if res.energy_per_epoch_joules > 0 else None
-    return {
-        "run_id": run.run_id,
-        "content_sha256": record.content_sha256(run),
-        "submitter": submitter,
-        "received_at": None,
-        "created_at": run.created_at.ToDatetime() if run.HasField("created_at") else None,
-        "schema_version": run.schema_version,
-        "benchmark_version": run.benchmark_version,
-        "label": run.label,
-        "status": record.status_name(res.status),
-        "model": cfg.model,
-        "backend": run.software.backend,
-        "precision": cfg.precision,
-        "image_size": cfg.image_size,
-        "gpu_name": " + ".join(names),
-        "gpu_count": cfg.gpu_count,
-        "batch_per_gpu": cfg.batch_per_gpu,
-        "global_batch": cfg.global_batch,
-        "train_images": cfg.train_images,
-        "epoch2_seconds": res.epoch2_seconds if ok and res.epoch2_seconds > 0 else None,
-        "train_images_per_second": (
-            res.train_images_per_second if ok and res.train_images_per_second > 0 else None
-        ),
-        "peak_memory_bytes": max(peaks) if peaks else None,
-        "memory_total_bytes": min(totals) if totals else None,
-        "energy_per_epoch_joules": energy,
-        "images_per_joule": (
-            cfg.train_images / energy if ok and energy and cfg.train_images else None
-        ),
-        "outlier": False,
-        "outlier_score": 0.0,
-        "record": run.SerializeToString(deterministic=True),
-    }
-
-
 # The runs table's column types in DuckDB's words, for the insert below.
 _SQL_TYPES = {
     pa.string(): "VARCHAR", pa.timestamp("us"): "TIMESTAMP", pa.int32(): "INTEGER",
@@ -235,9 +183,14 @@ _SQL_TYPES = {
 }
 # Inserts a batch given as one list per column: a single parameterised statement, which
 # costs DuckDB less per transaction than registering an Arrow table or one row at a time.
-_INSERT_ROWS = "INSERT INTO runs SELECT " + ", ".join(
-    f"unnest(${i}::{_SQL_TYPES[field.type]}[])" for i, field in enumerate(RUN_COLUMNS, start=1)
-)
+def insert_rows_sql(columns: pa.Schema) -> str:
+    """The insert of a batch of rows of `columns` (the runs table's, in its order)."""
+    return "INSERT INTO runs SELECT " + ", ".join(
+        f"unnest(${i}::{_SQL_TYPES[field.type]}[])" for i, field in enumerate(columns, start=1)
+    )
+
+
+_INSERT_ROWS = insert_rows_sql(RUN_COLUMNS)
 
 
 class Store:
@@ -265,7 +218,10 @@ class Store:
             self._conn.close()  # release the file: nothing else may use it now
             raise
         self._queue: list[_Pending] = []
-        self._last_batch = 0  # how many runs the previous group commit carried
+        # How many submitters were active at the last commit: the next one waits for them.
+        self._expected = 0
+        self.commits = 0  # group commits so far, and the runs they carried (for benchmarks)
+        self.committed_runs = 0
         # Outlier groups with runs inserted but not yet rescored.
         self._dirty_groups: set[tuple] = set()
         self._rescored_at = time.monotonic()
@@ -305,6 +261,8 @@ class Store:
             with _transaction(con):
                 for statement in migration.statements:
                     con.execute(statement)
+                if migration.backfill is not None:
+                    migration.backfill(con)
                 if refills and migration is refills[-1]:
                     self._rescore(con, None)
                 con.execute(
@@ -348,13 +306,23 @@ class Store:
         The same run_id with the same content returns the first acknowledgement;
         with different content it raises RunConflict.
         """
-        pending = _Pending(run_row(run, submitter))
+        return self.submit_row(run_row(run, submitter)).result()
+
+    def submit_row(self, row: dict[str, Any]) -> Future:
+        """Queue a row made by `run_row` for the next group commit, without waiting.
+
+        The future resolves to the Ack once the commit holding the row has returned
+        (or to RunConflict, or the database's error). Callers that serve many
+        submissions from one thread (the multi-process collector's owner) use this
+        and answer from the future's callback instead of parking a thread per run.
+        """
+        pending = _Pending(row)
         with self._queue_ready:
             if self._stopping:
                 raise RuntimeError("the store is closing")
             self._queue.append(pending)
             self._queue_ready.notify()
-        return pending.future.result()
+        return pending.future
 
     def submit_many(self, runs: Iterable[run_pb2.Run], submitter: str) -> list[Ack | Exception]:
         """Store many validated runs in one transaction; per run an Ack or the RunConflict."""
@@ -377,28 +345,36 @@ class Store:
                 self._gather()
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
                 stopping = self._stopping
-                self._last_batch = len(batch)
             with self._write_lock:
                 if batch:
                     self._commit(batch, rescore=False)
+                    self.commits += 1
+                    self.committed_runs += len(batch)
                 overdue = time.monotonic() - self._rescored_at >= RESCORE_INTERVAL_S
                 if self._dirty_groups and (overdue or stopping):
                     self._rescore_dirty()
             if stopping and not batch:
                 return
+            with self._queue_ready:
+                # Who is submitting now: everyone this commit answered (they are about to
+                # send their next run) and everyone who queued while it ran.
+                self._expected = min(len(batch) + len(self._queue), MAX_BATCH)
 
     def _gather(self) -> None:
-        """Under concurrency, wait briefly for as many submitters as the last commit had.
+        """Under concurrency, wait briefly until every active submitter has queued a run.
 
         After a commit wakes N waiting submitters, most send their next run within a
         millisecond or two; committing the first alone would make the others wait for
-        a commit of their own. Like PostgreSQL's commit_delay, this costs latency only
-        when there is concurrency. Called with the queue's lock held.
+        a commit of their own. Waiting for all of them, not only as many as the last
+        commit had, matters as much: otherwise two half-sized batches alternate, each
+        paying a whole commit (a few ms of DuckDB CPU however few rows it carries).
+        Like PostgreSQL's commit_delay, this costs latency only when there is
+        concurrency. Called with the queue's lock held.
         """
-        if self._last_batch <= 1 or len(self._queue) >= self._last_batch:
+        if self._expected <= 1 or len(self._queue) >= self._expected:
             return
         deadline = time.monotonic() + COMMIT_DELAY_S
-        while len(self._queue) < self._last_batch and not self._stopping:
+        while len(self._queue) < self._expected and not self._stopping:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -454,13 +430,17 @@ class Store:
         for pending in fresh:
             pending.row["received_at"] = received_at
         self._dirty_groups.update(_group_key(p.row) for p in fresh if p.row["status"] == "ok")
+        columns = [[p.row[name] for p in fresh] for name in RUN_COLUMNS.names]
+        if not rescore:
+            # A statement outside a transaction commits by itself (atomically, durably):
+            # no BEGIN and COMMIT statements, about a tenth of a small commit's CPU.
+            if fresh:
+                con.execute(_INSERT_ROWS, columns)
+            return
         with _transaction(con):
             if fresh:
-                con.execute(
-                    _INSERT_ROWS, [[p.row[name] for p in fresh] for name in RUN_COLUMNS.names]
-                )
-            if rescore:
-                self._rescore(con, self._dirty_groups)
+                con.execute(_INSERT_ROWS, columns)
+            self._rescore(con, self._dirty_groups)
         if rescore:
             self._dirty_groups = set()
             self._rescored_at = time.monotonic()
@@ -643,7 +623,8 @@ class Store:
                 epoch2_min_seconds, epoch2_max_seconds, train_images_per_second_median,
                 max_batch_per_gpu, max_global_batch, peak_memory_median_bytes,
                 memory_total_bytes, energy_per_epoch_median_joules, images_per_joule_median,
-                [benchmark_version], [backend], [precision], [image_size], [train_images]
+                [benchmark_version], [backend], [precision], [image_size], [train_images],
+                [settings]
             FROM group_figures WHERE with_outliers = ? AND {' AND '.join(clauses)}
             """,
             [query.include_outliers, *params],
@@ -662,7 +643,8 @@ class Store:
                 list(DISTINCT backend) FILTER (WHERE keep),
                 list(DISTINCT precision) FILTER (WHERE keep),
                 list(DISTINCT image_size) FILTER (WHERE keep),
-                list(DISTINCT train_images) FILTER (WHERE keep)
+                list(DISTINCT train_images) FILTER (WHERE keep),
+                list(DISTINCT settings) FILTER (WHERE keep)
             FROM (SELECT *, (? OR NOT outlier) AS keep FROM runs
                   WHERE status = 'ok' AND epoch2_seconds IS NOT NULL
                     AND {' AND '.join(clauses)})
@@ -672,7 +654,8 @@ class Store:
         ).fetchall()
 
     def leaderboard(self, model: str, precision: str, limit: int) -> list[LeaderboardRow]:
-        """A model's GPU configurations by median epoch-2 time, fastest first.
+        """A model's GPU configurations by median epoch-2 time, fastest first; one entry
+        per backend, precision and settings each configuration ran with.
 
         Only runs of the standard benchmark count: at the model's native image size (not
         a smoke run at --image-size), on the protocol's STANDARD_TRAIN_IMAGES training
@@ -689,13 +672,13 @@ class Store:
             params.append(precision)
         where = " AND ".join(clauses)
         sql = f"""
-            SELECT gpu_name, gpu_count, backend, precision, count(*),
+            SELECT gpu_name, gpu_count, backend, precision, settings, count(*),
                 min(epoch2_seconds), median(epoch2_seconds), median(train_images_per_second),
                 max(batch_per_gpu)
             FROM runs
             WHERE {where}
               AND benchmark_version = (SELECT max(benchmark_version) FROM runs WHERE {where})
-            GROUP BY gpu_name, gpu_count, backend, precision
+            GROUP BY gpu_name, gpu_count, backend, precision, settings
             ORDER BY median(epoch2_seconds), min(epoch2_seconds), gpu_name, gpu_count
             LIMIT ?
         """
@@ -805,7 +788,9 @@ def _equal_where_set(source: object, columns: tuple[str, ...]) -> tuple[list[str
 
 def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
     clauses, params = _equal_where_set(
-        query, ("model", "precision", "backend", "benchmark_version", "image_size", "train_images")
+        query,
+        ("model", "precision", "backend", "benchmark_version", "image_size", "train_images",
+         "settings"),
     )
     if query.gpu_names:
         clauses.append("list_contains(?, lower(gpu_name))")
@@ -823,6 +808,7 @@ def _group_figures(r: Sequence[Any]) -> GroupFigures:
         images_per_joule_median=r[13], benchmark_versions=tuple(sorted(r[14] or ())),
         backends=tuple(sorted(r[15] or ())), precisions=tuple(sorted(r[16] or ())),
         image_sizes=tuple(sorted(r[17] or ())), train_images=tuple(sorted(r[18] or ())),
+        settings=tuple(sorted(r[19] or ())),
     )
 
 

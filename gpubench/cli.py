@@ -168,10 +168,19 @@ def cli(
     "(the standard data set has 1709, a smoke run with --limit-images fewer).",
 )
 @click.option(
+    "--settings",
+    metavar="TEXT",
+    help='Only runs computed and fed this way: "keras" (Keras\'s own code path, as every '
+    "TensorFlow run and older torch runs), or the options that were on, joined with '+' "
+    'in this order: "kernels" (the torch backend\'s batched augmentation, fused batch '
+    'norm and channels-first layout, each named alone when not all three are on), '
+    '"data-on-device", "jit"; e.g. "kernels+data-on-device".',
+)
+@click.option(
     "--allow-mixed",
     is_flag=True,
-    help="Compare runs that differ in benchmark version, backend, precision, image size or "
-    "training images per epoch.",
+    help="Compare runs that differ in benchmark version, backend, precision, image size, "
+    "training images per epoch or settings.",
 )
 @click.option("--include-outliers", is_flag=True, help="Keep runs flagged as outliers.")
 @click.option(
@@ -191,6 +200,7 @@ def compare(
     backend: str | None,
     image_size: int | None,
     train_images: int | None,
+    settings: str | None,
     allow_mixed: bool,
     include_outliers: bool,
     chart: str | None,
@@ -207,6 +217,7 @@ def compare(
         backend=backend,
         image_size=image_size,
         train_images=train_images,
+        settings=settings,
         allow_mixed=allow_mixed,
         include_outliers=include_outliers,
     )

@@ -364,6 +364,7 @@ class Client:
         include_outliers: bool = False,
         benchmark_version: str | None = None,
         train_images: int | None = None,
+        settings: str | None = None,
     ) -> collector_pb2.CompareResponse:
         """The collector's raw comparison; see `compare` for the arguments."""
         request = collector_pb2.CompareRequest(
@@ -372,6 +373,7 @@ class Client:
             backend=backend or "",
             image_size=image_size or 0,
             train_images=train_images or 0,
+            settings=settings or "",
             benchmark_version=benchmark_version or "",
             gpu_names=list(gpus),
             baseline_gpu=baseline or "",
@@ -394,6 +396,7 @@ class Client:
         include_outliers: bool = False,
         benchmark_version: str | None = None,
         train_images: int | None = None,
+        settings: str | None = None,
     ) -> pd.DataFrame:
         """Compare GPU configurations on one model: one row per GPU configuration,
         fastest first.
@@ -401,7 +404,9 @@ class Client:
         `baseline` names the GPU whose `baseline_count`-GPU configuration is the 1.0x
         reference (default: the slowest). `gpus` keeps only those GPU names. Runs that
         differ in precision, backend, image size, training images per epoch
-        (`train_images`: a smoke run's subset against the full data set) or benchmark
+        (`train_images`: a smoke run's subset against the full data set), settings (how
+        the network was computed and fed: "keras" for Keras's own code path, "kernels"
+        for the torch backend's own kernels, "kernels+data-on-device", ...) or benchmark
         version are refused unless `allow_mixed`; each of those arguments pins one
         value. Outlier runs are left out unless `include_outliers`.
 
@@ -420,6 +425,7 @@ class Client:
             include_outliers=include_outliers,
             benchmark_version=benchmark_version,
             train_images=train_images,
+            settings=settings,
         )
         return tables.compare_frame(response)
 

@@ -55,6 +55,7 @@ COMPARE_COLUMNS = [
 LEADERBOARD_COLUMNS = [
     "rank", "gpu_config", "gpu_name", "gpu_count", "runs", "best_epoch2_s",
     "epoch2_median_s", "images_per_s_median", "max_batch_per_gpu", "backend", "precision",
+    "settings",
 ]  # fmt: skip
 
 
@@ -208,7 +209,8 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
 
     `attrs` keeps the raw response ("response") and, as plain values, "model",
     "baseline", "warnings", "benchmark_version", "backend", "precision", "image_size",
-    "train_images" (training images per epoch; 0 where the runs differ).
+    "train_images" (training images per epoch; 0 where the runs differ), "settings"
+    (how the network was computed and fed: "keras", "kernels", ...).
     """
     rows = [
         {
@@ -244,6 +246,7 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
         precision=response.precision,
         image_size=response.image_size,
         train_images=response.train_images,
+        settings=response.settings,
     )
     return frame
 
@@ -260,6 +263,7 @@ def compare_document(frame: pd.DataFrame) -> dict[str, Any]:
         "precision": attrs.get("precision", ""),
         "image_size": attrs.get("image_size", 0),
         "train_images": attrs.get("train_images", 0),
+        "settings": attrs.get("settings", ""),
         "warnings": list(attrs.get("warnings", [])),
         "groups": frame_records(frame),
     }
@@ -280,6 +284,7 @@ def leaderboard_frame(response: collector_pb2.LeaderboardResponse) -> pd.DataFra
             "max_batch_per_gpu": e.max_batch_per_gpu,
             "backend": e.backend,
             "precision": e.precision,
+            "settings": e.settings,
         }
         for e in response.entries
     ]
@@ -399,8 +404,8 @@ def _int(value: Any) -> int:
 
 
 def compare_title(frame: pd.DataFrame) -> str:
-    """'B7 · tensorflow · float32 · 600 px · 1709 training images · benchmark 1': what the
-    compared runs share."""
+    """'B7 · tensorflow · float32 · 600 px · 1709 training images · settings keras ·
+    benchmark 1': what the compared runs share."""
     attrs = frame.attrs
     parts = [attrs.get("model", "")]
     for key in ("backend", "precision"):
@@ -410,6 +415,8 @@ def compare_title(frame: pd.DataFrame) -> str:
         parts.append(f"{attrs['image_size']} px")
     if attrs.get("train_images"):
         parts.append(f"{attrs['train_images']} training images")
+    if attrs.get("settings"):
+        parts.append(f"settings {attrs['settings']}")
     if attrs.get("benchmark_version"):
         parts.append(f"benchmark {attrs['benchmark_version']}")
     return " · ".join(p for p in parts if p)
@@ -506,6 +513,7 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
     table.add_column("max batch/GPU", justify="right")
     table.add_column("backend")
     table.add_column("precision")
+    table.add_column("settings")
     for row in frame.to_dict("records"):
         table.add_row(
             str(_int(row["rank"])),
@@ -517,6 +525,7 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
             str(_int(row["max_batch_per_gpu"]) or MISSING),
             row["backend"],
             row["precision"],
+            row["settings"],
         )
     return table
 

@@ -10,6 +10,12 @@ from factories import CARDS, make_run
 
 from gpubench.v1 import collector_pb2 as pb
 
+
+@pytest.fixture(params=[1, 2], ids=["1-process", "2-frontends"])
+def frontends(request: pytest.FixtureRequest) -> int:
+    """Every test here runs against a single-process collector and one with 2 front-ends."""
+    return request.param
+
 T4, H200, ADA = "Tesla T4", "NVIDIA H200", "NVIDIA RTX 6000 Ada Generation"
 T4_MEMORY = CARDS[T4].memory_total_bytes  # 15360 MiB
 
@@ -155,6 +161,61 @@ def test_a_smoke_run_on_fewer_images_is_kept_apart(populated) -> None:
     assert (stored.outlier, stored.outlier_score) == (False, 0.0)
     full = stub.GetRun(pb.GetRunRequest(run_id=runs["t4"][1].run_id), metadata=md)  # 17 s
     assert full.outlier_score == pytest.approx(0.6745 * -0.5)  # median 17.5, MAD 1.0
+
+
+def kernels_run(**fields):
+    """A torch run with the backend's own kernels on (batched augmentation, fused batch
+    norm, channels-first): up to 4x faster than Keras's code path on the same card."""
+    return make_run(backend="torch", config__batched_augmentation=True,
+                    config__fused_batchnorm=True, config__channels_first=True, **fields)
+
+
+def test_runs_computed_differently_are_kept_apart(populated) -> None:
+    collector, _ = populated
+    stub, md = collector.collector_stub(), collector.metadata()
+    fast = [kernels_run(gpu_name=T4, epoch2_seconds=s) for s in (7.0, 7.2, 7.4)]
+    on_device = kernels_run(gpu_name=H200, epoch2_seconds=1.5, config__data_on_device=True)
+    for run in [*fast, on_device]:
+        stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=md)
+
+    # The torch runs: one through Keras's code path, three with the kernels, one with
+    # the kernels and the data on the device.
+    with pytest.raises(grpc.RpcError) as caught:
+        compare(collector, model="B0", backend="torch")
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert ("differ in settings (keras, kernels, kernels+data-on-device; "
+            "pin one with --settings)") in caught.value.details()
+
+    pinned = compare(collector, model="B0", backend="torch", settings="kernels")
+    assert (pinned.settings, pinned.backend) == ("kernels", "torch")
+    [t4] = pinned.groups
+    assert (t4.gpu_name, t4.runs) == (T4, 3)
+    assert t4.epoch2_median_seconds == pytest.approx(7.2)
+    keras = compare(collector, model="B0", settings="keras", backend="tensorflow")
+    assert keras.settings == "keras"
+    assert next(g for g in keras.groups if g.gpu_name == T4).runs == 4  # the tensorflow runs
+
+    mixed = compare(collector, model="B0", backend="torch", allow_mixed=True)
+    assert mixed.settings == "mixed"
+    t4 = next(g for g in mixed.groups if g.gpu_name == T4)
+    assert t4.runs == 4
+    assert t4.epoch2_median_seconds == pytest.approx(7.3)  # 7.0, 7.2, 7.4, 30
+    assert next(g for g in mixed.groups if g.gpu_name == H200).epoch2_median_seconds == 1.5
+
+    # The kernels' fast runs are no outliers of Keras's slower torch run, nor it of them.
+    assert not any(
+        stub.GetRun(pb.GetRunRequest(run_id=r.run_id), metadata=md).outlier for r in fast)
+
+    # The leaderboard ranks each settings apart.
+    board = stub.Leaderboard(pb.LeaderboardRequest(model="B0"), metadata=md)
+    torch_t4 = [(e.settings, e.runs) for e in board.entries
+                if e.gpu_name == T4 and e.backend == "torch"]
+    assert torch_t4 == [("kernels", 3), ("keras", 1)]  # fastest first
+
+    with pytest.raises(grpc.RpcError) as caught:
+        compare(collector, model="B0", settings="channels-first+kernels")
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "settings: unknown 'channels-first+kernels'" in caught.value.details()
 
 
 def test_bad_compare_requests(populated) -> None:

@@ -9,6 +9,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,10 +85,13 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
-def test_an_acknowledged_run_survives_a_kill_9_the_next_moment(serve, tmp_path: Path) -> None:
+@pytest.mark.parametrize("frontends", ["1", "2"])
+def test_an_acknowledged_run_survives_a_kill_9_the_next_moment(
+    serve, tmp_path: Path, frontends: str
+) -> None:
     db = tmp_path / "c.duckdb"
     admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
-    served = serve(db)
+    served = serve(db, "--frontends", frontends)
     stub = served.stub()
     runs = [make_run(gpu_name=g) for g in ("Tesla T4", "NVIDIA H200") * 10]
     for run in runs:
@@ -125,9 +129,12 @@ def test_sigterm_stops_gracefully_checkpoints_and_removes_the_credential(
         store.close()
 
 
-def test_token_commands_work_against_a_live_collector(serve, tmp_path: Path) -> None:
+@pytest.mark.parametrize("frontends", ["1", "2"])
+def test_token_commands_work_against_a_live_collector(
+    serve, tmp_path: Path, frontends: str
+) -> None:
     db = tmp_path / "c.duckdb"
-    served = serve(db)  # a fresh deployment: no token yet
+    served = serve(db, "--frontends", frontends)  # a fresh deployment: no token yet
     created = cli("token", "create", "boss", "--admin", "--db", str(db))
     boss = created.stdout.strip()
     assert boss.startswith("gpb_") and "not shown again" in created.stderr
@@ -198,6 +205,91 @@ def test_import_validates_and_is_idempotent(serve, tmp_path: Path) -> None:
             "import", "local-admin"}
     finally:
         store.close()
+
+
+def _children(pid: int) -> list[int]:
+    """The process ids of `pid`'s children (Linux /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _gone(pids: list[int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{pid}").exists() and "zombie" not in
+                   Path(f"/proc/{pid}/status").read_text().lower() for pid in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_sigterm_with_frontends_stops_them_first_and_loses_nothing_acknowledged(
+    serve, tmp_path: Path
+) -> None:
+    db = tmp_path / "c.duckdb"
+    admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
+    served = serve(db, "--frontends", "2", "--rate-limit", "0")
+    frontends = _children(served.process.pid)
+    assert len(frontends) == 2
+    acknowledged: list[str] = []
+    refused: list[grpc.StatusCode] = []
+    lock = threading.Lock()
+    started = threading.Barrier(5)
+
+    def submitter() -> None:
+        channel = grpc.insecure_channel(served.address,
+                                        options=[("grpc.use_local_subchannel_pool", 1)])
+        stub = collector_pb2_grpc.CollectorStub(channel)
+        started.wait()
+        try:
+            while True:
+                run = make_run()
+                stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=bearer(admin), timeout=10)
+                with lock:
+                    acknowledged.append(run.run_id)
+        except grpc.RpcError as exc:  # the collector stopped: refused or unreachable
+            with lock:
+                refused.append(exc.code())
+        finally:
+            channel.close()
+
+    threads = [threading.Thread(target=submitter) for _ in range(4)]
+    for t in threads:
+        t.start()
+    started.wait()
+    time.sleep(1.0)  # submissions flowing through both front-ends
+    served.process.send_signal(signal.SIGTERM)
+    assert served.process.wait(30) == 0
+    for t in threads:
+        t.join(30)
+    assert _gone(frontends, 5)
+    assert len(acknowledged) > 10 and len(refused) == 4
+    # What gRPC answers a call arriving while a server shuts down: neither acknowledges.
+    assert set(refused) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
+    store = Store(db)
+    try:
+        stored = {r.run.run_id for r in store.list(_all(), page_size=1000)[0]}
+    finally:
+        store.close()
+    assert set(acknowledged) <= stored  # every acknowledged run survived the stop
+    assert len(stored) - len(acknowledged) <= len(threads)  # at most one unanswered each
+
+
+def test_frontends_exit_when_the_owner_is_killed(serve, tmp_path: Path) -> None:
+    served = serve(tmp_path / "c.duckdb", "--frontends", "2")
+    frontends = _children(served.process.pid)
+    assert len(frontends) == 2
+    os.kill(served.process.pid, signal.SIGKILL)
+    served.process.wait(10)
+    assert _gone(frontends, 10)
+
+
+def test_serve_frontends_help_and_bad_values(tmp_path: Path) -> None:
+    assert "--frontends N|auto" in cli("serve", "--help").stdout
+    bad = cli("serve", "--db", str(tmp_path / "c.duckdb"), "--frontends", "0", check=False)
+    assert bad.returncode == 2 and "a number 1-64 or auto" in bad.stderr
 
 
 def _all():

@@ -181,6 +181,36 @@ def test_compare_pins_the_data_set_with_train_images(
     assert json.loads(mixed.stdout)["train_images"] == 0
 
 
+def test_compare_pins_how_the_network_was_computed_with_settings(
+    invoke: Any, filled: Any, make_run: Any
+) -> None:
+    # Torch on the T4 through Keras's code path, and with the backend's own kernels.
+    kernels = make_run(gpu_name=T4, backend="torch", epoch2_seconds=5.0,
+                       config__batched_augmentation=True, config__fused_batchnorm=True,
+                       config__channels_first=True)
+    with Client(filled.address, filled.lab_token) as client:
+        client.submit_run(make_run(gpu_name=T4, backend="torch", epoch2_seconds=20.0))
+        client.submit_run(kernels)
+        frame = client.compare("B0", backend="torch", settings="kernels")
+        assert frame.attrs["settings"] == "kernels"
+        assert frame["epoch2_median_s"].tolist() == [5.0]
+    result = invoke("compare", "--model", "B0", "--backend", "torch")
+    assert result.exit_code == ExitCode.FAILURE
+    assert "settings (keras, kernels; pin one with --settings)" in result.stderr
+    pinned = invoke("compare", "--model", "B0", "--backend", "torch", "--settings", "kernels")
+    assert pinned.exit_code == 0, pinned.stderr
+    assert "B0 · torch · float32 · 224 px" in pinned.stdout and "settings kernels" in pinned.stdout
+    keras = invoke("compare", "--model", "B0", "--backend", "torch", "--settings", "keras",
+                   "--format", "json")
+    document = json.loads(keras.stdout)
+    assert document["settings"] == "keras"
+    assert [g["epoch2_median_s"] for g in document["groups"]] == [20.0]
+    mixed = invoke("compare", "--model", "B0", "--backend", "torch", "--allow-mixed",
+                   "--format", "json")
+    assert json.loads(mixed.stdout)["settings"] == "mixed"
+    assert "kernels" in invoke("compare", "--help").stdout
+
+
 def test_compare_chart(invoke: Any, tmp_path: Path) -> None:
     chart = tmp_path / "b0.png"
     result = invoke("compare", "--model", "B0", "--chart", str(chart))

@@ -23,7 +23,7 @@ def group(name: str, count: int, median: float, **fields: object) -> GroupFigure
         peak_memory_median_bytes=12 * GIB, memory_total_bytes=16 * GIB,
         energy_per_epoch_median_joules=70.0 * median, images_per_joule_median=1709 / (70 * median),
         benchmark_versions=("1",), backends=("tensorflow",), precisions=("float32",),
-        image_sizes=(600,), train_images=(1709,),
+        image_sizes=(600,), train_images=(1709,), settings=("keras",),
     )
     return replace(base, **fields)
 
@@ -100,6 +100,20 @@ def test_a_smoke_run_data_set_is_refused_naming_train_images() -> None:
     assert (result.train_images, result.image_size) == (0, 600)
 
 
+def test_runs_computed_differently_are_refused_naming_settings() -> None:
+    # Torch runs with the backend's own kernels against Keras's code path: up to 4x apart.
+    kernels = replace(T4, backends=("torch",), settings=("kernels",))
+    keras = replace(GTX, backends=("torch",))
+    with pytest.raises(MixedRuns) as caught:
+        compare.compare("B7", [kernels, keras])
+    message = str(caught.value)
+    assert "differ in settings (keras, kernels; pin one with --settings)" in message
+    assert "backend" not in message
+    result = compare.compare("B7", [kernels, keras], allow_mixed=True)
+    assert (result.settings, result.backend) == ("mixed", "torch")
+    assert compare.compare("B7", [kernels]).settings == "kernels"
+
+
 def test_allow_mixed_reports_mixed() -> None:
     result = compare.compare(
         "B7", [replace(T4, backends=("torch",), image_sizes=(300,)), GTX], allow_mixed=True
@@ -111,7 +125,8 @@ def test_allow_mixed_reports_mixed() -> None:
 def test_shared_settings_are_reported() -> None:
     result = compare.compare("B7", [T4, GTX])
     assert (result.benchmark_version, result.backend, result.precision, result.image_size,
-            result.train_images) == ("1", "tensorflow", "float32", 600, 1709)
+            result.train_images, result.settings) == ("1", "tensorflow", "float32", 600, 1709,
+                                                      "keras")
 
 
 def test_warnings_for_few_runs_wide_spread_and_outliers() -> None:

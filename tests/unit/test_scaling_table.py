@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from factories import make_run
+from gpubench.collector.rows import SETTINGS_OPTIONS, settings_label
 
 from gpubench import record
 
@@ -53,3 +54,20 @@ def test_settings_keep_unlike_runs_apart() -> None:
     assert settings_label(kernels) == "kernels"
     assert settings_label({**kernels, "data_on_device": True}) == "kernels+data-on-device"
     assert settings_label({"fused_batchnorm": True}) == "fused-batchnorm"
+
+
+def test_the_settings_label_is_the_collectors() -> None:
+    # The collector keys Compare by rows.settings_label; the table must name settings alike.
+    table = _module()
+    options = [option for option, _ in SETTINGS_OPTIONS]
+    seen = set()
+    for mask in range(1 << len(options)):
+        run = make_run(backend="torch")
+        for i, option in enumerate(options):
+            setattr(run.config, option, bool(mask >> i & 1))
+        config = json.loads(record.to_json(run))["config"]
+        label = settings_label(run.config)
+        assert table.settings_label(config) == label, config
+        seen.add(label)
+    assert len(seen) == 1 << len(options)
+    assert {"keras", "kernels", "kernels+data-on-device", "jit", "fused-batchnorm+jit"} <= seen

@@ -8,8 +8,11 @@ import pytest
 from factories import make_run
 from gpubench.collector import migrations
 from gpubench.collector import store as store_module
-from gpubench.collector.errors import SchemaTooNew
+from gpubench.collector.errors import RunConflict, SchemaTooNew
 from gpubench.collector.store import CompareQuery, RunFilter, Store, run_row
+
+from gpubench import record
+from gpubench.v1 import run_pb2
 
 
 def test_a_fresh_database_records_every_migration_once(tmp_path: Path) -> None:
@@ -58,6 +61,32 @@ def test_columns_extracted_from_a_two_gpu_run() -> None:
     assert row["status"] == "ok" and row["submitter"] == "lab"
 
 
+def test_the_row_carries_the_record_and_its_content_hash() -> None:
+    run = make_run()
+    row = run_row(run, "lab")
+    assert row["content_sha256"] == record.content_sha256(run)
+    assert run_pb2.Run.FromString(row["record"]) == run
+
+
+def test_queued_rows_resolve_after_their_commit(tmp_path: Path) -> None:
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        run = make_run()
+        futures = [store.submit_row(run_row(run, "lab")) for _ in range(3)]
+        other = store.submit_row(run_row(make_run(), "lab"))
+        changed = store.submit_row(run_row(make_run(run_id=run.run_id, epoch2_seconds=3.0),
+                                           "lab"))
+        acks = [f.result(timeout=10) for f in futures]
+        assert acks[0] == acks[1] == acks[2] and acks[0].run_id == run.run_id
+        assert other.result(timeout=10).run_id != run.run_id
+        with pytest.raises(RunConflict, match=run.run_id):
+            changed.result(timeout=10)
+        assert store.count() == 2
+        assert store.get(run.run_id).received_at.ToDatetime() == acks[0].received_at
+    finally:
+        store.close()
+
+
 def test_failed_runs_carry_no_figures() -> None:
     row = run_row(make_run(status="out_of_memory"), "lab")
     assert row["status"] == "out_of_memory"
@@ -88,17 +117,19 @@ def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     store = Store(db)
     store.submit_many([make_run(epoch2_seconds=s) for s in (16.0, 17.0, 19.0)], "lab")
-    # As a database from before the figures existed: no table, no record of it.
+    # As a database from before the figures existed: no table, no settings column, no
+    # record of either.
     store._cursor().execute("DROP TABLE group_figures")
+    store._cursor().execute("ALTER TABLE runs DROP COLUMN settings")
     store._cursor().execute(
         "DELETE FROM schema_migrations WHERE name IN "
-        "('0003_group_figures', '0004_group_figures_by_train_images')"
+        "('0003_group_figures', '0004_group_figures_by_train_images', '0005_settings')"
     )
     store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-2:] == [
-            "0003_group_figures", "0004_group_figures_by_train_images"]
+        assert store.applied_migrations()[-3:] == [
+            "0003_group_figures", "0004_group_figures_by_train_images", "0005_settings"]
         [t4] = store.compare_groups(CompareQuery(model="B0"))
         assert (t4.gpu_name, t4.runs, t4.epoch2_median_seconds) == ("Tesla T4", 3, 17.0)
     finally:
@@ -110,6 +141,25 @@ def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
 GROUP_BEFORE_TRAIN_IMAGES = (
     "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "benchmark_version",
 )
+# ... and before settings was (migration 0004's).
+GROUP_BEFORE_SETTINGS = (
+    "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
+    "benchmark_version",
+)
+
+
+def _as_an_older_collector(
+    patch: pytest.MonkeyPatch, migrations_applied: int, outlier_group: tuple[str, ...]
+) -> None:
+    """The store as a collector that knew only the first `migrations_applied` migrations
+    (no runs.settings column before 0005) and keyed its outlier groups by
+    `outlier_group`."""
+    patch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:migrations_applied])
+    patch.setattr(store_module, "OUTLIER_GROUP", outlier_group)
+    columns = store_module.RUN_COLUMNS.remove(
+        store_module.RUN_COLUMNS.get_field_index("settings"))
+    patch.setattr(store_module, "RUN_COLUMNS", columns)
+    patch.setattr(store_module, "_INSERT_ROWS", store_module.insert_rows_sql(columns))
 
 
 def _smoke_run(seconds: float) -> object:
@@ -127,8 +177,7 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
     smoke = _smoke_run(1.9)
     # The database as a collector with migrations 0001-0003 wrote it: one group for all.
     with monkeypatch.context() as old:
-        old.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:3])
-        old.setattr(store_module, "OUTLIER_GROUP", GROUP_BEFORE_TRAIN_IMAGES)
+        _as_an_older_collector(old, 3, GROUP_BEFORE_TRAIN_IMAGES)
         store = Store(db)
         store.submit_many([*full, smoke], "lab")
         assert store.get(smoke.run_id).outlier  # 15 s faster than the full runs' median
@@ -139,7 +188,8 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-1] == "0004_group_figures_by_train_images"
+        assert store.applied_migrations()[-2:] == [
+            "0004_group_figures_by_train_images", "0005_settings"]
         # The smoke run is alone in its group now: no outlier, score 0.
         stored = store.get(smoke.run_id)
         assert (stored.outlier, stored.outlier_score) == (False, 0.0)
@@ -172,3 +222,66 @@ def test_a_fresh_database_keeps_smoke_runs_apart(tmp_path: Path) -> None:
         assert (both.runs, both.train_images) == (4, (192, 1709))
     finally:
         store.close()
+
+
+def _kernels_run(seconds: float, **fields: object) -> object:
+    """A torch run with the backend's own kernels (and `fields`' other options) on."""
+    return make_run(backend="torch", epoch2_seconds=seconds, config__batched_augmentation=True,
+                    config__fused_batchnorm=True, config__channels_first=True, **fields)
+
+
+def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "c.duckdb"
+    keras = [make_run(backend="torch", epoch2_seconds=s) for s in (16.0, 17.0, 17.5, 18.0, 19.0)]
+    kernels = [_kernels_run(4.0), _kernels_run(4.2)]
+    on_device = _kernels_run(3.0, config__data_on_device=True)
+    jit = make_run(backend="torch", epoch2_seconds=15.0, config__jit_compile=True)
+    # The database as a collector with migrations 0001-0004 wrote it: one group for all.
+    with monkeypatch.context() as old:
+        _as_an_older_collector(old, 4, GROUP_BEFORE_SETTINGS)
+        store = Store(db)
+        store.submit_many([*keras, *kernels, on_device, jit], "lab")
+        assert all(store.get(r.run_id).outlier for r in [*kernels, on_device])
+        assert "settings" not in {
+            c for (c,) in store._cursor().execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
+            ).fetchall()}
+        store.close()
+    store = Store(db)
+    try:
+        assert store.applied_migrations()[-1] == "0005_settings"
+        settings = dict(store._cursor().execute("SELECT run_id, settings FROM runs").fetchall())
+        assert {settings[r.run_id] for r in keras} == {"keras"}
+        assert [settings[r.run_id] for r in kernels] == ["kernels", "kernels"]
+        assert settings[on_device.run_id] == "kernels+data-on-device"
+        assert settings[jit.run_id] == "jit"
+        # Each settings is its own group now: the fast runs are no outliers of Keras's.
+        assert not any(store.get(r.run_id).outlier for r in [*kernels, on_device])
+        [fast] = store.compare_groups(CompareQuery(model="B0", settings="kernels"))
+        assert (fast.runs, fast.outliers_excluded, fast.settings) == (2, 0, ("kernels",))
+        assert fast.epoch2_median_seconds == pytest.approx(4.1)
+        [slow] = store.compare_groups(CompareQuery(model="B0", settings="keras"))
+        assert (slow.runs, slow.epoch2_median_seconds) == (5, 17.5)
+        groups = store.compare_groups(CompareQuery(model="B0"))
+        assert sorted(g.settings for g in groups) == [
+            ("jit",), ("keras",), ("kernels",), ("kernels+data-on-device",)]
+        rows = store._cursor().execute(
+            "SELECT settings, runs FROM group_figures WHERE NOT with_outliers ORDER BY ALL"
+        ).fetchall()
+        assert rows == [("jit", 1), ("keras", 5), ("kernels", 2), ("kernels+data-on-device", 1)]
+        # A run submitted after the upgrade gets its settings from its row.
+        later = _kernels_run(4.1)
+        store.submit_many([later], "lab")
+        [fast] = store.compare_groups(CompareQuery(model="B0", settings="kernels"))
+        assert (fast.runs, fast.epoch2_median_seconds) == (3, 4.1)
+    finally:
+        store.close()
+
+
+def test_the_row_names_the_settings_the_run_used() -> None:
+    assert run_row(make_run(), "lab")["settings"] == "keras"
+    assert run_row(_kernels_run(4.0), "lab")["settings"] == "kernels"
+    two = make_run(backend="torch", config__fused_batchnorm=True, config__data_on_device=True)
+    assert run_row(two, "lab")["settings"] == "fused-batchnorm+data-on-device"

@@ -1,0 +1,414 @@
+"""The multi-process collector's owner: the process that holds the DuckDB file.
+
+One Python process spends about 1.5 ms of CPU per submission, mostly holding the
+interpreter lock, so it cannot use a second core. With `serve --frontends N` the
+owner starts N front-end processes (collector.frontend) that listen on the same
+host:port (SO_REUSEPORT: the kernel spreads connections over them). They do the
+stateless, CPU-heavy part of a call (gRPC, protobuf, validation, the runs-table
+row) and forward the rest here over a Unix socket, as compact pickles.
+
+The owner keeps all state and every guarantee: the token check (tokens live in
+the database, so a revocation takes effect at once), the per-token rate limit,
+idempotent resubmission, acknowledgement only after the commit, outlier rescoring.
+A forwarded call other than SubmitRun is answered by the same servicer code a
+single-process collector runs, through `Gate.guarded`, so its status codes and
+messages are the same.
+
+Wire format, one pickle per message. A front-end opens a control connection,
+then one connection per handler thread, each with one request at a time:
+  control:            ("hello", index, pid), then ("ready", port) or ("failed", message)
+  front-end -> owner: ("submit", authorization, row, problems),
+                      ("call", method, request bytes, authorization)
+  owner -> front-end: (True, Ack | response bytes) or (False, (code, details))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pickle
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener
+from typing import Any, NoReturn
+
+import grpc
+from google.protobuf import message_factory
+from gpubench.collector import validation
+from gpubench.collector.auth import Access, Gate, access_of, bearer_secret
+from gpubench.collector.service import AdminService, CollectorService, status_of
+from gpubench.collector.store import Store
+from gpubench.collector.transport import STOP_GRACE_S, Refusal, TlsFiles, bind_address
+
+from gpubench.errors import GpubenchError
+from gpubench.v1 import collector_pb2
+
+log = logging.getLogger(__name__)
+
+PICKLE = pickle.HIGHEST_PROTOCOL
+# How long a front-end may take to start and listen (s).
+START_TIMEOUT_S = 60.0
+# A front-end that dies is restarted, but not more than this many times a minute:
+# one that keeps dying (a bug, no memory) stops the collector with a clear error
+# rather than serving on with fewer front-ends.
+MAX_RESTARTS_PER_MINUTE = 3
+# Threads answering forwarded calls other than SubmitRun (reads may take a while).
+CALL_WORKERS = 8
+
+
+class ForwardedContext:
+    """What the collector's servicers use of a grpc.ServicerContext, for a forwarded call."""
+
+    def __init__(self, authorization: str | None) -> None:
+        self._metadata = () if authorization is None else (("authorization", authorization),)
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call's authorization entry, as the front-end received it."""
+        return self._metadata
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        """End the call with a status: raised to the dispatcher, sent back as is."""
+        raise Refusal(code, details)
+
+
+class Dispatcher:
+    """Answers what front-ends forward, with the code a single-process collector runs."""
+
+    def __init__(self, store: Store, gate: Gate) -> None:
+        self._store = store
+        self._gate = gate
+        # Full method name -> (request message class, servicer method behind the gate).
+        self._methods: dict[str, tuple[type, Callable[[Any, Any], Any]]] = {}
+        services = {
+            "Collector": CollectorService(store),
+            "Admin": AdminService(gate.tokens),
+        }
+        for name, servicer in services.items():
+            descriptor = collector_pb2.DESCRIPTOR.services_by_name[name]
+            for method in descriptor.methods:
+                full = f"/{descriptor.full_name}/{method.name}"
+                self._methods[full] = (
+                    message_factory.GetMessageClass(method.input_type),
+                    self._gate.guarded(getattr(servicer, method.name), access_of(full)),
+                )
+
+    def submit(
+        self, authorization: str | None, row: dict[str, Any] | None,
+        problems: list[tuple[str, str]],
+    ) -> Future:
+        """SubmitRun's owner half: token and rate limit, then the group commit.
+
+        The front-end validated the run and made its row (`problems` when invalid).
+        Raises Refusal at once; otherwise the store's future, resolved after the commit.
+        """
+        secret = bearer_secret(() if authorization is None else (("authorization", authorization),))
+        caller = self._gate.check(Access.SUBMIT, secret)
+        if problems or row is None:
+            raise Refusal(*status_of(validation.InvalidRun(problems)))
+        row["submitter"] = caller.name
+        try:
+            return self._store.submit_row(row)
+        except RuntimeError as exc:
+            raise Refusal(*status_of(exc)) from exc
+
+    def call(self, method: str, request: bytes, authorization: str | None) -> bytes:
+        """Any other method: the servicer's answer, serialised; raises Refusal."""
+        found = self._methods.get(method)
+        if found is None:  # front-ends only forward the methods they registered
+            raise Refusal(grpc.StatusCode.UNIMPLEMENTED, f"method {method} not implemented")
+        request_class, behavior = found
+        reply = behavior(request_class.FromString(request), ForwardedContext(authorization))
+        return reply.SerializeToString()
+
+
+def _outcome(run: Callable[[], Any]) -> tuple[bool, Any]:
+    """(True, result) or (False, (code, details)), as the front-end reads them."""
+    try:
+        return True, run()
+    except Refusal as refused:
+        return False, (refused.code, refused.details)
+    except Exception as exc:  # what gRPC answers a servicer's unexpected exception with
+        status = status_of(exc)
+        if status is None:
+            log.exception("forwarded call failed")
+            status = (grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}")
+        return False, status
+
+
+def _reply(connection: Connection, ok: bool, payload: Any) -> None:
+    with contextlib.suppress(OSError):  # the front-end is gone: nobody to tell
+        connection.send_bytes(pickle.dumps((ok, payload), PICKLE))
+
+
+class _Hub:
+    """The owner's end of every front-end connection, read by one thread.
+
+    Each handler thread of a front-end has a connection of its own and at most one
+    request on it at a time, so it simply blocks on the reply: no thread hands a
+    reply to another on either side. One epoll loop here reads them all; a
+    submission is answered from the store's writer thread right after its commit.
+    """
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self._calls = ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="forwarded")
+        self._selector = selectors.DefaultSelector()
+        self._waker_in, self._waker_out = socket.socketpair()
+        self._selector.register(self._waker_in, selectors.EVENT_READ, None)
+        self._joining: list[Connection] = []
+        self._lock = threading.Lock()
+        self._closing = False
+        # Front-end index -> the port it listens on (or a GpubenchError), from its
+        # control connection; and each control connection's future (a restarted
+        # front-end's, not its predecessor's, whose connection may close late).
+        self.started: dict[int, Future] = {}
+        self._control: dict[Connection, Future] = {}
+        self._thread = threading.Thread(target=self._loop, name="owner-hub", daemon=True)
+        self._thread.start()
+
+    def add(self, connection: Connection) -> None:
+        """Start reading a new connection."""
+        with self._lock:
+            self._joining.append(connection)
+        self._waker_out.send(b"x")
+
+    def expect(self, index: int) -> Future:
+        """A fresh future for front-end `index`'s start (before it is spawned)."""
+        with self._lock:
+            future = self.started[index] = Future()
+        return future
+
+    def close(self) -> None:
+        """Stop reading; close every connection."""
+        self._closing = True
+        self._waker_out.send(b"x")
+        self._thread.join()
+        self._calls.shutdown(wait=True)
+
+    def _loop(self) -> None:
+        while not self._closing:
+            for key, _ in self._selector.select():
+                if key.data is None:
+                    self._waker_in.recv(4096)
+                    with self._lock:
+                        joining, self._joining = self._joining, []
+                    for connection in joining:
+                        self._selector.register(connection, selectors.EVENT_READ, connection)
+                    continue
+                connection = key.data
+                try:
+                    message = pickle.loads(connection.recv_bytes())
+                except (EOFError, OSError):
+                    self._drop(connection)
+                    continue
+                self._handle(connection, message)
+        for key in list(self._selector.get_map().values()):
+            if key.data is not None:
+                key.data.close()
+        self._selector.close()
+
+    def _drop(self, connection: Connection) -> None:
+        self._selector.unregister(connection)
+        connection.close()
+        started = self._control.pop(connection, None)
+        if started is not None and not started.done():
+            started.set_exception(GpubenchError("it exited before listening"))
+
+    def _handle(self, connection: Connection, message: tuple) -> None:
+        kind = message[0]
+        if kind == "submit":
+            _, authorization, row, problems = message
+            try:
+                future = self._dispatcher.submit(authorization, row, problems)
+            except Refusal as refused:
+                _reply(connection, False, (refused.code, refused.details))
+                return
+            future.add_done_callback(lambda done: _reply(connection, *_outcome(done.result)))
+        elif kind == "call":
+            _, method, request, authorization = message
+            self._calls.submit(self._answer_call, connection, method, request, authorization)
+        elif kind == "hello":  # a front-end's control connection: ("hello", index, pid)
+            with self._lock:
+                self._control[connection] = self.started[message[1]]
+        elif kind in ("ready", "failed"):
+            started = self._control.get(connection)
+            if started is not None and not started.done():
+                if kind == "ready":
+                    started.set_result(message[1])
+                else:
+                    started.set_exception(GpubenchError(message[1]))
+
+    def _answer_call(
+        self, connection: Connection, method: str, request: bytes, authorization: str | None
+    ) -> None:
+        _reply(connection, *_outcome(lambda: self._dispatcher.call(method, request, authorization)))
+
+
+def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
+    """A socket holding host:port (0: a free port) for the front-ends, and the port.
+
+    First bound without SO_REUSEPORT, so that a port anything else listens on is
+    refused as in single-process mode (even another group of front-ends); then
+    held with SO_REUSEPORT and never listened on, so the front-ends can share it
+    and the port stays reserved while one of them restarts.
+    """
+    address = bind_address(host, port)
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(sockaddr)
+            sockaddr = (sockaddr[0], probe.getsockname()[1], *sockaddr[2:])
+        held = socket.socket(family, kind, proto)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind(sockaddr)
+    except OSError as exc:
+        raise GpubenchError(f"--host/--port {address}: cannot listen ({exc.strerror})") from exc
+    return held, held.getsockname()[1]
+
+
+@dataclass
+class _Frontend:
+    index: int
+    process: subprocess.Popen
+    restarts: list[float] = field(default_factory=list)
+
+
+class Frontends:
+    """The owner's front-end processes: started, watched, restarted, stopped."""
+
+    def __init__(
+        self, dispatcher: Dispatcher, *, count: int, host: str, port: int,
+        tls: TlsFiles | None, max_message_bytes: int,
+    ) -> None:
+        self._count = count
+        self._host = host
+        self._port = port
+        self._tls = tls
+        self._max_message_bytes = max_message_bytes
+        self._folder = tempfile.mkdtemp(prefix="gpubench-collector-")  # mode 0700
+        self._address = os.path.join(self._folder, "owner.sock")
+        self._authkey = os.urandom(32)
+        self._listener = Listener(self._address, "AF_UNIX", authkey=self._authkey)
+        self._hub = _Hub(dispatcher)
+        self._frontends: list[_Frontend] = []
+        self._held: socket.socket | None = None
+        self._stopping = False
+        threading.Thread(target=self._accept, name="owner-accept", daemon=True).start()
+
+    @property
+    def pids(self) -> list[int]:
+        """The front-ends' process ids."""
+        return [f.process.pid for f in self._frontends]
+
+    def start(self) -> int:
+        """Start every front-end and wait until each listens; the port they share."""
+        self._held, self._port = reserve_port(self._host, self._port)
+        self._frontends = [_Frontend(i, self._spawn(i)) for i in range(self._count)]
+        for frontend in self._frontends:
+            self._await_ready(frontend)
+        return self._port
+
+    def watch(self) -> None:
+        """Restart front-ends that died; raise GpubenchError when one keeps dying."""
+        for frontend in self._frontends:
+            code = frontend.process.poll()
+            if code is None or self._stopping:
+                continue
+            now = time.monotonic()
+            frontend.restarts = [t for t in frontend.restarts if now - t < 60.0] + [now]
+            if len(frontend.restarts) > MAX_RESTARTS_PER_MINUTE:
+                raise GpubenchError(
+                    f"front-end {frontend.index} (pid {frontend.process.pid}) exited with "
+                    f"{_exit_text(code)} {len(frontend.restarts)} times within a minute; "
+                    "stopping the collector"
+                )
+            log.warning("front-end %d (pid %d) exited with %s; restarting it",
+                        frontend.index, frontend.process.pid, _exit_text(code))
+            frontend.process = self._spawn(frontend.index)
+            self._await_ready(frontend)
+
+    def stop(self) -> None:
+        """Stop the front-ends gracefully (they finish in-flight calls), then the links."""
+        self._stopping = True
+        for frontend in self._frontends:
+            with contextlib.suppress(ProcessLookupError):
+                frontend.process.send_signal(signal.SIGTERM)
+        for frontend in self._frontends:
+            try:
+                frontend.process.wait(STOP_GRACE_S + 5.0)
+            except subprocess.TimeoutExpired:
+                frontend.process.kill()
+                frontend.process.wait()
+        self._listener.close()
+        self._hub.close()
+        if self._held is not None:
+            self._held.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    def _spawn(self, index: int) -> subprocess.Popen:
+        config = {
+            "index": index, "host": self._host, "port": self._port,
+            "tls_cert": str(self._tls.cert) if self._tls else None,
+            "tls_key": str(self._tls.key) if self._tls else None,
+            "max_message_bytes": self._max_message_bytes,
+            "owner_address": self._address, "authkey": self._authkey.hex(),
+        }
+        self._hub.expect(index)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpubench.collector.frontend"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        )
+        process.stdin.write(json.dumps(config))  # the secret never shows in argv
+        process.stdin.close()
+        return process
+
+    def _await_ready(self, frontend: _Frontend) -> None:
+        started = self._hub.started[frontend.index]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not started.done():
+            if frontend.process.poll() is not None or time.monotonic() > deadline:
+                raise GpubenchError(
+                    f"front-end {frontend.index} did not start "
+                    f"({_exit_text(frontend.process.poll())})"
+                )
+            with contextlib.suppress(TimeoutError):
+                started.result(0.1)
+        try:
+            started.result()
+        except GpubenchError as exc:
+            raise GpubenchError(f"front-end {frontend.index}: {exc}") from exc
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection = self._listener.accept()
+            except OSError:  # closed: the collector is stopping
+                return
+            except Exception:  # a connection that failed the handshake: not a front-end
+                continue
+            self._hub.add(connection)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "no exit yet"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal {signal.Signals(-code).name}"
+    return f"exit code {code}"

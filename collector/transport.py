@@ -1,0 +1,127 @@
+"""What every collector process listening for gRPC shares: TLS, addresses, options,
+health and reflection.
+
+Kept free of the database (no DuckDB or Arrow imports), so that the front-end
+processes of a multi-process collector (collector.frontend) start fast and small.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from gpubench.errors import GpubenchError
+from gpubench.v1 import collector_pb2
+
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+# Enough threads that every concurrent submitter can wait for its group commit.
+DEFAULT_WORKERS = 64
+# How long in-flight calls get to finish on a graceful stop.
+STOP_GRACE_S = 10.0
+SERVICE_NAMES = (
+    collector_pb2.DESCRIPTOR.services_by_name["Collector"].full_name,
+    collector_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+)
+
+
+class Refusal(Exception):
+    """A call refused with a gRPC status code and message.
+
+    Raised where no gRPC context is at hand (the multi-process collector's owner
+    answers calls that front-end processes forward); a servicer context turns it
+    into `context.abort(code, details)`.
+    """
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A PEM certificate (chain) and its private key."""
+
+    cert: Path
+    key: Path
+
+    def credentials(self) -> grpc.ServerCredentials:
+        """The server credentials; a GpubenchError names an unreadable file."""
+        try:
+            cert, key = self.cert.read_bytes(), self.key.read_bytes()
+        except OSError as exc:
+            raise GpubenchError(f"{exc.filename}: cannot read ({exc.strerror})") from exc
+        return grpc.ssl_server_credentials([(key, cert)])
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names only this machine (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_address(host: str, port: int) -> str:
+    """host:port with IPv6 literals bracketed."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def check_plaintext(host: str, tls: TlsFiles | None, insecure: bool) -> None:
+    """Refuse plaintext on any address but loopback unless `insecure`."""
+    if tls is None and not insecure and not is_loopback(host):
+        raise GpubenchError(
+            f"--host {host}: plaintext is only allowed on a loopback address; "
+            "give --tls-cert and --tls-key, or --insecure to accept plaintext"
+        )
+
+
+def server_options(max_message_bytes: int, *, share_port: bool) -> list[tuple[str, Any]]:
+    """Channel options of a collector's gRPC server.
+
+    `share_port` (SO_REUSEPORT) lets several front-end processes listen on one port,
+    the kernel spreading connections over them; a single-process collector leaves it
+    off, so that a second collector started on the same port fails instead of
+    silently sharing it.
+    """
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", 64 << 20),
+        ("grpc.so_reuseport", 1 if share_port else 0),
+    ]
+
+
+def add_health_and_reflection(server: grpc.Server) -> None:
+    """The standard health service (every service SERVING) and server reflection."""
+    health_servicer = health.HealthServicer()
+    for name in ("", *SERVICE_NAMES):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+
+
+def listen(server: grpc.Server, host: str, port: int, tls: TlsFiles | None) -> int:
+    """Bind `server` to host:port (TLS when `tls`); the port bound, or a GpubenchError."""
+    address = bind_address(host, port)
+    try:
+        if tls is not None:
+            bound = server.add_secure_port(address, tls.credentials())
+        else:
+            bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise GpubenchError(f"--host/--port {address}: cannot listen ({exc})") from exc
+    if bound == 0:
+        raise GpubenchError(f"--host/--port {address}: cannot listen (in use or not local)")
+    return bound

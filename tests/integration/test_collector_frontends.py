@@ -1,0 +1,187 @@
+"""A collector with front-end processes: one state behind every front-end.
+
+The kernel spreads connections over the front-ends (SO_REUSEPORT); these tests
+find out which front-end process holds each connection (/proc) so that they can
+use two different ones on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from factories import make_run
+
+from gpubench.v1 import collector_pb2 as pb
+from gpubench.v1 import collector_pb2_grpc
+
+pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc")
+
+
+def _established_inodes(port: int) -> set[str]:
+    """Socket inodes of established TCP connections whose local port is `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                found.add(fields[9])
+    return found
+
+
+def _connections_of(pid: int, inodes: set[str]) -> int:
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            held.add(target[8:-1])
+    return len(held & inodes)
+
+
+def channels_to_each_frontend(collector) -> list[grpc.Channel]:
+    """A channel per front-end process, each connected to that one."""
+    pids = collector.frontends.pids
+    found: dict[int, grpc.Channel] = {}
+    for _ in range(64):
+        before = {pid: _connections_of(pid, _established_inodes(collector.port)) for pid in pids}
+        # A subchannel pool of its own: otherwise channels to one address share a connection.
+        channel = grpc.insecure_channel(collector.address,
+                                        options=[("grpc.use_local_subchannel_pool", 1)])
+        collector._channels.append(channel)  # closed with the collector
+        stub = collector_pb2_grpc.CollectorStub(channel)
+        stub.ListRuns(pb.ListRunsRequest(), metadata=collector.metadata(), timeout=10)
+        inodes = _established_inodes(collector.port)
+        landed = [pid for pid in pids if _connections_of(pid, inodes) > before[pid]]
+        if len(landed) == 1:
+            found.setdefault(landed[0], channel)
+        if len(found) == len(pids):
+            return [found[pid] for pid in pids]
+    raise AssertionError(f"connections never reached every front-end: {sorted(found)}")
+
+
+def stubs_on_each_frontend(collector) -> list[collector_pb2_grpc.CollectorStub]:
+    """A Collector stub per front-end process, each on a connection to that one."""
+    return [collector_pb2_grpc.CollectorStub(c) for c in channels_to_each_frontend(collector)]
+
+
+def kill_frontend_and_watch(collector, index: int) -> None:
+    """SIGKILL front-end `index`, then watch (as serve does) until it is replaced."""
+    victim = collector.frontends.pids[index]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while collector.frontends.pids[index] == victim:
+        assert time.monotonic() < deadline, "the front-end was not restarted"
+        collector.frontends.watch()
+        time.sleep(0.05)
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+def code_of(call, *args, **kwargs) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as caught:
+        call(*args, **kwargs)
+    return caught.value.code(), caught.value.details()
+
+
+def test_runs_submitted_through_different_frontends_are_compared_together(
+    collector_factory,
+) -> None:
+    collector = collector_factory(frontends=2)
+    first, second = stubs_on_each_frontend(collector)
+    md = collector.metadata()
+    for seconds in (16.0, 17.0, 18.0):
+        first.SubmitRun(pb.SubmitRunRequest(run=make_run(gpu_name="Tesla T4",
+                                                         epoch2_seconds=seconds)), metadata=md)
+    for seconds in (5.0, 5.2):
+        second.SubmitRun(pb.SubmitRunRequest(run=make_run(gpu_name="NVIDIA H200",
+                                                          epoch2_seconds=seconds)), metadata=md)
+    # An outlier through the second front-end, in the first one's group: rescored at once.
+    second.SubmitRun(pb.SubmitRunRequest(run=make_run(gpu_name="Tesla T4", epoch2_seconds=90.0)),
+                     metadata=md)
+    for stub in (first, second):
+        reply = stub.Compare(pb.CompareRequest(model="B0"), metadata=md)
+        by_gpu = {g.gpu_name: g for g in reply.groups}
+        assert (by_gpu["Tesla T4"].runs, by_gpu["NVIDIA H200"].runs) == (3, 2)
+        assert by_gpu["Tesla T4"].outliers_excluded == 1
+        assert by_gpu["Tesla T4"].epoch2_median_seconds == pytest.approx(17.0)
+        assert by_gpu["NVIDIA H200"].speedup == pytest.approx(17.0 / 5.1)
+    assert collector.store.count() == 6
+
+
+def test_a_resubmission_through_another_frontend_gets_the_first_acknowledgement(
+    collector_factory,
+) -> None:
+    collector = collector_factory(frontends=2)
+    first, second = stubs_on_each_frontend(collector)
+    run = make_run()
+    ack = first.SubmitRun(pb.SubmitRunRequest(run=run), metadata=collector.metadata())
+    assert second.SubmitRun(pb.SubmitRunRequest(run=run), metadata=collector.metadata()) == ack
+    changed = make_run(run_id=run.run_id, epoch2_seconds=3.0)
+    code, detail = code_of(second.SubmitRun, pb.SubmitRunRequest(run=changed),
+                           metadata=collector.metadata())
+    assert code == grpc.StatusCode.ALREADY_EXISTS and run.run_id in detail
+    assert collector.store.count() == 1
+
+
+def test_a_token_revoked_through_one_frontend_is_refused_by_the_other_at_once(
+    collector_factory,
+) -> None:
+    collector = collector_factory(frontends=2)
+    one, other = channels_to_each_frontend(collector)
+    first, second = map(collector_pb2_grpc.CollectorStub, (one, other))
+    alice = collector.make_token("alice")
+    second.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(alice))
+    admin = collector_pb2_grpc.AdminStub(one)
+    admin.RevokeToken(pb.RevokeTokenRequest(name="alice"), metadata=collector.metadata())
+    for stub in (first, second):
+        code, detail = code_of(stub.SubmitRun, pb.SubmitRunRequest(run=make_run()),
+                               metadata=bearer(alice))
+        assert (code, detail) == (grpc.StatusCode.UNAUTHENTICATED, "token unknown or revoked")
+
+
+def test_the_rate_limit_counts_a_tokens_submissions_through_every_frontend(
+    collector_factory,
+) -> None:
+    collector = collector_factory(frontends=2, rate_limit=3)  # 3/s, bursts of 3
+    first, second = stubs_on_each_frontend(collector)
+    alice = collector.make_token("alice")
+    for stub in (first, second, first):
+        stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(alice))
+    code, detail = code_of(second.SubmitRun, pb.SubmitRunRequest(run=make_run()),
+                           metadata=bearer(alice))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "'alice': over the submission rate limit (3/s)" in detail
+    assert collector.store.count() == 3
+
+
+def test_a_frontend_that_dies_is_restarted_and_serves_again(collector_factory) -> None:
+    collector = collector_factory(frontends=2)
+    kill_frontend_and_watch(collector, 0)
+    for stub in stubs_on_each_frontend(collector):  # both answer, the new one included
+        stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=collector.metadata())
+    assert collector.store.count() == 2
+
+
+def test_a_frontend_that_keeps_dying_stops_the_collector_with_a_clear_error(
+    collector_factory,
+) -> None:
+    from gpubench.collector.owner import MAX_RESTARTS_PER_MINUTE
+
+    from gpubench.errors import GpubenchError
+
+    collector = collector_factory(frontends=2)
+    for _ in range(MAX_RESTARTS_PER_MINUTE):
+        kill_frontend_and_watch(collector, 0)
+    with pytest.raises(GpubenchError, match=r"front-end 0 .* 4 times within a minute; stopping"):
+        kill_frontend_and_watch(collector, 0)
