@@ -7,12 +7,13 @@
 #
 #   bench/h200_session.sh STEP [STEP ...]
 #
-# Steps (the case list below says what each runs): inventory; protocol runs
-# b0-128, protocol-b0, protocol-b3, protocol-b7, auto-b0, bf16-b0-128; the same with
-# torch's fewer kernels kernels-b0-128, kernels-b3-128, kernels-b7-10; the fast
-# settings fast-b0, fast-b0-jit, fast-b3, fast-b7, auto-fast-b0; two GPUs gpus2-b0,
-# gpus2-b3, gpus2-fast-b0, gpus2-fast-b3, gpus2-fast-b7; and profile-b0, profile-b7,
-# profile-fast (bench/keras_torch_profile.py: where a step's time goes); and
+# Steps (the case list below says what each runs): inventory; b0-128 (Keras's own
+# code path); the protocol's batches with the workload's defaults (torch's kernels)
+# protocol-b0, protocol-b3, protocol-b7, auto-b0, bf16-b0-128; the same kernels named
+# explicitly kernels-b0-128, kernels-b3-128, kernels-b7-10; the fast settings fast-b0,
+# fast-b0-jit, fast-b3, fast-b7, auto-fast-b0; two GPUs gpus2-b0, gpus2-b3,
+# gpus2-fast-b0, gpus2-fast-b3, gpus2-fast-b7; profile-b0, profile-b7, profile-fast
+# (bench/keras_torch_profile.py: where a step's time goes); and
 # collector (bench/collector_bench.py with the collector pinned to two cores).
 # Needs, carried with the working tree: .whl/ (keras, namex, optree and protobuf
 # wheels for the machine's Python) and gpubench/v1 (the wire code `make proto` made).
@@ -54,6 +55,7 @@ agent() {  # agent NAME ARGS...: one gpubench-agent run, offline, traced
 
 # The same network computed in fewer kernels (torch): see docs/protocol.md.
 KERNELS="--batched-augmentation --fused-batchnorm --channels-first"
+KERAS="--keras-augmentation --keras-batchnorm --channels-last"  # Keras's own code path
 FAST="--precision mixed_bfloat16 --data-on-device $KERNELS"
 profile() {  # profile NAME VARIANT...: bench/keras_torch_profile.py
   local name=$1; shift
@@ -66,7 +68,7 @@ profile() {  # profile NAME VARIANT...: bench/keras_torch_profile.py
 for step in "$@"; do
   case $step in
     inventory)   gpubench-agent inventory --json >"$WORK/inventory.json"; nvidia-smi >"$WORK/nvidia-smi.txt" ;;
-    b0-128)      agent b0-128 --models B0 --batch 128 ;;
+    b0-128)      agent b0-128 --models B0 --batch 128 $KERAS ;;
     kernels-b0-128) agent kernels-b0-128 --models B0 --batch 128 $KERNELS ;;
     protocol-b0) agent protocol-b0 --models B0 --batch 512 ;;
     protocol-b3) agent protocol-b3 --models B3 --batch 128 ;;
