@@ -19,6 +19,9 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from gpubench import record
+from gpubench.v1 import run_pb2
+
 GIB = 1024**3
 
 
@@ -38,19 +41,11 @@ def load(paths: list[Path]) -> list[dict]:
     return runs
 
 
-# Options of a run's config that change its speed, by their name in the table.
-SETTINGS = {"batched_augmentation": "batched-augmentation", "fused_batchnorm": "fused-batchnorm",
-            "channels_first": "channels-first", "data_on_device": "data-on-device",
-            "jit_compile": "jit"}
-KERNELS = ("batched-augmentation", "fused-batchnorm", "channels-first")
-
-
 def settings_label(config: dict) -> str:
-    """The speed-changing options a run used, short ("kernels" for all three kernels)."""
-    used = [label for name, label in SETTINGS.items() if config.get(name)]
-    if all(kernel in used for kernel in KERNELS):
-        used = ["kernels"] + [label for label in used if label not in KERNELS]
-    return "+".join(used) or "keras"
+    """How a run computed and fed the network ("keras", "kernels+data-on-device", ...):
+    gpubench.record.settings_label, the label the collector's Compare keys by."""
+    return record.settings_label(run_pb2.Config(
+        **{option: bool(config.get(option)) for option, _ in record.SETTINGS_OPTIONS}))
 
 
 def scaling_rows(runs: list[dict]) -> list[dict]:

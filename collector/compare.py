@@ -43,7 +43,7 @@ class GroupFigures:
     precisions: tuple[str, ...] = ()
     image_sizes: tuple[int, ...] = ()
     train_images: tuple[int, ...] = ()  # training images per epoch (the dataset's size)
-    settings: tuple[str, ...] = ()  # rows.settings_label: "keras", "kernels", ...
+    settings: tuple[str, ...] = ()  # record.settings_label: "keras", "kernels", ...
 
     @property
     def config_name(self) -> str:
@@ -80,7 +80,7 @@ class Comparison:
 # The dimensions that must agree, with the CLI flag that pins each. The epoch-2 time
 # depends on the image size and on how many images an epoch trains on (a smoke run
 # with --limit-images has fewer), so both must agree as much as the software does. So
-# must the settings (rows.settings_label): the torch backend's own kernels or data kept
+# must the settings (record.settings_label): the torch backend's own kernels or data kept
 # on the device make a run up to 4x faster than Keras's code path ("keras").
 DIMENSIONS = (
     ("benchmark_version", "benchmark_versions", "--benchmark-version"),

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench.collector.rows import KERAS, settings_label
-
+from gpubench import record
 from gpubench.v1 import run_pb2
 
 
@@ -57,7 +56,7 @@ def backfill_settings(con: Any) -> None:
         changed = [
             (run_id, label)
             for run_id, blob in rows
-            if (label := settings_label(run_pb2.Run.FromString(blob).config)) != KERAS
+            if (label := record.settings_label(run_pb2.Run.FromString(blob).config)) != record.KERAS
         ]
         if changed:
             con.execute(
@@ -199,7 +198,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "0005_settings",
         (
-            # How a run computed and fed the network (collector.rows.settings_label:
+            # How a run computed and fed the network (gpubench.record.settings_label:
             # "keras", "kernels+data-on-device", ...) changes its speed as much as the
             # software does: a column of its own, filled from the stored records, and a
             # key of the outlier groups and their figures.

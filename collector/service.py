@@ -16,7 +16,7 @@ import grpc
 from gpubench.collector import compare, validation
 from gpubench.collector.auth import Caller, TokenBook, current_caller
 from gpubench.collector.errors import MixedRuns, RunConflict, TokenExists
-from gpubench.collector.rows import SETTINGS_LABELS, SETTINGS_OPTIONS, ack_message
+from gpubench.collector.rows import ack_message
 from gpubench.collector.store import CompareQuery, RunFilter, Store, TokenRow
 
 from gpubench import record
@@ -137,11 +137,12 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             raise InvalidRecord("model", f"missing (one of {', '.join(record.MODELS)})")
         _check_choice("precision", request.precision, record.PRECISIONS)
         _check_choice("backend", request.backend, record.BACKENDS)
-        if request.settings and request.settings not in SETTINGS_LABELS:
+        if request.settings and request.settings not in record.SETTINGS_LABELS:
+            options = ", ".join(name for _, name in record.SETTINGS_OPTIONS)
             raise InvalidRecord(
                 "settings",
                 f"unknown {request.settings[:64]!r} (\"keras\", or the options on joined "
-                f"with '+' in this order: kernels, {', '.join(n for _, n in SETTINGS_OPTIONS)};"
+                f"with '+' in this order: kernels, {options};"
                 " e.g. \"kernels+data-on-device\")",
             )
         query = CompareQuery(

@@ -50,7 +50,7 @@ OUTLIER_THRESHOLD = 3.5
 # The columns that decide which runs are "the same GPU configuration" for outliers,
 # in the order of group_figures' first columns. train_images: a smoke run on a subset
 # of the images (agent --limit-images) is not timed like a full run; settings: nor is a
-# run computed or fed differently (rows.settings_label: "keras", "kernels", ...).
+# run computed or fed differently (record.settings_label: "keras", "kernels", ...).
 OUTLIER_GROUP = (
     "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
     "settings", "benchmark_version",
@@ -139,7 +139,7 @@ class CompareQuery:
     backend: str = ""
     image_size: int = 0
     train_images: int = 0  # training images per epoch
-    settings: str = ""  # rows.settings_label: "keras", "kernels+data-on-device", ...
+    settings: str = ""  # record.settings_label: "keras", "kernels+data-on-device", ...
     benchmark_version: str = ""
     gpu_names: tuple[str, ...] = ()  # exact, case-insensitive
     include_outliers: bool = False

@@ -33,6 +33,49 @@ PIPELINES = ("cached", "seed")
 NATIVE_IMAGE_SIZE = {"B0": 224, "B3": 300, "B7": 600}
 
 
+# The config options that change how the network is computed or fed (and so a run's
+# speed), in the order `settings_label` names them, with their names there.
+SETTINGS_OPTIONS = (
+    ("batched_augmentation", "batched-augmentation"),
+    ("fused_batchnorm", "fused-batchnorm"),
+    ("channels_first", "channels-first"),
+    ("data_on_device", "data-on-device"),
+    ("jit_compile", "jit"),
+)
+# The torch backend's own kernels: named together as "kernels" when all three are on.
+KERNELS = ("batched-augmentation", "fused-batchnorm", "channels-first")
+KERAS = "keras"  # no option on: Keras's own code path (every TensorFlow run, older runs)
+
+
+def settings_label(config: run_pb2.Config) -> str:
+    """How a run computed and fed the network: the names of the options that were on,
+    in SETTINGS_OPTIONS' order, joined with "+".
+
+    All three KERNELS read as the single word "kernels", written first
+    ("kernels+data-on-device"); no option on reads "keras". Runs of different labels
+    are timed differently and are never compared as one (the collector's Compare
+    `settings`, bench/scaling_table.py's rows).
+    """
+    used = [label for option, label in SETTINGS_OPTIONS if getattr(config, option)]
+    if all(kernel in used for kernel in KERNELS):
+        used = ["kernels"] + [label for label in used if label not in KERNELS]
+    return "+".join(used) or KERAS
+
+
+def _every_settings_label() -> frozenset[str]:
+    labels = set()
+    for mask in range(1 << len(SETTINGS_OPTIONS)):
+        config = run_pb2.Config(
+            **{option: bool(mask >> i & 1) for i, (option, _) in enumerate(SETTINGS_OPTIONS)}
+        )
+        labels.add(settings_label(config))
+    return frozenset(labels)
+
+
+# Every label settings_label can give (what Compare's `settings` filter accepts).
+SETTINGS_LABELS = _every_settings_label()
+
+
 def new_run(*, label: str = "") -> Run:
     """A fresh run record with a new run_id, the current versions and time."""
     run = Run(

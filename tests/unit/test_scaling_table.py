@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from factories import make_run
-from gpubench.collector.rows import SETTINGS_OPTIONS, settings_label
 
 from gpubench import record
 
@@ -57,16 +56,16 @@ def test_settings_keep_unlike_runs_apart() -> None:
 
 
 def test_the_settings_label_is_the_collectors() -> None:
-    # The collector keys Compare by rows.settings_label; the table must name settings alike.
+    # The collector keys Compare by record.settings_label; the table must name settings alike.
     table = _module()
-    options = [option for option, _ in SETTINGS_OPTIONS]
+    options = [option for option, _ in record.SETTINGS_OPTIONS]
     seen = set()
     for mask in range(1 << len(options)):
         run = make_run(backend="torch")
         for i, option in enumerate(options):
             setattr(run.config, option, bool(mask >> i & 1))
         config = json.loads(record.to_json(run))["config"]
-        label = settings_label(run.config)
+        label = record.settings_label(run.config)
         assert table.settings_label(config) == label, config
         seen.add(label)
     assert len(seen) == 1 << len(options)
