@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from gpubench.agent.events import Event, parse_line
+from gpubench.agent.workload.options import TORCH_KERNELS
 
 # How many lines of the workload's own output (stderr, stray stdout) are kept
 # for the error message of a failed run; the whole output goes to the log file.
@@ -63,13 +64,12 @@ class WorkloadRequest:
         ):
             if value is not None:
                 args += [flag, str(value)]
-        for on, off, value in (
-            ("--jit-compile", "--no-jit-compile", self.jit_compile),
-            ("--data-on-device", "--data-on-host", self.data_on_device),
-            ("--batched-augmentation", "--keras-augmentation", self.batched_augmentation),
-            ("--fused-batchnorm", "--keras-batchnorm", self.fused_batchnorm),
-            ("--channels-first", "--channels-last", self.channels_first),
+        for on, off, name in (
+            ("--jit-compile", "--no-jit-compile", "jit_compile"),
+            ("--data-on-device", "--data-on-host", "data_on_device"),
+            *TORCH_KERNELS,
         ):
+            value = getattr(self, name)
             if value is not None:
                 args.append(on if value else off)
         return args

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from gpubench.agent.events import parse_line
 from gpubench.agent.workload.backend import is_out_of_memory
-from gpubench.agent.workload.options import EXIT_OUT_OF_MEMORY, RunSettings
+from gpubench.agent.workload.options import EXIT_OUT_OF_MEMORY, TORCH_KERNELS, RunSettings
 
 from gpubench.errors import GpubenchError
 
@@ -124,10 +124,7 @@ def trial_command(settings: RunSettings, batch: int) -> list[str]:
         "--trial-steps", str(settings.trial_steps),
         "--seed", str(settings.seed),
         "--jit-compile" if settings.jit_compile else "--no-jit-compile",
-        "--batched-augmentation" if settings.batched_augmentation else "--keras-augmentation",
-        "--fused-batchnorm" if settings.fused_batchnorm else "--keras-batchnorm",
-        "--channels-first" if settings.channels_first else "--channels-last",
-    ]
+    ] + [on if getattr(settings, name) else off for on, off, name in TORCH_KERNELS]
     if settings.memory_limit_bytes:
         command += ["--memory-limit-bytes", str(settings.memory_limit_bytes)]
     return command

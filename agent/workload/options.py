@@ -40,12 +40,13 @@ EXIT_ERROR = 1
 EXIT_OUT_OF_MEMORY = 3
 
 
-# Settings that compute the protocol's network in fewer kernels on torch, by flag.
-TORCH_KERNELS = {
-    "--batched-augmentation": "batched_augmentation",
-    "--fused-batchnorm": "fused_batchnorm",
-    "--channels-first": "channels_first",
-}
+# Settings that compute the protocol's network in fewer kernels on torch:
+# (the flag that turns one on, the flag that turns it off, the RunSettings field).
+TORCH_KERNELS = (
+    ("--batched-augmentation", "--keras-augmentation", "batched_augmentation"),
+    ("--fused-batchnorm", "--keras-batchnorm", "fused_batchnorm"),
+    ("--channels-first", "--channels-last", "channels_first"),
+)
 
 
 class BadSettings(GpubenchError):
@@ -100,7 +101,7 @@ class RunSettings:
             raise BadSettings(f"--max-trials must be at least 2, not {self.max_trials}")
         if self.trial_steps < 1:
             raise BadSettings(f"--trial-steps must be at least 1, not {self.trial_steps}")
-        for flag, name in TORCH_KERNELS.items():
+        for flag, _, name in TORCH_KERNELS:
             value = getattr(self, name)
             if value and self.backend != "torch":
                 raise BadSettings(f"{flag} needs --backend torch")

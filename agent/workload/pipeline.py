@@ -112,8 +112,7 @@ class OnDevice:
         import torch
 
         self._torch = torch
-        self._device = (torch.device("cuda", torch.cuda.current_device())
-                        if torch.cuda.is_available() else torch.device("cpu"))
+        self._device = training_gpu() or torch.device("cpu")
         self._images = torch.from_numpy(images).to(self._device)
         self._labels = torch.from_numpy(labels).to(self._device)
 
