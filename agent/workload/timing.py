@@ -163,6 +163,7 @@ class DeviceTimedEpochs(EpochTimer):
         self._torch = torch
         self._anchor: tuple[object, float] | None = None
         self._marks: list[object] = []
+        self._step_running = False  # a step began and no mark has ended it yet
 
     def _mark(self) -> None:
         event = self._torch.cuda.Event(enable_timing=True)
@@ -183,17 +184,20 @@ class DeviceTimedEpochs(EpochTimer):
         if batch:
             self._mark()  # the device has finished step batch - 1 when it gets here
             self._progress(batch)
+        self._step_running = True
 
     def on_test_begin(self, logs: dict | None = None) -> None:
         self._mark()  # the last training step's end
+        self._step_running = False
         self._progress(self._steps)
         super().on_test_begin(logs)
 
     def _collect_steps(self, record: EpochRecord) -> None:
         if self._anchor is None:
             return
-        if len(self._marks) < 2:  # no validation pass marked the last step
+        if self._step_running:  # no validation pass marked the last step's end
             self._mark()
+            self._step_running = False
         self._torch.cuda.synchronize()
         anchor, started = self._anchor
         for step, event in enumerate(self._marks[1:]):
