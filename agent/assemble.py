@@ -232,6 +232,7 @@ class RunBuilder:
         config.pipeline = str(started.get("pipeline") or request.pipeline or "")
         config.weights = str(started.get("weights") or request.weights or "")
         config.jit_compile = bool(started.get("jit_compile", False))
+        config.cuda_graphs = bool(started.get("cuda_graphs", False))
         config.data_on_device = bool(started.get("data_on_device", False))
         config.batched_augmentation = bool(started.get("batched_augmentation", False))
         config.fused_batchnorm = bool(started.get("fused_batchnorm", False))

@@ -155,6 +155,11 @@ def main() -> None:
 @click.option("--jit-compile/--no-jit-compile", default=None,
               help="Compile the training step (XLA on TensorFlow and JAX, torch.compile on "
                    "torch); the protocol did not [default: the workload's, off].")
+@click.option("--cuda-graphs/--no-cuda-graphs", default=None,
+              help="torch backend, one GPU: record each training and validation step once as "
+                   "a CUDA graph and replay it, so the host launches a step with one call; "
+                   "random numbers then come from torch's default generator [default: the "
+                   "workload's, off].")
 @click.option("--data-on-device/--data-on-host", default=None,
               help="torch backend, cached pipeline: keep the decoded images on the GPU "
                    "[default: the workload's, on the host].")
@@ -193,7 +198,7 @@ def main() -> None:
 def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
         backend: str | None, data: str | None, epochs: int | None, image_size: int | None,
         limit_images: int | None, pipeline: str | None, weights: str | None,
-        jit_compile: bool | None, data_on_device: bool | None,
+        jit_compile: bool | None, cuda_graphs: bool | None, data_on_device: bool | None,
         batched_augmentation: bool | None, fused_batchnorm: bool | None,
         channels_first: bool | None, runner: str,
         image: str, collector: str | None, token: str | None, ca: Path | None, offline: bool,
@@ -263,7 +268,8 @@ def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
                                 backend=backend, data=data, epochs=epochs,
                                 image_size=image_size, limit_images=limit_images,
                                 pipeline=pipeline, weights=weights,
-                                jit_compile=jit_compile, data_on_device=data_on_device,
+                                jit_compile=jit_compile, cuda_graphs=cuda_graphs,
+                                data_on_device=data_on_device,
                                 batched_augmentation=batched_augmentation,
                                 fused_batchnorm=fused_batchnorm,
                                 channels_first=channels_first)

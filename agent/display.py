@@ -123,6 +123,8 @@ class RunDisplay:
             self.note(f"{model} epoch {event.get('epoch')}: {seconds:.1f} s")
         elif event.kind == "warning":
             self.note(f"{model}: warning: {event.get('message')}", style="yellow")
+        elif event.kind == "log" and event.get("message"):
+            self.note(f"{model}: {event.get('message')}", style="dim")
         elif event.kind == "error":
             status = event.get("status", "error")
             self.note(f"{model}: {status}: {event.get('message')}", style="red")

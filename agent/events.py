@@ -14,8 +14,8 @@ Kinds and their fields (all optional fields may be absent):
 - started: backend, backend_version, keras_version, python_version,
   cuda_runtime_version, cudnn_version, model, image_size, batch_per_gpu,
   global_batch, batch_choice ("given"|"searched"), precision, gpu_count, epochs,
-  pipeline, weights, jit_compile, data_on_device, batched_augmentation, fused_batchnorm,
-  channels_first,
+  pipeline, weights, jit_compile, cuda_graphs, data_on_device, batched_augmentation,
+  fused_batchnorm, channels_first,
   dataset {name, image_count, fingerprint, train_images, validation_images,
   validation_split, seed, skipped_files (count of non-image files), class_names}, pid
 - batch_trial: batch, fits, peak_memory_bytes, seconds, message,

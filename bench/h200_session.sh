@@ -12,7 +12,10 @@
 # protocol-b0, protocol-b3, protocol-b7, auto-b0, bf16-b0-128; the same kernels named
 # explicitly kernels-b0-128, kernels-b3-128, kernels-b7-10; the fast settings fast-b0,
 # fast-b0-jit, fast-b3, fast-b7, auto-fast-b0; two GPUs gpus2-b0, gpus2-b3,
-# gpus2-fast-b0, gpus2-fast-b3, gpus2-fast-b7; profile-b0, profile-b7, profile-fast
+# gpus2-fast-b0, gpus2-fast-b3, gpus2-fast-b7; the fast settings with every step
+# replayed as a CUDA graph graphs-b0, graphs-b3, graphs-b7, graphs-b0-128 and graphs-b7-10 (float32),
+# graphs-auto-b0; gpu-tests (tests/gpu/test_cuda_graphs.py);
+# profile-b0, profile-b7, profile-fast, profile-graphs
 # (bench/keras_torch_profile.py: where a step's time goes); and
 # collector (bench/collector_bench.py with the collector pinned to two cores).
 # Needs, carried with the working tree: .whl/ (keras, namex, optree and protobuf
@@ -57,6 +60,7 @@ agent() {  # agent NAME ARGS...: one gpubench-agent run, offline, traced
 KERNELS="--batched-augmentation --fused-batchnorm --channels-first"
 KERAS="--keras-augmentation --keras-batchnorm --channels-last"  # Keras's own code path
 FAST="--precision mixed_bfloat16 --data-on-device $KERNELS"
+GRAPHS="$FAST --cuda-graphs"  # and every step replayed as a CUDA graph
 profile() {  # profile NAME VARIANT...: bench/keras_torch_profile.py
   local name=$1; shift
   local args=()
@@ -82,6 +86,14 @@ for step in "$@"; do
     fast-b0-jit) agent fast-b0-jit --models B0 --batch 512 $FAST --jit-compile ;;
     fast-b3)     agent fast-b3 --models B3 --batch 256 $FAST ;;
     fast-b7)     agent fast-b7 --models B7 --batch 48 $FAST ;;
+    graphs-b0)   agent graphs-b0 --models B0 --batch 512 $GRAPHS ;;
+    graphs-b3)   agent graphs-b3 --models B3 --batch 256 $GRAPHS ;;
+    graphs-b7)   agent graphs-b7 --models B7 --batch 48 $GRAPHS ;;
+    graphs-b0-128) agent graphs-b0-128 --models B0 --batch 128 $KERNELS --cuda-graphs ;;
+    graphs-b7-10) agent graphs-b7-10 --models B7 --batch 10 $KERNELS --cuda-graphs ;;
+    graphs-auto-b0) agent graphs-auto-b0 --models B0 --batch auto $GRAPHS ;;
+    gpu-tests)   python3 -m pytest -q -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
+                   "$ROOT/tests/gpu/test_cuda_graphs.py" >"$WORK/gpu-tests.txt" 2>&1; tail -n 5 "$WORK/gpu-tests.txt" ;;
     gpus2-b0)    agent gpus2-b0 --models B0 --batch 128 --gpus 2 ;;
     gpus2-b3)    agent gpus2-b3 --models B3 --batch 64 --gpus 2 ;;
     gpus2-fast-b0) agent gpus2-fast-b0 --models B0 --batch 512 --gpus 2 $FAST ;;
@@ -95,6 +107,9 @@ for step in "$@"; do
                    b0-bf16-512-aug-bn:batch=512,precision=mixed_bfloat16,aug=batched,bn=fused \
                    b0-bf16-512-aug-bn-cf:batch=512,precision=mixed_bfloat16,aug=batched,bn=fused,format=first \
                    b0-bf16-512-noaug-bn:batch=512,precision=mixed_bfloat16,aug=none,bn=fused ;;
+    profile-graphs) profile profile-graphs \
+                   b0-bf16-512-all:batch=512,precision=mixed_bfloat16,aug=batched,bn=fused,format=first \
+                   b0-bf16-512-graphs:batch=512,precision=mixed_bfloat16,aug=batched,bn=fused,format=first,graphs=1 ;;
     profile-b7)  profile profile-b7 \
                    b7-bf16-32-aug-bn:model=B7,batch=32,precision=mixed_bfloat16,aug=batched,bn=fused,steps=4 \
                    b7-bf16-32-aug-bn-cf:model=B7,batch=32,precision=mixed_bfloat16,aug=batched,bn=fused,format=first,steps=4 ;;

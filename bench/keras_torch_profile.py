@@ -19,7 +19,8 @@ unsynchronised step makes (torch's sync debug mode), by the line that made them.
 Variant keys: model (B0/B3/B7), batch, precision (float32, mixed_float16,
 mixed_bfloat16), aug (keras: Keras's own; batched; none: no augmentation
 layers), bn (keras or fused), format (last or first), size (pixels), steps,
-warmup, jit (1: compile the step).
+warmup, jit (1: compile the step), graphs (1: replay the steps as CUDA graphs,
+as --cuda-graphs).
 Writes one JSON file per variant under --out and prints a table.
 """
 
@@ -36,7 +37,7 @@ from pathlib import Path
 
 DEFAULTS = {"model": "B0", "batch": "128", "precision": "float32", "aug": "keras",
             "bn": "keras", "format": "last", "size": "", "steps": "8", "warmup": "3",
-            "jit": "0"}
+            "jit": "0", "graphs": "0"}
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, str]]:
@@ -58,7 +59,7 @@ def profile_one(settings: dict[str, str]) -> dict:
     import keras
     import numpy as np
     import torch
-    from gpubench.agent.workload import augment, batchnorm, torch_async
+    from gpubench.agent.workload import augment, batchnorm, cuda_graphs, torch_async
     from gpubench.agent.workload import model as net
     from gpubench.agent.workload.options import NATIVE_IMAGE_SIZE
 
@@ -80,6 +81,9 @@ def profile_one(settings: dict[str, str]) -> dict:
         batchnorm.fuse_batch_normalization(network)
     if torch.cuda.is_available():  # as the workload runs on a GPU
         torch_async.keep_host_ahead(network)
+    graphs = None
+    if settings["graphs"] == "1":
+        graphs = cuda_graphs.use_cuda_graphs(network)
 
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     generator = np.random.default_rng(12)
@@ -96,7 +100,7 @@ def profile_one(settings: dict[str, str]) -> dict:
     for _ in range(int(settings["warmup"])):
         network.train_on_batch(images, labels)
     sync()
-    if device.type == "cuda":
+    if device.type == "cuda" and graphs is None:  # replays bypass the allocator
         torch.cuda.reset_peak_memory_stats()
     train_times, test_times = [], []
     for _ in range(int(settings["steps"])):
@@ -148,6 +152,7 @@ def profile_one(settings: dict[str, str]) -> dict:
              "calls_per_step": event.count / profiled_steps}
             for event in top
         ],
+        "cuda_graphs": graphs.describe() if graphs is not None else "",
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "versions": {"torch": torch.__version__, "keras": keras.__version__},
     }

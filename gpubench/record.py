@@ -41,6 +41,7 @@ SETTINGS_OPTIONS = (
     ("channels_first", "channels-first"),
     ("data_on_device", "data-on-device"),
     ("jit_compile", "jit"),
+    ("cuda_graphs", "cuda-graphs"),
 )
 # The torch backend's own kernels: named together as "kernels" when all three are on.
 KERNELS = ("batched-augmentation", "fused-batchnorm", "channels-first")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from gpubench.agent.events import Event, parse_line
-from gpubench.agent.workload.options import TORCH_KERNELS
+from gpubench.agent.workload.options import STEP_SWITCHES, TORCH_KERNELS
 
 # How many lines of the workload's own output (stderr, stray stdout) are kept
 # for the error message of a failed run; the whole output goes to the log file.
@@ -42,6 +42,7 @@ class WorkloadRequest:
     pipeline: str | None = None
     weights: str | None = None
     jit_compile: bool | None = None
+    cuda_graphs: bool | None = None
     data_on_device: bool | None = None
     batched_augmentation: bool | None = None
     fused_batchnorm: bool | None = None
@@ -65,7 +66,7 @@ class WorkloadRequest:
             if value is not None:
                 args += [flag, str(value)]
         for on, off, name in (
-            ("--jit-compile", "--no-jit-compile", "jit_compile"),
+            *STEP_SWITCHES,
             ("--data-on-device", "--data-on-host", "data_on_device"),
             *TORCH_KERNELS,
         ):

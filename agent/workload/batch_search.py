@@ -23,7 +23,12 @@ from dataclasses import dataclass
 
 from gpubench.agent.events import parse_line
 from gpubench.agent.workload.backend import is_out_of_memory
-from gpubench.agent.workload.options import EXIT_OUT_OF_MEMORY, TORCH_KERNELS, RunSettings
+from gpubench.agent.workload.options import (
+    EXIT_OUT_OF_MEMORY,
+    STEP_SWITCHES,
+    TORCH_KERNELS,
+    RunSettings,
+)
 
 from gpubench.errors import GpubenchError
 
@@ -123,8 +128,8 @@ def trial_command(settings: RunSettings, batch: int) -> list[str]:
         "--image-size", str(settings.size),
         "--trial-steps", str(settings.trial_steps),
         "--seed", str(settings.seed),
-        "--jit-compile" if settings.jit_compile else "--no-jit-compile",
-    ] + [on if getattr(settings, name) else off for on, off, name in TORCH_KERNELS]
+    ] + [on if getattr(settings, name) else off
+         for on, off, name in (*STEP_SWITCHES, *TORCH_KERNELS)]
     if settings.memory_limit_bytes:
         command += ["--memory-limit-bytes", str(settings.memory_limit_bytes)]
     return command

@@ -67,6 +67,12 @@ def _model_options(func: Callable) -> Callable:
         click.option("--jit-compile/--no-jit-compile", default=False, show_default=True,
                      help="Compile the training step (XLA on TensorFlow and JAX, torch.compile "
                           "on torch); the protocol did not."),
+        click.option("--cuda-graphs/--no-cuda-graphs", default=False, show_default=True,
+                     help="torch backend, one GPU: record each training and validation step "
+                          "once as a CUDA graph (one per batch shape) and replay it, so the host "
+                          "launches a step with one call. Random numbers then come from torch's "
+                          "default generator (the same distributions, not Keras's sequence); "
+                          "not with mixed_float16 or --jit-compile."),
         click.option("--batched-augmentation/--keras-augmentation", default=None,
                      help="torch backend: compute the random rotation and zoom for the whole "
                           "batch at once (the same transforms, bit for bit) instead of Keras's "

@@ -49,6 +49,14 @@ TORCH_KERNELS = (
 )
 
 
+# How the training step is run, for a run and for each batch-size trial alike:
+# (the flag that turns it on, the flag that turns it off, the RunSettings field).
+STEP_SWITCHES = (
+    ("--jit-compile", "--no-jit-compile", "jit_compile"),
+    ("--cuda-graphs", "--no-cuda-graphs", "cuda_graphs"),
+)
+
+
 class BadSettings(GpubenchError):
     """A setting is out of range or not one of its choices; names the flag."""
 
@@ -72,6 +80,7 @@ class RunSettings:
     weights: str = "none"  # "none", "imagenet" or a weights file
     seed: int = DEFAULT_SEED
     jit_compile: bool = False
+    cuda_graphs: bool = False  # replay each step as a CUDA graph (torch, one GPU)
     data_on_device: bool = False  # keep the cached images on the GPU (torch backend)
     # The same network in fewer kernels (torch only; None: on with torch, else off).
     batched_augmentation: bool | None = None  # rotation and zoom for the whole batch at once
@@ -107,10 +116,25 @@ class RunSettings:
                 raise BadSettings(f"{flag} needs --backend torch")
             if value is None:  # frozen: settle the default once, here
                 object.__setattr__(self, name, self.backend == "torch")
+        self._check_cuda_graphs()
         if self.replicas_on_cpu and (self.gpus or self.backend != "torch"):
             raise BadSettings("--replicas-on-cpu needs --gpus 0 and --backend torch")
         if self.data_on_device and (self.pipeline != "cached" or self.backend != "torch"):
             raise BadSettings("--data-on-device needs --pipeline cached and --backend torch")
+
+    def _check_cuda_graphs(self) -> None:
+        if not self.cuda_graphs:
+            return
+        if self.backend != "torch":
+            raise BadSettings("--cuda-graphs needs --backend torch")
+        if self.gpus != 1:
+            raise BadSettings(f"--cuda-graphs needs --gpus 1 (a CUDA GPU), not {self.gpus}")
+        if self.jit_compile:
+            raise BadSettings("--cuda-graphs and --jit-compile: choose one")
+        if self.precision == "mixed_float16":
+            raise BadSettings("--cuda-graphs does not work with --precision mixed_float16: its "
+                              "loss scaling reads a flag back to the host every step; use "
+                              "mixed_bfloat16 or float32")
 
     @property
     def size(self) -> int:

@@ -32,6 +32,8 @@ from gpubench.agent.workload.options import (
 from gpubench.errors import GpubenchError
 
 MESSAGE_LIMIT = 2000  # characters of an error message put in the event
+GRAPH_MEMORY_NOTE = ("CUDA graphs: the allocator peak covers the whole run, not only the "
+                     "measured epoch (a graph's replays do not pass through the allocator)")
 
 
 class ReplicaHooks(Protocol):
@@ -118,6 +120,7 @@ def started_fields(settings: RunSettings, dataset: data.Dataset, batch: int, cho
         "pipeline": settings.pipeline,
         "weights": net.weights_label(settings.weights),
         "jit_compile": settings.jit_compile,
+        "cuda_graphs": settings.cuda_graphs,
         "data_on_device": settings.data_on_device,
         "batched_augmentation": settings.batched_augmentation,
         "fused_batchnorm": settings.fused_batchnorm,
@@ -171,10 +174,7 @@ def train(
                             classes=len(dataset.class_names))
         net.compile_for_training(network, jit_compile=settings.jit_compile)
         fast_kernels(settings, network)
-        if settings.backend == "torch" and settings.gpus > 0:
-            from gpubench.agent.workload import torch_async
-
-            torch_async.keep_host_ahead(network)
+        graphs = torch_steps(settings, network)
         if hooks is not None:
             hooks.prepare(network)
     counts = net.parameter_counts(network)
@@ -185,7 +185,8 @@ def train(
     def before_epoch(epoch: int) -> None:
         if epoch == MEASURED_EPOCH:
             backend.synchronize(settings.backend)
-            memory.reset_peaks(settings.backend, local_gpus)
+            if graphs is None:  # a graph's replays bypass the allocator: keep the run's peak
+                memory.reset_peaks(settings.backend, local_gpus)
             if hooks is not None:
                 hooks.reset_peak()
 
@@ -202,8 +203,12 @@ def train(
     replica_warnings = hooks.finish(network) if hooks is not None else []
     if events is None:
         return EXIT_OK
+    if graphs is not None:
+        emit("log", message=graphs.describe())
 
     report = peaks[0]
+    if graphs is not None:
+        report = memory.MemoryReport(report.gpus, report.notes + [GRAPH_MEMORY_NOTE])
     first, measured = timer.epochs[0], timer.epochs[MEASURED_EPOCH - 1]
     warnings = list(feed.warnings) + list(measured.stats.warnings if measured.stats else [])
     warnings += replica_warnings
@@ -234,6 +239,22 @@ def train(
         parameters=counts,
     )
     return EXIT_OK
+
+
+def torch_steps(settings: RunSettings, network: Any) -> Any:
+    """torch on a GPU: keep the host from waiting inside a step (torch_async) and,
+    with --cuda-graphs, replay the steps as CUDA graphs. Returns the graphs'
+    statistics (cuda_graphs.GraphStats), or None when the steps run eagerly."""
+    if settings.backend != "torch" or settings.gpus == 0:
+        return None
+    from gpubench.agent.workload import torch_async
+
+    torch_async.keep_host_ahead(network)
+    if not settings.cuda_graphs:
+        return None
+    from gpubench.agent.workload import cuda_graphs
+
+    return cuda_graphs.use_cuda_graphs(network)
 
 
 def fast_kernels(settings: RunSettings, network: Any) -> None:
@@ -270,6 +291,7 @@ def trial(settings: RunSettings, batch: int, events: EventWriter) -> int:
         network = net.build(settings.model, settings.size, "none")
         net.compile_for_training(network, jit_compile=settings.jit_compile)
         fast_kernels(settings, network)  # they change the memory needed: try what will run
+        torch_steps(settings, network)
         rng = np.random.default_rng(settings.seed)
         images = rng.integers(0, 256, size=(batch, *net.input_shape(settings.size)),
                               dtype=np.uint8)

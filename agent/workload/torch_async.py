@@ -9,8 +9,9 @@ betas, the metrics' counts), and for every random draw of a seeded layer
 queue step n+1 while the GPU runs step n, and the GPU idles in between.
 `keep_host_ahead(model)` removes those waits without changing a value:
 
-- a Python number becomes a GPU tensor through a fill kernel (`torch.full`)
-  instead of a copy: the same value and dtype, queued like any other kernel;
+- a Python number, or a short tuple of them (the loss divides by the product
+  of a shape), becomes a GPU tensor through fill kernels (`torch.full`) instead
+  of a copy: the same values and dtype, queued like any other kernel;
 - every seed generator of the model draws its seeds from a copy of its state in
   host memory (`HostSeeds`): the same seeds, so the same random numbers.
 
@@ -89,22 +90,39 @@ def convert_numbers_by_fill() -> None:
 def _fill_numbers(original: Callable[..., Any], core: Any) -> Callable[..., Any]:
     import torch
 
+    def number_dtype(x: Any) -> Any:
+        """Keras's own choice of dtype for a Python number."""
+        if type(x) is bool:
+            return torch.bool
+        if type(x) is int:
+            return torch.int64 if x < -(2**31) or x >= 2**31 else torch.int32
+        return core.to_torch_dtype(keras.config.floatx())
+
     def convert_to_tensor(x: Any, dtype: Any = None, sparse: Any = None,
                           ragged: Any = None) -> Any:
-        if type(x) in (bool, int, float) and not sparse and not ragged:
+        if not sparse and not ragged and (type(x) in NUMBERS or _numbers(x)):
             device = torch.device(core.get_device())
             if device.type != "meta":  # Keras's symbolic build keeps its own path
-                # Keras's own choice of dtype for a Python number.
-                if dtype is not None:
-                    torch_dtype = core.to_torch_dtype(dtype)
-                elif type(x) is bool:
-                    torch_dtype = torch.bool
-                elif type(x) is int:
-                    torch_dtype = torch.int64 if x < -(2**31) or x >= 2**31 else torch.int32
-                else:
-                    torch_dtype = core.to_torch_dtype(keras.config.floatx())
-                return torch.full((), x, dtype=torch_dtype, device=device)
+                if type(x) in NUMBERS:
+                    torch_dtype = (core.to_torch_dtype(dtype) if dtype is not None
+                                   else number_dtype(x))
+                    return torch.full((), x, dtype=torch_dtype, device=device)
+                # A tuple of numbers (a shape, say): Keras's dtype for the tuple.
+                torch_dtype = core.to_torch_dtype(
+                    dtype if dtype is not None else core.result_type(*(type(v) for v in x)))
+                return torch.stack([torch.full((), v, dtype=torch_dtype, device=device)
+                                    for v in x])
         return original(x, dtype=dtype, sparse=sparse, ragged=ragged)
 
     setattr(convert_to_tensor, _PATCHED, True)
     return convert_to_tensor
+
+
+NUMBERS = (bool, int, float)
+SMALL = 8  # longer lists of numbers are data, not shapes: Keras's own copy is cheaper
+
+
+def _numbers(x: Any) -> bool:
+    """A short, flat, non-empty tuple or list of Python numbers."""
+    return (type(x) in (tuple, list) and 0 < len(x) <= SMALL
+            and all(type(v) in NUMBERS for v in x))

@@ -52,6 +52,7 @@ def test_arguments_reach_the_workload() -> None:
     assert WorkloadRequest(model="B7").arguments() == ["run", "--model", "B7", "--batch", "auto"]
     assert WorkloadRequest(model="B0", jit_compile=True, data_on_device=False).arguments()[-2:] == [
         "--jit-compile", "--data-on-host"]
+    assert WorkloadRequest(model="B0", cuda_graphs=True).arguments()[-1] == "--cuda-graphs"
 
 
 def test_events_in_order_and_other_output_in_the_log(fake_workload_command, tmp_path) -> None:

@@ -53,6 +53,8 @@ def test_settings_keep_unlike_runs_apart() -> None:
     assert settings_label(kernels) == "kernels"
     assert settings_label({**kernels, "data_on_device": True}) == "kernels+data-on-device"
     assert settings_label({"fused_batchnorm": True}) == "fused-batchnorm"
+    assert (settings_label({**kernels, "data_on_device": True, "cuda_graphs": True})
+            == "kernels+data-on-device+cuda-graphs")
 
 
 def test_the_settings_label_is_the_collectors() -> None:

@@ -9,7 +9,9 @@ hard-coded.
 from __future__ import annotations
 
 import pytest
+from gpubench.agent.workload import batch_search
 from gpubench.agent.workload.batch_search import NoBatchFits, Trial, search
+from gpubench.agent.workload.options import RunSettings
 
 
 def _threshold(largest_fitting: int, tried: list[int]):
@@ -54,6 +56,15 @@ def test_nothing_fits_is_an_out_of_memory_error() -> None:
 
 
 @pytest.mark.slow
+def test_a_trial_runs_its_steps_as_the_run_does() -> None:
+    settings = RunSettings(model="B0", backend="torch", precision="mixed_bfloat16",
+                           cuda_graphs=True, channels_first=False)
+    command = batch_search.trial_command(settings, 64)
+    assert command[command.index("--batch") + 1] == "64"
+    assert {"--cuda-graphs", "--no-jit-compile", "--batched-augmentation", "--fused-batchnorm",
+            "--channels-last"} <= set(command)
+
+
 def test_real_search_with_capped_trial_processes(workload) -> None:
     common = ("--backend", "torch", "--gpus", "0", "--model", "B0", "--image-size", "32",
               "--trial-steps", "1")

@@ -30,12 +30,23 @@ def test_tables_equal_the_run_records() -> None:
         ({"precision": "float16"}, "--precision"),
         ({"image_size": 8}, "--image-size"),
         ({"pipeline": "seed", "data_on_device": True}, "--data-on-device"),
+        ({"cuda_graphs": True}, "--cuda-graphs needs --backend torch"),
+        ({"cuda_graphs": True, "backend": "torch", "gpus": 0}, "--cuda-graphs needs --gpus 1"),
+        ({"cuda_graphs": True, "backend": "torch", "gpus": 2}, "--cuda-graphs needs --gpus 1"),
+        ({"cuda_graphs": True, "backend": "torch", "jit_compile": True}, "--jit-compile"),
+        ({"cuda_graphs": True, "backend": "torch", "precision": "mixed_float16"},
+         "mixed_float16"),
     ],
 )
 def test_bad_settings_name_their_flag(change: dict, flag: str) -> None:
     with pytest.raises(BadSettings, match=flag) as caught:
         RunSettings(**change)
     assert caught.value.exit_code == ExitCode.USAGE
+
+
+def test_cuda_graphs_on_one_gpu_with_torch() -> None:
+    assert RunSettings(backend="torch", cuda_graphs=True, precision="mixed_bfloat16").cuda_graphs
+    assert not RunSettings(backend="torch").cuda_graphs  # off unless asked
 
 
 def test_native_size_unless_overridden() -> None:

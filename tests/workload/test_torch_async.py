@@ -52,6 +52,8 @@ print(json.dumps({
     "seed_devices": [their_seed, our_seed],
     "dtypes": [str(core.convert_to_tensor(v).dtype) for v in (True, 3, 2**40, 0.5)],
     "given": str(core.convert_to_tensor(3, dtype="float16").dtype),
+    "shape": [str(t.dtype) + str(t.tolist()) for t in (
+        core.convert_to_tensor((4, 3, 2), dtype="int32"), core.convert_to_tensor([1, 2.5]))],
 }))
 """
 
@@ -66,3 +68,4 @@ def test_same_training_with_host_kept_ahead() -> None:
     assert found["seed_devices"][1] == "cpu"
     assert found["dtypes"] == ["torch.bool", "torch.int32", "torch.int64", "torch.float32"]
     assert found["given"] == "torch.float16"
+    assert found["shape"] == ["torch.int32[4, 3, 2]", "torch.float32[1.0, 2.5]"]
