@@ -183,10 +183,14 @@ _SQL_TYPES = {
 }
 # Inserts a batch given as one list per column: a single parameterised statement, which
 # costs DuckDB less per transaction than registering an Arrow table or one row at a time.
+# Each column is named (AS c1, ...): unnamed, DuckDB names it after its expression and
+# renders every value of the list into that name, the records' bytes included, which
+# cost about a fifth of the statement's CPU with 16 runs.
 def insert_rows_sql(columns: pa.Schema) -> str:
     """The insert of a batch of rows of `columns` (the runs table's, in its order)."""
     return "INSERT INTO runs SELECT " + ", ".join(
-        f"unnest(${i}::{_SQL_TYPES[field.type]}[])" for i, field in enumerate(columns, start=1)
+        f"unnest(${i}::{_SQL_TYPES[field.type]}[]) AS c{i}"
+        for i, field in enumerate(columns, start=1)
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from datetime import datetime, timedelta, timezone
 
 from gpubench import SCHEMA_VERSION, record
@@ -39,6 +39,22 @@ MAX_MEMORY_BYTES = 2**40
 MAX_SECONDS = 30 * 24 * 3600.0
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+RUN_STATUSES = frozenset(run_pb2.RunStatus.values())
+# Fields checked alike, by message.
+GPU_TEXTS = ("driver_version", "cuda_version", "compute_capability", "ecc_mode",
+             "persistence_mode")
+SOFTWARE_TEXTS = ("backend_version", "keras_version", "python_version", "cuda_runtime_version",
+                  "cudnn_version")
+# startup is epoch 1 minus epoch 2: it may be a little negative on a noisy machine.
+RESULT_SECONDS = ("epoch2_seconds", "startup_seconds", "step_time_median_seconds",
+                  "idle_wait_seconds")
+RESULT_FIGURES = ("train_images_per_second", "step_time_cv", "energy_per_epoch_joules",
+                  "mean_power_watts", "max_power_watts", "max_temperature_c",
+                  "mean_sm_clock_mhz", "idle_temperature_c")
+EPOCH_SECONDS = ("wall_seconds", "train_seconds", "validation_seconds")
+EPOCH_FIGURES = ("energy_joules", "mean_power_watts", "max_power_watts", "max_temperature_c",
+                 "mean_sm_clock_mhz", "loss", "val_loss")
 
 
 class InvalidRun(InvalidRecord):
@@ -71,6 +87,14 @@ class _Checker:
         elif len(value) > limit:
             self.fail(name, f"longer than {limit} characters ({len(value)})")
 
+    def texts(self, at: str, message: object, names: tuple[str, ...], limit: int) -> None:
+        """`text` for each of `message`'s fields `names`; the path `at.name` is only
+        formatted for a field that fails (every submission passes here)."""
+        for name in names:
+            value = getattr(message, name)
+            if len(value) > limit:
+                self.text(f"{at}.{name}", value, limit)
+
     def choice(self, name: str, value: str, allowed: Iterable[str]) -> None:
         allowed = tuple(allowed)
         if not value:
@@ -82,6 +106,8 @@ class _Checker:
         self, name: str, value: float, *, low: float = 0.0, high: float = math.inf,
         positive: bool = False,
     ) -> None:
+        if -math.inf < value < math.inf and low <= value <= high and (value > 0 or not positive):
+            return  # the usual case, in one comparison chain (NaN fails it)
         if math.isnan(value) or math.isinf(value):
             self.fail(name, f"must be a finite number, got {value}")
         elif positive and value <= 0:
@@ -91,8 +117,18 @@ class _Checker:
         elif value > high:
             self.fail(name, f"must be <= {high:g}, got {value:g}")
 
-    def count(self, name: str, items: Iterable[object], limit: int) -> None:
-        n = len(list(items))
+    def numbers(
+        self, at: str, message: object, names: tuple[str, ...], *, high: float = math.inf
+    ) -> None:
+        """`number` (>= 0, at most `high`) for each of `message`'s fields `names`; the path
+        `at.name` is only formatted for a field that fails."""
+        for name in names:
+            value = getattr(message, name)
+            if not 0.0 <= value <= high or value == math.inf:  # NaN fails the first test
+                self.number(f"{at}.{name}", value, high=high)
+
+    def count(self, name: str, items: Sized, limit: int) -> None:
+        n = len(items)
         if n > limit:
             self.fail(name, f"more than {limit} entries ({n})")
 
@@ -175,9 +211,7 @@ def _gpus(c: _Checker, run: run_pb2.Run) -> dict[int, int]:
             c.fail(
                 f"{at}.memory_total_bytes", f"{gpu.memory_total_bytes} bytes is more than a GPU has"
             )
-        for name in ("driver_version", "cuda_version", "compute_capability", "ecc_mode",
-                     "persistence_mode"):
-            c.text(f"{at}.{name}", getattr(gpu, name), SHORT)
+        c.texts(at, gpu, GPU_TEXTS, SHORT)
         if gpu.uuid_hash and not _HEX64.match(gpu.uuid_hash):
             c.fail(f"{at}.uuid_hash", "must be a sha256 hex digest (64 lowercase hex digits)")
         c.number(f"{at}.power_limit_watts", gpu.power_limit_watts, high=10_000)
@@ -189,9 +223,7 @@ def _gpus(c: _Checker, run: run_pb2.Run) -> dict[int, int]:
 
 def _software(c: _Checker, software: run_pb2.Software) -> None:
     c.choice("run.software.backend", software.backend, record.BACKENDS)
-    for name in ("backend_version", "keras_version", "python_version", "cuda_runtime_version",
-                 "cudnn_version"):
-        c.text(f"run.software.{name}", getattr(software, name), SHORT)
+    c.texts("run.software", software, SOFTWARE_TEXTS, SHORT)
 
 
 def _config(c: _Checker, run: run_pb2.Run) -> None:
@@ -232,17 +264,11 @@ def _result(c: _Checker, run: run_pb2.Run, gpu_memory: dict[int, int]) -> None:
     res = run.result
     if res.status == run_pb2.RUN_STATUS_UNSPECIFIED:
         c.fail("run.result.status", "missing")
-    elif res.status not in run_pb2.RunStatus.values():
+    elif res.status not in RUN_STATUSES:
         c.fail("run.result.status", f"unknown value {res.status}")
     c.text("run.result.error_message", res.error_message, MESSAGE)
-    for name in ("epoch2_seconds", "startup_seconds", "step_time_median_seconds",
-                 "idle_wait_seconds"):
-        c.number(f"run.result.{name}", getattr(res, name), high=MAX_SECONDS)
-    # startup is epoch 1 minus epoch 2: it may be a little negative on a noisy machine.
-    for name in ("train_images_per_second", "step_time_cv", "energy_per_epoch_joules",
-                 "mean_power_watts", "max_power_watts", "max_temperature_c",
-                 "mean_sm_clock_mhz", "idle_temperature_c"):
-        c.number(f"run.result.{name}", getattr(res, name))
+    c.numbers("run.result", res, RESULT_SECONDS, high=MAX_SECONDS)
+    c.numbers("run.result", res, RESULT_FIGURES)
     c.count("run.result.epochs", res.epochs, MAX_EPOCHS)
     numbers: set[int] = set()
     for i, epoch in enumerate(res.epochs[:MAX_EPOCHS]):
@@ -252,15 +278,11 @@ def _result(c: _Checker, run: run_pb2.Run, gpu_memory: dict[int, int]) -> None:
         elif epoch.number in numbers:
             c.fail(f"{at}.number", f"epoch {epoch.number} is listed twice")
         numbers.add(epoch.number)
-        for name in ("wall_seconds", "train_seconds", "validation_seconds"):
-            c.number(f"{at}.{name}", getattr(epoch, name), high=MAX_SECONDS)
-        for name in ("energy_joules", "mean_power_watts", "max_power_watts", "max_temperature_c",
-                     "mean_sm_clock_mhz", "loss", "val_loss"):
-            c.number(f"{at}.{name}", getattr(epoch, name))
-        c.number(f"{at}.mean_gpu_utilization", epoch.mean_gpu_utilization, high=100)
-        c.number(f"{at}.accuracy", epoch.accuracy, high=1)
-        c.number(f"{at}.val_accuracy", epoch.val_accuracy, high=1)
-        c.text(f"{at}.energy_source", epoch.energy_source, SHORT)
+        c.numbers(at, epoch, EPOCH_SECONDS, high=MAX_SECONDS)
+        c.numbers(at, epoch, EPOCH_FIGURES)
+        c.numbers(at, epoch, ("mean_gpu_utilization",), high=100)
+        c.numbers(at, epoch, ("accuracy", "val_accuracy"), high=1)
+        c.texts(at, epoch, ("energy_source",), SHORT)
     if res.status == run_pb2.RUN_STATUS_OK:
         if res.measured_epoch == 0:
             c.fail("run.result.measured_epoch", "missing for an OK run")
