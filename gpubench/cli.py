@@ -174,7 +174,7 @@ def cli(
     "TensorFlow run and older torch runs), or the options that were on, joined with '+' "
     'in this order: "kernels" (the torch backend\'s batched augmentation, fused batch '
     'norm and channels-first layout, each named alone when not all three are on), '
-    '"data-on-device", "jit"; e.g. "kernels+data-on-device".',
+    '"data-on-device", "jit", "cuda-graphs"; e.g. "kernels+data-on-device+cuda-graphs".',
 )
 @click.option(
     "--allow-mixed",
