@@ -167,14 +167,9 @@ def train(
     if feed.decode_seconds:
         emit("log", message=f"decoded {dataset.image_count} images in {feed.decode_seconds:.1f} s")
 
-    net.set_precision(settings.precision)
-    net.set_data_format(settings.channels_first)
     with distribute.replicas(settings):
-        network = net.build(settings.model, settings.size, settings.weights,
-                            classes=len(dataset.class_names))
-        net.compile_for_training(network, jit_compile=settings.jit_compile)
-        fast_kernels(settings, network)
-        graphs = torch_steps(settings, network)
+        network, graphs = prepare_network(settings, weights=settings.weights,
+                                          classes=len(dataset.class_names))
         if hooks is not None:
             hooks.prepare(network)
     counts = net.parameter_counts(network)
@@ -241,7 +236,22 @@ def train(
     return EXIT_OK
 
 
-def torch_steps(settings: RunSettings, network: Any) -> Any:
+def prepare_network(settings: RunSettings, *, weights: str = "none",
+                    classes: int = 3) -> tuple[Any, Any]:
+    """The protocol's model as `settings` compute it: precision and image layout set,
+    built, compiled, torch's kernels in place and its steps as they will run. Returns
+    the model and the CUDA graphs' statistics (None when the steps run eagerly)."""
+    from gpubench.agent.workload import model as net
+
+    net.set_precision(settings.precision)
+    net.set_data_format(settings.channels_first)
+    network = net.build(settings.model, settings.size, weights, classes=classes)
+    net.compile_for_training(network, jit_compile=settings.jit_compile)
+    _fast_kernels(settings, network)
+    return network, _torch_steps(settings, network)
+
+
+def _torch_steps(settings: RunSettings, network: Any) -> Any:
     """torch on a GPU: keep the host from waiting inside a step (torch_async) and,
     with --cuda-graphs, replay the steps as CUDA graphs. Returns the graphs'
     statistics (cuda_graphs.GraphStats), or None when the steps run eagerly."""
@@ -257,7 +267,7 @@ def torch_steps(settings: RunSettings, network: Any) -> Any:
     return cuda_graphs.use_cuda_graphs(network)
 
 
-def fast_kernels(settings: RunSettings, network: Any) -> None:
+def _fast_kernels(settings: RunSettings, network: Any) -> None:
     """The torch-only replacements that compute the protocol's layers in fewer kernels."""
     if settings.batched_augmentation:
         from gpubench.agent.workload import augment
@@ -286,12 +296,8 @@ def trial(settings: RunSettings, batch: int, events: EventWriter) -> int:
 
         backend.check_gpus(settings.backend, settings.gpus)
         keras.utils.set_random_seed(settings.seed)
-        net.set_precision(settings.precision)
-        net.set_data_format(settings.channels_first)
-        network = net.build(settings.model, settings.size, "none")
-        net.compile_for_training(network, jit_compile=settings.jit_compile)
-        fast_kernels(settings, network)  # they change the memory needed: try what will run
-        torch_steps(settings, network)
+        # The network as the run will compute it: its kernels and steps change the memory.
+        network, _ = prepare_network(settings)
         rng = np.random.default_rng(settings.seed)
         images = rng.integers(0, 256, size=(batch, *net.input_shape(settings.size)),
                               dtype=np.uint8)
