@@ -5,12 +5,17 @@ file and hands each thread its own cursor (DuckDB cursors are connections of
 their own and safe to use side by side). Every write goes through one lock, so
 concurrent RPCs never produce transaction conflicts.
 
-Submissions are group-committed: RPC threads queue their run and wait, a writer
-thread inserts everything queued into one transaction, commits (DuckDB writes
-the commit to its write-ahead log before returning), and only then wakes the
-waiting threads with their acknowledgements. Many concurrent submissions thus
-share one commit instead of paying for one each. (`submit_row` queues without
-waiting: the multi-process collector's owner answers from the future instead.)
+Submissions are group-committed: RPC threads queue their run and wait; a writer
+thread takes everything queued, sets resubmissions aside (their first
+acknowledgement is answered again), appends the new runs to the intake journal
+(collector.intake) with one fdatasync, and only then wakes the waiting threads
+with their acknowledgements. A flusher thread inserts the journal's runs into
+DuckDB in bulk, hundreds per commit, at most FLUSH_INTERVAL_S after they arrived,
+and deletes the journal's segments once that commit has returned; opening the
+store inserts whatever a crash left in the journal. Every read of the runs first
+flushes what is pending, so a reader sees every run acknowledged before it asked.
+(`submit_row` queues without waiting: the multi-process collector's owner answers
+from the future instead.)
 
 Outlier flags and the per-group figures Compare reads (table group_figures) are
 recomputed for the groups a change touched: after deletes and imports at once,
@@ -37,6 +42,7 @@ import pyarrow as pa
 from gpubench.collector import migrations
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.errors import DatabaseLocked, RunConflict, SchemaTooNew, TokenExists
+from gpubench.collector.intake import Journal, JournalEntry, KnownRuns, journal_folder
 from gpubench.collector.rows import Ack, run_row, utc_now
 
 from gpubench import record
@@ -62,8 +68,15 @@ STANDARD_TRAIN_IMAGES = 1709
 MAX_BATCH = 1024
 # How long a group commit waits for more submissions when there is concurrency (s):
 # long enough for the submitters the last commit answered to send their next run on a
-# busy machine (each commit costs DuckDB a few ms of CPU however few runs it carries).
+# busy machine (each journal write waits for the disk however few runs it carries).
 COMMIT_DELAY_S = 0.005
+# The journal is flushed into DuckDB once it holds this many runs, or FLUSH_INTERVAL_S
+# after its oldest arrived. A DuckDB commit costs a few ms of CPU plus about 0.03 ms a
+# run: 16 runs a commit spend 0.3-0.4 ms of CPU per run, 1024 about 0.03 ms.
+FLUSH_ROWS = 1024
+FLUSH_INTERVAL_S = 1.0
+# Acknowledged runs not yet in DuckDB beyond which the writer waits for the flusher.
+MAX_PENDING = 16 * FLUSH_ROWS
 # Submissions leave their outlier groups "dirty"; the writer rescores dirty groups
 # at most this often (seconds), and any read of the flags rescores first.
 RESCORE_INTERVAL_S = 1.0
@@ -214,25 +227,44 @@ class Store:
         self._cursor_lock = threading.Lock()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._local = threading.local()
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.RLock()
         self._closed = False
-        try:
-            self._migrate()
-        except BaseException:
-            self._conn.close()  # release the file: nothing else may use it now
-            raise
-        self._queue: list[_Pending] = []
-        # How many submitters were active at the last commit: the next one waits for them.
-        self._expected = 0
-        self.commits = 0  # group commits so far, and the runs they carried (for benchmarks)
-        self.committed_runs = 0
         # Outlier groups with runs inserted but not yet rescored.
         self._dirty_groups: set[tuple] = set()
         self._rescored_at = time.monotonic()
+        try:
+            self._migrate()
+            # The database's file lock is held now: no other collector uses this journal.
+            self._journal = Journal(journal_folder(self.path))
+            self._replay_journal()
+            self._known = KnownRuns(
+                r for (r,) in self._conn.execute("SELECT run_id FROM runs").fetchall()
+            )
+        except BaseException:
+            self._conn.close()  # release the file: nothing else may use it now
+            raise
+        # Acknowledged runs in the journal, not yet in DuckDB: run_id -> row. Guarded by
+        # _intake (which the flusher also waits on), taken after _write_lock if both are.
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._pending_since = 0.0  # when the oldest pending run arrived (monotonic)
+        self._intake = threading.Condition(threading.RLock())
+        self._queue: list[_Pending] = []
+        # How many submitters were active at the last commit: the next one waits for them.
+        self._expected = 0
+        # For benchmarks: group commits (journal writes) and the runs they acknowledged;
+        # flushes into DuckDB and the runs they inserted.
+        self.commits = 0
+        self.committed_runs = 0
+        self.flushes = 0
+        self.flushed_runs = 0
         self._queue_ready = threading.Condition()
         self._stopping = False
         self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
         self._writer.start()
+        self._flusher_stopping = False
+        self._flusher = threading.Thread(target=self._flush_loop, name="store-flusher",
+                                         daemon=True)
+        self._flusher.start()
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -281,16 +313,31 @@ class Store:
         return [name for (name,) in rows]
 
     def close(self) -> None:
-        """Finish queued submissions, checkpoint the write-ahead log into the file, close."""
+        """Finish queued submissions, flush the journal into DuckDB, checkpoint, close."""
         with self._queue_ready:
             self._stopping = True
             self._queue_ready.notify_all()
         self._writer.join()
+        with self._intake:
+            self._flusher_stopping = True
+            self._intake.notify_all()
+        self._flusher.join()
+        with self._write_lock:
+            if self._closed:
+                return
+            try:
+                self._flush()
+                if self._dirty_groups:
+                    self._rescore_dirty()
+            except Exception:  # nothing is lost: the journal is replayed on open
+                log.exception("could not store the journal's runs on close; "
+                              "they are stored when the database is next opened")
         with self._cursor_lock:
             if self._closed:
                 return
             self._closed = True
             with self._write_lock:
+                self._journal.close()
                 # Cursors first: one holding an unread result keeps its transaction open,
                 # and an open transaction prevents the checkpoint.
                 for cursor in self._cursors:
@@ -329,34 +376,28 @@ class Store:
         return pending.future
 
     def submit_many(self, runs: Iterable[run_pb2.Run], submitter: str) -> list[Ack | Exception]:
-        """Store many validated runs in one transaction; per run an Ack or the RunConflict."""
+        """Store many validated runs at once, in DuckDB and rescored before this returns;
+        per run an Ack or the RunConflict."""
         pendings = [_Pending(run_row(run, submitter)) for run in runs]
         with self._write_lock:
-            self._commit(pendings, rescore=True)
+            self._accept(pendings, wait_for_room=False)
+            self._flush()
+            if self._dirty_groups:
+                self._rescore_dirty()
         return [p.future.exception() or p.future.result() for p in pendings]
 
     def _write_loop(self) -> None:
         while True:
             with self._queue_ready:
                 while not self._queue and not self._stopping:
-                    if not self._dirty_groups:
-                        self._queue_ready.wait()
-                        continue
-                    due = self._rescored_at + RESCORE_INTERVAL_S - time.monotonic()
-                    if due <= 0:
-                        break
-                    self._queue_ready.wait(due)
+                    self._queue_ready.wait()
                 self._gather()
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
                 stopping = self._stopping
-            with self._write_lock:
-                if batch:
-                    self._commit(batch, rescore=False)
-                    self.commits += 1
-                    self.committed_runs += len(batch)
-                overdue = time.monotonic() - self._rescored_at >= RESCORE_INTERVAL_S
-                if self._dirty_groups and (overdue or stopping):
-                    self._rescore_dirty()
+            if batch:
+                self._accept(batch)
+                self.commits += 1
+                self.committed_runs += len(batch)
             if stopping and not batch:
                 return
             with self._queue_ready:
@@ -384,38 +425,53 @@ class Store:
                 return
             self._queue_ready.wait(left)
 
-    def _commit(self, batch: list[_Pending], *, rescore: bool) -> None:
-        """Insert a batch in one transaction, then resolve every waiting future.
+    def _accept(self, batch: list[_Pending], *, wait_for_room: bool = True) -> None:
+        """Journal a batch's new runs, then resolve every waiting future.
 
-        With `rescore` (imports) the outlier groups the batch touched are rescored in
-        the same transaction; otherwise they stay dirty until the writer's next rescore
-        (at most RESCORE_INTERVAL_S later) or the next read, whichever comes first.
+        A run_id already acknowledged (in the journal or in DuckDB) is answered with its
+        first acknowledgement, or RunConflict if the content differs; only the others
+        are written. Nothing is acknowledged before the journal has synced. With
+        `wait_for_room`, waits while MAX_PENDING runs are not yet in DuckDB (never
+        with _write_lock held: the flusher needs it to make room).
         """
-        con = self._cursor()
         received_at = utc_now()
         by_id: dict[str, list[_Pending]] = {}
         for pending in batch:
             by_id.setdefault(pending.row["run_id"], []).append(pending)
-        stored: dict[str, Ack] = {}
-        fresh = [group[0] for group in by_id.values()]
+        acks: dict[str, Ack] = {}
         try:
-            try:
-                self._insert(con, fresh, received_at, rescore=rescore)
-            except duckdb.ConstraintException:
-                # A resubmission (its run_id is stored): find which, insert the others.
-                stored = self._stored_acks(con, list(by_id))
-                fresh = [p for p in fresh if p.row["run_id"] not in stored]
-                self._insert(con, fresh, received_at, rescore=rescore)
-        except Exception as exc:  # the database failed: every waiting submission hears of it
+            with self._intake:
+                while (wait_for_room and len(self._pending) >= MAX_PENDING
+                       and not self._flusher_stopping):
+                    self._intake.wait()  # DuckDB is behind: hold acknowledgements back
+                maybe_stored = []
+                for run_id in by_id:
+                    row = self._pending.get(run_id)
+                    if row is not None:
+                        acks[run_id] = _ack_of(row)
+                    elif run_id in self._known:
+                        maybe_stored.append(run_id)
+                if maybe_stored:  # a resubmission (or, rarely, a hash that only looks alike)
+                    acks.update(self._stored_acks(self._cursor(), maybe_stored))
+                fresh = [group[0].row for run_id, group in by_id.items() if run_id not in acks]
+                for row in fresh:
+                    row["received_at"] = received_at
+                self._journal.append(_journal_entry(row) for row in fresh)
+                first = bool(fresh) and not self._pending
+                if first:
+                    self._pending_since = time.monotonic()
+                for row in fresh:
+                    self._pending[row["run_id"]] = row
+                    acks[row["run_id"]] = _ack_of(row)
+                self._known.add(row["run_id"] for row in fresh)
+                if first or len(self._pending) >= FLUSH_ROWS:
+                    self._intake.notify_all()  # the flusher: set its clock, or flush now
+        except Exception as exc:  # the journal or the database failed: nothing was acknowledged
             for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(exc)
+                pending.future.set_exception(exc)
             return
-        for pending in fresh:
-            row = pending.row
-            stored[row["run_id"]] = Ack(row["run_id"], received_at, row["content_sha256"])
         for run_id, group in by_id.items():
-            ack = stored[run_id]
+            ack = acks[run_id]
             for pending in group:
                 if pending.row["content_sha256"] == ack.content_sha256:
                     pending.future.set_result(ack)
@@ -427,36 +483,103 @@ class Store:
                         )
                     )
 
-    def _insert(
-        self, con: duckdb.DuckDBPyConnection, fresh: list[_Pending], received_at: datetime,
-        *, rescore: bool,
-    ) -> None:
-        for pending in fresh:
-            pending.row["received_at"] = received_at
-        self._dirty_groups.update(_group_key(p.row) for p in fresh if p.row["status"] == "ok")
-        columns = [[p.row[name] for p in fresh] for name in RUN_COLUMNS.names]
-        if not rescore:
-            # A statement outside a transaction commits by itself (atomically, durably):
-            # no BEGIN and COMMIT statements, about a tenth of a small commit's CPU.
-            if fresh:
-                con.execute(_INSERT_ROWS, columns)
-            return
-        with _transaction(con):
-            if fresh:
-                con.execute(_INSERT_ROWS, columns)
-            self._rescore(con, self._dirty_groups)
-        if rescore:
-            self._dirty_groups = set()
-            self._rescored_at = time.monotonic()
+    def _flush_loop(self) -> None:
+        """The flusher thread: the journal into DuckDB, and outlier rescoring, when due."""
+        while True:
+            with self._intake:
+                while not self._flusher_stopping:
+                    now = time.monotonic()
+                    waits = []
+                    if self._pending:
+                        if len(self._pending) >= FLUSH_ROWS:
+                            break
+                        waits.append(self._pending_since + FLUSH_INTERVAL_S - now)
+                    if self._dirty_groups:
+                        waits.append(self._rescored_at + RESCORE_INTERVAL_S - now)
+                    if waits and min(waits) <= 0:
+                        break
+                    self._intake.wait(min(waits) if waits else None)
+                if self._flusher_stopping:
+                    return  # close() flushes what is left
+            failed = False
+            with self._write_lock:
+                try:
+                    self._flush()
+                except Exception:  # the runs stay in the journal and in _pending: retried
+                    log.exception("storing the journal's runs in the database failed; "
+                                  "will retry")
+                    failed = True
+                if self._dirty_groups and (
+                    time.monotonic() - self._rescored_at >= RESCORE_INTERVAL_S
+                ):
+                    self._rescore_dirty()
+            if failed:
+                with self._intake:
+                    self._intake.wait(FLUSH_INTERVAL_S)
+
+    def _flush(self) -> None:
+        """Insert every pending run into DuckDB in one commit, then drop their journal.
+
+        Called with _write_lock held. Raises the database's error; the runs then stay
+        pending (and journaled) for the next try.
+        """
+        with self._intake:
+            if not self._pending:
+                return
+            rows = list(self._pending.values())
+            sealed = self._journal.seal()  # every pending run is in these segments
+        self._insert(rows)
+        with self._intake:
+            for row in rows:
+                if self._pending.get(row["run_id"]) is row:
+                    del self._pending[row["run_id"]]
+            if self._pending:
+                self._pending_since = time.monotonic()
+            self._intake.notify_all()  # a writer held back by MAX_PENDING may go on
+        self._journal.drop(sealed)
+        self.flushes += 1
+        self.flushed_runs += len(rows)
+
+    def _insert(self, rows: list[dict[str, Any]]) -> None:
+        """Insert rows in one statement (it commits by itself, atomically and durably:
+        no BEGIN and COMMIT statements, about a tenth of a small commit's CPU)."""
+        self._dirty_groups.update(_group_key(r) for r in rows if r["status"] == "ok")
+        columns = [[r[name] for r in rows] for name in RUN_COLUMNS.names]
+        con = self._cursor()
+        try:
+            con.execute(_INSERT_ROWS, columns)
+        except duckdb.ConstraintException:
+            # Some are stored already: the journal replayed after a crash that came between
+            # a flush's commit and the deletion of its segments. The stored rows stay.
+            log.warning("%d run(s) to insert; some were stored already and are kept as stored",
+                        len(rows))
+            con.execute(_INSERT_ROWS.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1), columns)
+
+    def _replay_journal(self) -> None:
+        """Store the runs a previous process acknowledged but did not insert (a crash)."""
+        entries = self._journal.read_leftovers()
+        if entries:
+            rows = {}
+            for entry in entries:
+                row = run_row(run_pb2.Run.FromString(entry.record), entry.submitter)
+                row.update(received_at=entry.received_at, content_sha256=entry.content_sha256,
+                           record=entry.record)
+                rows.setdefault(entry.run_id, row)
+            self._insert(list(rows.values()))
+            self._rescore_dirty()
+            log.info("%s: stored %d acknowledged run(s) from %s", self.path, len(rows),
+                     self._journal.folder)
+        self._journal.drop(list(self._journal.leftovers))
 
     def _scored(self) -> duckdb.DuckDBPyConnection:
-        """This thread's cursor, after rescoring any groups with unscored runs.
+        """This thread's cursor, after storing pending runs and rescoring their groups.
 
-        Every read of outlier flags goes through here, so a reader always sees the
-        flags of every run acknowledged before it asked.
+        Every read of runs goes through here, so a reader always sees every run
+        acknowledged before it asked, and its outlier flags.
         """
-        if self._dirty_groups:
+        if self._pending or self._dirty_groups:
             with self._write_lock:
+                self._flush()
                 if self._dirty_groups:
                     self._rescore_dirty()
         return self._cursor()
@@ -549,10 +672,13 @@ class Store:
     def bulk_load(self, table: pa.Table) -> None:
         """Append rows given as an Arrow table of RUN_COLUMNS (no validation, no rescoring)."""
         with self._write_lock:
+            self._flush()
             con = self._cursor()
             rows = table.select(RUN_COLUMNS.names).cast(RUN_COLUMNS)
-            with _pending_runs(con, rows), _transaction(con):
-                con.execute("INSERT INTO runs SELECT * FROM pending_runs")
+            with self._intake:  # no submission of one of these run_ids slips in between
+                with _pending_runs(con, rows), _transaction(con):
+                    con.execute("INSERT INTO runs SELECT * FROM pending_runs")
+                self._known.add(rows.column("run_id").to_pylist())
 
     # -- reading runs -----------------------------------------------------------------------
 
@@ -567,7 +693,7 @@ class Store:
 
     def count(self) -> int:
         """How many runs are stored."""
-        return self._cursor().execute("SELECT count(*) FROM runs").fetchall()[0][0]
+        return self._scored().execute("SELECT count(*) FROM runs").fetchall()[0][0]
 
     def list(
         self, where: RunFilter, *, page_size: int, page_token: str = ""
@@ -591,6 +717,7 @@ class Store:
     def delete(self, run_id: str) -> str:
         """Delete a run (and rescore its group); returns its submitter. NotFound if absent."""
         with self._write_lock:
+            self._flush()
             con = self._cursor()
             cols = ", ".join(OUTLIER_GROUP)
             rows = con.execute(
@@ -606,7 +733,7 @@ class Store:
 
     def submitter_of(self, run_id: str) -> str:
         """Who submitted a run; NotFound if absent."""
-        rows = self._cursor().execute(
+        rows = self._scored().execute(
             "SELECT submitter FROM runs WHERE run_id = ?", [run_id]
         ).fetchall()
         if not rows:
@@ -841,6 +968,15 @@ def _pending_runs(con: duckdb.DuckDBPyConnection, table: pa.Table) -> Iterator[N
 
 def _group_key(row: dict[str, Any]) -> tuple:
     return tuple(row[column] for column in OUTLIER_GROUP)
+
+
+def _ack_of(row: dict[str, Any]) -> Ack:
+    return Ack(row["run_id"], row["received_at"], row["content_sha256"])
+
+
+def _journal_entry(row: dict[str, Any]) -> JournalEntry:
+    return JournalEntry(row["run_id"], row["submitter"], row["received_at"],
+                        row["content_sha256"], row["record"])
 
 
 def _filter_sql(where: RunFilter) -> tuple[list[str], list[Any]]:

@@ -1,0 +1,245 @@
+"""The store's intake on a real DuckDB file: acknowledged from the journal, stored in bulk.
+
+A submission is acknowledged once the journal has synced it; the flusher inserts
+the journal's runs into DuckDB hundreds at a time. These tests hold runs in the
+journal (a flush interval of an hour) to check every path a run can take there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from factories import make_run
+from gpubench.collector import store as store_module
+from gpubench.collector.errors import RunConflict
+from gpubench.collector.intake import Journal, JournalEntry, journal_folder
+from gpubench.collector.store import Store
+
+from gpubench import record
+from gpubench.errors import NotFound
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs stay in the journal until a read, a close or an explicit trigger."""
+    monkeypatch.setattr(store_module, "FLUSH_ROWS", 10**6)
+    monkeypatch.setattr(store_module, "FLUSH_INTERVAL_S", 3600.0)
+
+
+def _segments(db: Path) -> list[Path]:
+    return sorted(journal_folder(db).glob("*.log"))
+
+
+def _wait_for(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_runs_acknowledged_before_a_crash_are_stored_on_the_next_open(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    child = textwrap.dedent(f"""
+        import json, os, signal, sys
+        sys.path.insert(0, {str(TESTS)!r})
+        from factories import make_run
+        from gpubench.collector import store as store_module
+        store_module.FLUSH_ROWS, store_module.FLUSH_INTERVAL_S = 10**6, 3600.0
+        store = store_module.Store({str(db)!r})
+        acks = [store.submit(make_run(label=str(i)), "lab") for i in range(5)]
+        print(json.dumps([[a.run_id, a.received_at.isoformat()] for a in acks]), flush=True)
+        assert store.flushes == 0  # every run is in the journal only
+        os.kill(os.getpid(), signal.SIGKILL)  # the next moment: no flush, no close
+    """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == -9, done.stderr
+    acks = json.loads(done.stdout)
+    left = _segments(db)
+    assert left, "the crash should leave the journal behind"
+    store = Store(db)
+    try:
+        assert store.count() == 5
+        for run_id, received_at in acks:
+            assert store.get(run_id).received_at.ToDatetime().isoformat() == received_at
+        assert not any(p.exists() for p in left)  # stored, so the old segments are gone
+    finally:
+        store.close()
+    assert _segments(db) == []
+
+
+def test_a_resubmission_gets_the_first_acknowledgement_wherever_the_run_is(
+    tmp_path: Path, held: None
+) -> None:
+    db = tmp_path / "c.duckdb"
+    run = make_run()
+    changed = make_run()
+    changed.CopyFrom(run)
+    changed.label = "edited"
+    store = Store(db)
+    try:
+        first = store.submit(run, "lab")
+        assert store.flushes == 0
+        assert store.submit(run, "lab") == first  # still in the journal
+        with pytest.raises(RunConflict, match=run.run_id):
+            store.submit(changed, "lab")
+        assert store.count() == 1  # a read stores what is pending
+        assert store.flushes == 1
+        assert store.submit(run, "lab") == first  # in DuckDB now
+        with pytest.raises(RunConflict):
+            store.submit(changed, "lab")
+    finally:
+        store.close()
+    store = Store(db)  # the filter is rebuilt from the database
+    try:
+        assert store.submit(run, "lab") == first
+        assert store.count() == 1
+    finally:
+        store.close()
+
+
+def test_sixteen_submitters_are_stored_in_one_database_commit(tmp_path: Path, held: None) -> None:
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        barrier = threading.Barrier(16)
+
+        def submit(n: int) -> None:
+            barrier.wait()
+            for i in range(25):
+                store.submit(make_run(label=f"{n}.{i}"), "lab")
+
+        threads = [threading.Thread(target=submit, args=(n,)) for n in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert store.committed_runs == 400
+        assert store.committed_runs / store.commits > 1  # the journal's group commit
+        assert store.flushes == 0
+        assert store.count() == 400
+        assert (store.flushes, store.flushed_runs) == (1, 400)
+    finally:
+        store.close()
+
+
+def test_the_flusher_stores_runs_when_enough_are_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "FLUSH_ROWS", 4)
+    monkeypatch.setattr(store_module, "FLUSH_INTERVAL_S", 3600.0)
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        for i in range(4):
+            store.submit(make_run(label=str(i)), "lab")
+        assert _wait_for(lambda: store.flushed_runs == 4)
+    finally:
+        store.close()
+
+
+def test_the_flusher_stores_runs_when_they_have_waited_long_enough(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "FLUSH_ROWS", 10**6)
+    monkeypatch.setattr(store_module, "FLUSH_INTERVAL_S", 0.05)
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        store.submit(make_run(), "lab")
+        assert _wait_for(lambda: store.flushed_runs == 1)
+        assert _wait_for(lambda: not store._dirty_groups)  # and its group is rescored
+    finally:
+        store.close()
+
+
+def test_every_read_sees_runs_still_in_the_journal(tmp_path: Path, held: None) -> None:
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        run = make_run(gpu_name="NVIDIA H200")
+        store.submit(run, "lab")
+        assert store.get(run.run_id).run.run_id == run.run_id
+        other = make_run(label="second")
+        store.submit(other, "lab")
+        assert store.submitter_of(other.run_id) == "lab"
+        third = make_run(label="third")
+        store.submit(third, "lab")
+        assert store.delete(third.run_id) == "lab"
+        with pytest.raises(NotFound):
+            store.get(third.run_id)
+        assert store.count() == 2
+    finally:
+        store.close()
+
+
+def test_closing_stores_the_journal_and_removes_it(tmp_path: Path, held: None) -> None:
+    db = tmp_path / "c.duckdb"
+    store = Store(db)
+    runs = [make_run(label=str(i)) for i in range(3)]
+    for run in runs:
+        store.submit(run, "lab")
+    assert store.flushes == 0
+    store.close()
+    assert _segments(db) == []
+    store = Store(db)
+    try:
+        assert store.count() == 3
+    finally:
+        store.close()
+
+
+def test_a_failed_database_insert_keeps_the_runs_for_the_next_try(
+    tmp_path: Path, held: None
+) -> None:
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        run = make_run()
+        store.submit(run, "lab")
+        real_insert = store._insert
+
+        def failing(rows):
+            store._insert = real_insert  # once
+            raise OSError("disk I/O error")
+
+        store._insert = failing
+        with pytest.raises(OSError, match="disk I/O error"):
+            store.count()
+        assert store.count() == 1
+        assert store.get(run.run_id).submitter == "lab"
+    finally:
+        store.close()
+
+
+def test_replaying_a_run_that_is_stored_already_keeps_the_stored_one(
+    tmp_path: Path, held: None
+) -> None:
+    """A crash between a flush's commit and the deletion of its segments."""
+    db = tmp_path / "c.duckdb"
+    run = make_run()
+    store = Store(db)
+    first = store.submit(run, "lab")
+    store.close()
+    leftover = Journal(journal_folder(db))  # the segment the crash left behind
+    leftover.append([JournalEntry(run.run_id, "lab", datetime(2026, 1, 1), first.content_sha256,
+                                  run.SerializeToString(deterministic=True))])
+    later = make_run(label="in the same segment, not stored yet")
+    leftover.append([JournalEntry(later.run_id, "lab", datetime(2026, 1, 2),
+                                  record.content_sha256(later),
+                                  later.SerializeToString(deterministic=True))])
+    store = Store(db)
+    try:
+        assert store.count() == 2
+        assert store.get(run.run_id).received_at.ToDatetime() == first.received_at
+        assert store.submit(run, "lab") == first
+        assert store.get(later.run_id).content_sha256 == record.content_sha256(later)
+    finally:
+        store.close()
