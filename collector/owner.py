@@ -15,7 +15,7 @@ single-process collector runs, through `Gate.guarded`, so its status codes and
 messages are the same.
 
 Wire format, one pickle per message. A front-end opens a control connection,
-then one connection per handler thread, each with one request at a time:
+then a pool of connections, each carrying one request at a time:
   control:            ("hello", index, pid), then ("ready", port) or ("failed", message)
   front-end -> owner: ("submit", authorization, row, problems),
                       ("call", method, request bytes, authorization)
@@ -155,10 +155,10 @@ def _reply(connection: Connection, ok: bool, payload: Any) -> None:
 class _Hub:
     """The owner's end of every front-end connection, read by one thread.
 
-    Each handler thread of a front-end has a connection of its own and at most one
-    request on it at a time, so it simply blocks on the reply: no thread hands a
-    reply to another on either side. One epoll loop here reads them all; a
-    submission is answered from the store's writer thread right after its commit.
+    Each connection of a front-end carries at most one request at a time, so a
+    reply needs no request id: the front-end's call waiting on that connection
+    reads it. One epoll loop here reads them all; a submission is answered from
+    the store's writer thread right after its commit.
     """
 
     def __init__(self, dispatcher: Dispatcher) -> None:

@@ -107,6 +107,19 @@ def add_health_and_reflection(server: grpc.Server) -> None:
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    _add_reflection(server)
+
+
+async def add_health_and_reflection_aio(server: grpc.aio.Server) -> None:
+    """The same for an asyncio server (its health servicer's methods are coroutines)."""
+    health_servicer = health.aio.HealthServicer()
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    _add_reflection(server)
+
+
+def _add_reflection(server: grpc.Server | grpc.aio.Server) -> None:
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
