@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpubench import record
+from gpubench.durable import sync_folder
 from gpubench.errors import DataError, InvalidRecord
 from gpubench.v1 import run_pb2
 
@@ -34,14 +35,6 @@ def default_spool_dir() -> Path:
     return Path(data_home).expanduser() / "gpubench" / "spool"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomically(path: Path, text: str) -> None:
     """Write `text` to `path` so that readers see all of it or nothing."""
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
@@ -50,7 +43,7 @@ def write_atomically(path: Path, text: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    sync_folder(path.parent)
 
 
 @dataclass(frozen=True)
@@ -138,8 +131,8 @@ class Spool:
         if reason:
             write_atomically(target_dir / f"{entry.name}.reason", reason + "\n")
         os.replace(entry.path, target)
-        _fsync_dir(target_dir)
-        _fsync_dir(entry.path.parent)
+        sync_folder(target_dir)
+        sync_folder(entry.path.parent)
         return SpoolEntry(target, folder)
 
     def mark_sent(self, entry: SpoolEntry) -> SpoolEntry:

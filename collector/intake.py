@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpubench.durable import sync_folder
+
 log = logging.getLogger(__name__)
 
 _FRAME = struct.Struct("<II")  # payload length, crc32 of the payload
@@ -95,7 +97,7 @@ class Journal:
         created = not folder.exists()
         folder.mkdir(parents=True, exist_ok=True)
         if created:
-            _sync_folder(folder.parent)
+            sync_folder(folder.parent)
         # Segments a previous process left: their entries may not be in the database.
         self.leftovers = sorted(folder.glob("*" + SUFFIX))
         last = max((int(p.stem) for p in self.leftovers if p.stem.isdigit()), default=0)
@@ -107,7 +109,7 @@ class Journal:
         self._sequence += 1
         path = self.folder / f"{self._sequence:012d}{SUFFIX}"
         handle = io.FileIO(path, "ab")  # unbuffered; kept open: the current segment
-        _sync_folder(self.folder)  # the new file's name is durable before anything in it is
+        sync_folder(self.folder)  # the new file's name is durable before anything in it is
         self.current = path
         return handle
 
@@ -205,15 +207,6 @@ def _read_segment(data: bytes) -> tuple[list[JournalEntry], tuple[int, str] | No
             return entries, (offset, "unreadable entry")
         offset += _FRAME.size + length
     return entries, None
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make a folder's entries (a new file's name) durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # Recent run_ids are kept in a set and merged into the sorted array once there are this
