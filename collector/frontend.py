@@ -37,6 +37,7 @@ import grpc
 from gpubench.collector import validation
 from gpubench.collector.rows import Ack, ack_message, run_row
 from gpubench.collector.transport import (
+    DEFAULT_WORKERS,
     STOP_GRACE_S,
     Refusal,
     TlsFiles,
@@ -53,6 +54,9 @@ OWNER_GONE = "collector shutting down (its database process is gone)"
 # multiprocessing.connection's framing, which the owner reads and writes: a signed
 # 32-bit big-endian length, or -1 and an unsigned 64-bit one from 2 GiB on.
 _SHORT, _LONG = struct.Struct("!i"), struct.Struct("!Q")
+# Connections to the owner at most (each one a file descriptor on both sides); more
+# concurrent calls wait for one. As many as a single-process collector has handler threads.
+MAX_LINKS = DEFAULT_WORKERS
 
 
 def _frame(data: bytes) -> bytes:
@@ -65,7 +69,8 @@ class OwnerClient:
     """Requests to the owner: a pool of connections, each with one request at a time.
 
     A connection is opened with multiprocessing's handshake (the owner's authkey),
-    then read and written by the loop; a call takes an idle one or opens another.
+    then read and written by the loop; a call takes an idle one or opens another,
+    up to MAX_LINKS.
     A control connection carries hello/ready/failed; its end means the owner is gone.
     """
 
@@ -73,6 +78,7 @@ class OwnerClient:
         self._address = address
         self._authkey = authkey
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._links = asyncio.Semaphore(MAX_LINKS)
         self._control = Client(address, "AF_UNIX", authkey=authkey)
 
     def tell(self, *message: Any) -> None:
@@ -92,6 +98,10 @@ class OwnerClient:
 
     async def ask(self, *request: Any) -> Any:
         """Send a request and wait for its reply; raises Refusal with the owner's status."""
+        async with self._links:
+            return await self._exchange(request)
+
+    async def _exchange(self, request: tuple) -> Any:
         try:
             link = self._idle.pop() if self._idle else await self._connect()
         except OSError:

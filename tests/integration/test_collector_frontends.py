@@ -185,3 +185,35 @@ def test_a_frontend_that_keeps_dying_stops_the_collector_with_a_clear_error(
         kill_frontend_and_watch(collector, 0)
     with pytest.raises(GpubenchError, match=r"front-end 0 .* 4 times within a minute; stopping"):
         kill_frontend_and_watch(collector, 0)
+
+
+def _sockets_of(pid: int) -> int:
+    return sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+               for fd in os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_more_concurrent_calls_than_links_to_the_owner_all_get_answers(
+    collector_factory,
+) -> None:
+    """A front-end opens at most MAX_LINKS connections to the owner; the rest wait."""
+    from gpubench.collector.frontend import MAX_LINKS
+
+    collector = collector_factory(frontends=2, rate_limit=1e6)
+    first, _ = stubs_on_each_frontend(collector)
+    pid = collector.frontends.pids[0]
+    calls = MAX_LINKS + 36
+    runs = [make_run(label=str(i)) for i in range(calls)]
+    with collector.store._intake:  # the owner's writer waits: every call stays in flight
+        pending = [first.SubmitRun.future(pb.SubmitRunRequest(run=run),
+                                          metadata=collector.metadata(), timeout=60)
+                   for run in runs]
+        deadline = time.monotonic() + 30
+        while _sockets_of(pid) < MAX_LINKS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # time for any link beyond the limit to open
+        held = _sockets_of(pid)
+    acks = [call.result() for call in pending]
+    # Its links, the control link, its listener and the client's connection, a few spare.
+    assert MAX_LINKS <= held <= MAX_LINKS + 8
+    assert sorted(a.run_id for a in acks) == sorted(r.run_id for r in runs)
+    assert collector.store.count() == calls
