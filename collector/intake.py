@@ -158,7 +158,8 @@ class Journal:
                 self.leftovers.remove(path)
 
     def close(self) -> None:
-        """Close the current segment (it stays, empty or not, for the next open)."""
+        """Close the current segment: an empty one is removed, one with entries stays
+        for the next open to store."""
         self._file.close()
         if self.current.stat().st_size == 0:
             self.current.unlink(missing_ok=True)
@@ -173,7 +174,8 @@ class Journal:
         """
         entries: list[JournalEntry] = []
         for path in list(self.leftovers):
-            found, damage = _read_segment(path.read_bytes())
+            data = path.read_bytes()
+            found, damage = _read_segment(data)
             entries.extend(found)
             if damage is None:
                 continue
@@ -182,7 +184,7 @@ class Journal:
                         path, reason, offset)
             if reason != "unfinished write":
                 kept = path.with_name(path.name + DAMAGED_SUFFIX)
-                kept.write_bytes(path.read_bytes())
+                kept.write_bytes(data)
                 log.warning("%s: kept as %s", path, kept)
         return entries
 

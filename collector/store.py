@@ -227,7 +227,7 @@ class Store:
         self._cursor_lock = threading.Lock()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._local = threading.local()
-        self._write_lock = threading.RLock()
+        self._write_lock = threading.Lock()
         self._closed = False
         # Outlier groups with runs inserted but not yet rescored.
         self._dirty_groups: set[tuple] = set()
@@ -247,7 +247,7 @@ class Store:
         # _intake (which the flusher also waits on), taken after _write_lock if both are.
         self._pending: dict[str, dict[str, Any]] = {}
         self._pending_since = 0.0  # when the oldest pending run arrived (monotonic)
-        self._intake = threading.Condition(threading.RLock())
+        self._intake = threading.Condition()
         self._queue: list[_Pending] = []
         # How many submitters were active at the last commit: the next one waits for them.
         self._expected = 0
