@@ -19,7 +19,7 @@ import grpc
 import pytest
 from factories import make_run
 from gpubench.collector import local_admin
-from gpubench.collector.store import Store
+from gpubench.collector.store import RunFilter, Store
 
 from gpubench import record
 from gpubench.v1 import collector_pb2 as pb
@@ -201,7 +201,7 @@ def test_import_validates_and_is_idempotent(serve, tmp_path: Path) -> None:
     store = Store(db)
     try:
         assert store.count() == 4
-        assert {r.submitter for r in store.list(_all(), page_size=10)[0]} == {
+        assert {r.submitter for r in store.list(RunFilter(), page_size=10)[0]} == {
             "import", "local-admin"}
     finally:
         store.close()
@@ -268,11 +268,7 @@ def test_sigterm_with_frontends_stops_them_first_and_loses_nothing_acknowledged(
     assert len(acknowledged) > 10 and len(refused) == 4
     # What gRPC answers a call arriving while a server shuts down: neither acknowledges.
     assert set(refused) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
-    store = Store(db)
-    try:
-        stored = {r.run.run_id for r in store.list(_all(), page_size=1000)[0]}
-    finally:
-        store.close()
+    stored = _stored_run_ids(db)
     assert set(acknowledged) <= stored  # every acknowledged run survived the stop
     assert len(stored) - len(acknowledged) <= len(threads)  # at most one unanswered each
 
@@ -292,10 +288,20 @@ def test_serve_frontends_help_and_bad_values(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "a number 1-64 or auto" in bad.stderr
 
 
-def _all():
-    from gpubench.collector.store import RunFilter
-
-    return RunFilter()
+def _stored_run_ids(db: Path) -> set[str]:
+    """Every run_id in the database, read page by page (more runs than one page holds
+    are acknowledged in a second on a fast machine)."""
+    store = Store(db)
+    try:
+        ids: set[str] = set()
+        token = ""
+        while True:
+            page, token = store.list(RunFilter(), page_size=1000, page_token=token)
+            ids.update(r.run.run_id for r in page)
+            if not token:
+                return ids
+    finally:
+        store.close()
 
 
 def test_serve_refuses_plaintext_off_loopback(tmp_path: Path) -> None:
