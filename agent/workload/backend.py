@@ -175,6 +175,16 @@ def out_of_memory_message(error: BaseException) -> str | None:
     return None
 
 
+def error_line(error: BaseException) -> str:
+    """The line of an error that says what went wrong, after its type: the
+    out-of-memory line if any, else the message's first line."""
+    found = out_of_memory_message(error)
+    if found:
+        return found
+    text = str(error).strip() or type(error).__name__
+    return f"{type(error).__name__}: {text.splitlines()[0]}"
+
+
 def synchronize(backend: str) -> None:
     """Wait until the GPU has finished the work queued so far (no-op where not needed)."""
     if backend == "torch":

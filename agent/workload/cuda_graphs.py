@@ -36,11 +36,14 @@ from pathlib import Path
 from typing import Any
 
 import keras
-from gpubench.agent.workload.backend import is_out_of_memory
+from gpubench.agent.workload.backend import error_line, is_out_of_memory
 
 from gpubench.errors import GpubenchError
 
 EAGER_TRAINING_STEPS = 1  # Keras's own first step: builds the optimizer's variables
+# Characters of the failing operation's message in a capture error: the place after it
+# must fit in the run's error message too.
+FIRST_LINE_LIMIT = 300
 
 
 @dataclass
@@ -133,7 +136,7 @@ class GraphedStep:
             cause = _first_error(exc)
             raise CaptureFailed(
                 f"--cuda-graphs: the {self._kind} step at {shape} could not be captured as a "
-                f"CUDA graph: {type(cause).__name__}: {_first_line(cause)} (at {_where(cause)}); "
+                f"CUDA graph: {error_line(cause)[:FIRST_LINE_LIMIT]} (at {_where(cause)}); "
                 "run without --cuda-graphs") from exc
         self._stats.captured.append(f"{self._kind} {shape}")
         return _Graph(graph, inputs, outputs)
@@ -217,11 +220,6 @@ def _first_error(exc: BaseException) -> BaseException:
         exc = exc.__context__
         seen.add(id(exc))
     return exc
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[0][:300] if lines else ""
 
 
 def _where(exc: BaseException) -> str:

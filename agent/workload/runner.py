@@ -318,7 +318,7 @@ def trial(settings: RunSettings, batch: int, events: EventWriter) -> int:
             return report_failure(events, exc)
         events.emit("batch_trial", batch=batch, fits=False, peak_memory_bytes=0,
                     seconds=round(time.monotonic() - started, 3),
-                    message=_first_line(exc)[:MESSAGE_LIMIT])
+                    message=backend.error_line(exc)[:MESSAGE_LIMIT])
         return EXIT_OUT_OF_MEMORY
 
 
@@ -330,7 +330,8 @@ def report_failure(events: EventWriter, exc: BaseException) -> int:
     if isinstance(exc, batch_search.NoBatchFits) or (
         not isinstance(exc, GpubenchError) and backend.is_out_of_memory(exc)
     ):
-        events.emit("error", status="out_of_memory", message=_first_line(exc)[:MESSAGE_LIMIT])
+        events.emit("error", status="out_of_memory",
+                    message=backend.error_line(exc)[:MESSAGE_LIMIT])
         return EXIT_OUT_OF_MEMORY
     if isinstance(exc, GpubenchError):
         events.emit("error", status="error", message=str(exc)[:MESSAGE_LIMIT])
@@ -350,12 +351,3 @@ def _address_space_peak() -> int:
     except OSError:
         pass
     return 0
-
-
-def _first_line(exc: BaseException) -> str:
-    """The line of an error that says what went wrong (the out-of-memory line if any)."""
-    found = backend.out_of_memory_message(exc)
-    if found:
-        return found
-    text = str(exc).strip() or type(exc).__name__
-    return f"{type(exc).__name__}: {text.splitlines()[0]}"

@@ -39,6 +39,7 @@ def test_keras_random_draws_from_the_default_generator() -> None:
 
 CAPTURE_ERROR = r"""
 import json
+from gpubench.agent.workload.backend import error_line
 from gpubench.agent.workload.cuda_graphs import _first_error, _where
 
 def optimizer_step():
@@ -51,7 +52,7 @@ try:
         raise RuntimeError("operation failed due to a previous error during capture")
 except RuntimeError as ended:
     first = _first_error(ended)
-print(json.dumps({"first": str(first), "where": _where(first)}))
+print(json.dumps({"first": str(first), "where": _where(first), "line": error_line(first)}))
 """
 
 
@@ -60,6 +61,7 @@ def test_a_failed_capture_names_the_first_error_and_where() -> None:
     found = _run(CAPTURE_ERROR)
     assert found["first"] == "operation not permitted when stream is capturing"
     assert found["where"].startswith("<string>:") and "optimizer_step" in found["where"]
+    assert found["line"] == "RuntimeError: operation not permitted when stream is capturing"
 
 
 def _run(script: str) -> dict:
