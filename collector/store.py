@@ -326,9 +326,7 @@ class Store:
             if self._closed:
                 return
             try:
-                self._flush()
-                if self._dirty_groups:
-                    self._rescore_dirty()
+                self._catch_up()
             except Exception:  # nothing is lost: the journal is replayed on open
                 log.exception("could not store the journal's runs on close; "
                               "they are stored when the database is next opened")
@@ -381,9 +379,7 @@ class Store:
         pendings = [_Pending(run_row(run, submitter)) for run in runs]
         with self._write_lock:
             self._accept(pendings, wait_for_room=False)
-            self._flush()
-            if self._dirty_groups:
-                self._rescore_dirty()
+            self._catch_up()
         return [p.future.exception() or p.future.result() for p in pendings]
 
     def _write_loop(self) -> None:
@@ -579,10 +575,15 @@ class Store:
         """
         if self._pending or self._dirty_groups:
             with self._write_lock:
-                self._flush()
-                if self._dirty_groups:
-                    self._rescore_dirty()
+                self._catch_up()
         return self._cursor()
+
+    def _catch_up(self) -> None:
+        """Insert every pending run, then rescore the outlier groups waiting for it.
+        Called with _write_lock held; raises what _flush raises."""
+        self._flush()
+        if self._dirty_groups:
+            self._rescore_dirty()
 
     def _rescore_dirty(self) -> None:
         con = self._cursor()
