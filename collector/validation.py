@@ -46,7 +46,8 @@ GPU_TEXTS = ("driver_version", "cuda_version", "compute_capability", "ecc_mode",
              "persistence_mode")
 SOFTWARE_TEXTS = ("backend_version", "keras_version", "python_version", "cuda_runtime_version",
                   "cudnn_version")
-# startup is epoch 1 minus epoch 2: it may be a little negative on a noisy machine.
+# Durations: from 0 to MAX_SECONDS. startup_seconds (epoch 1 minus epoch 2) is held to
+# that too, so a run whose first epoch was the faster one is refused.
 RESULT_SECONDS = ("epoch2_seconds", "startup_seconds", "step_time_median_seconds",
                   "idle_wait_seconds")
 RESULT_FIGURES = ("train_images_per_second", "step_time_cv", "energy_per_epoch_joules",
