@@ -55,7 +55,6 @@ def test_nothing_fits_is_an_out_of_memory_error() -> None:
     assert caught.value.exit_code == 3
 
 
-@pytest.mark.slow
 def test_a_trial_runs_its_steps_as_the_run_does() -> None:
     settings = RunSettings(model="B0", backend="torch", precision="mixed_bfloat16",
                            cuda_graphs=True, channels_first=False)
@@ -65,6 +64,7 @@ def test_a_trial_runs_its_steps_as_the_run_does() -> None:
             "--channels-last"} <= set(command)
 
 
+@pytest.mark.slow
 def test_real_search_with_capped_trial_processes(workload) -> None:
     common = ("--backend", "torch", "--gpus", "0", "--model", "B0", "--image-size", "32",
               "--trial-steps", "1")
