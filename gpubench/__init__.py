@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # The revision of protos/gpubench/v1/run.proto this code writes. Bump it when a
 # field's meaning changes; the collector reads every version up to its own.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # The benchmark protocol's version: runs of different versions are not compared
 # unless the user asks. Bump it when anything that changes the figures changes.
