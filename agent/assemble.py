@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench.agent.events import Event
+from gpubench.agent.events import Event, plain_text
 from gpubench.agent.inventory import Inventory
 from gpubench.agent.runners.base import EXIT_OUT_OF_MEMORY, Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick, WindowTelemetry, aggregate
@@ -64,6 +64,7 @@ def decide_ending(
 
 
 def _clip(text: str, limit: int) -> str:
+    text = plain_text(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -87,7 +88,8 @@ class RunBuilder:
         self.error: Event | None = None
         self.epochs: dict[int, Event] = {}
         self.trials: list[Event] = []
-        self.chosen_batch: int | None = None
+        self.chosen: Event | None = None  # the workload's batch_chosen event
+        self.failed_runs: list[run_pb2.BatchTrial] = []  # real runs that ran out of memory
         self.warnings: list[str] = []
 
     @property
@@ -102,7 +104,7 @@ class RunBuilder:
         elif event.kind == "batch_trial":
             self.trials.append(event)
         elif event.kind == "batch_chosen":
-            self.chosen_batch = int(event.get("batch", 0)) or None
+            self.chosen = event
         elif event.kind == "epoch_finished":
             self.epochs[int(event.get("epoch", 0))] = event
         elif event.kind == "result":
@@ -115,6 +117,46 @@ class RunBuilder:
     def warn(self, message: str) -> None:
         """Add the agent's own warning to the record."""
         self.warnings.append(message)
+
+    @property
+    def started_batch(self) -> int:
+        """The batch the current attempt trains at (0 before it started)."""
+        return int(self.started.get("batch_per_gpu") or 0) if self.started else 0
+
+    @property
+    def chosen_batch(self) -> int | None:
+        """The batch the workload chose from its search (None: given, or not yet)."""
+        return int(self.chosen.get("batch") or 0) or None if self.chosen else None
+
+    def retry_batch(self, ending: Ending) -> int | None:
+        """The batch to run again at after the run ran out of memory at a batch the
+        search chose (the next smaller confirmed one), or None: only a chosen batch is
+        run again, never a given one."""
+        if ending.status != Status.RUN_STATUS_OUT_OF_MEMORY or self.chosen is None:
+            return None
+        if self.started is None or self.result is not None:
+            return None  # it failed in the search, not in the run
+        failed = self.started.get("batch_per_gpu")
+        return next((int(b) for b in self.chosen.get("fallbacks") or () if b < failed), None)
+
+    def begin_retry(self, ending: Ending, batch: int) -> None:
+        """Keep the search and the failure, forget the failed run's events: the workload
+        runs again at `batch`."""
+        failed = int(self.started.get("batch_per_gpu") or 0) if self.started else 0
+        epochs = len(self.epochs)
+        where = f"in epoch {epochs + 1}" if epochs < MEASURED_EPOCH else "after its epochs"
+        self.failed_runs.append(run_pb2.BatchTrial(
+            batch=failed, fits=False, kind="run",
+            message=_clip(f"the run ran out of memory {where}: {ending.message}", MAX_WARNING)))
+        self.warn(f"batch {failed} ran out of memory {where} of the real run although its "
+                  f"trial fit; ran again at batch {batch}")
+        self.started = self.result = self.error = None
+        self.epochs = {}
+
+    def ending(self, outcome: Outcome) -> Ending:
+        """How the workload's run ended, from what it said and how it exited."""
+        return decide_ending(outcome, self.error, self.result,
+                             self.measured_epoch in self.epochs)
 
     @property
     def measured_epoch(self) -> int:
@@ -151,7 +193,7 @@ class RunBuilder:
             result.epochs.append(_epoch(number, event, window))
 
         measured = self.measured_epoch
-        ending = decide_ending(outcome, self.error, self.result, measured in self.epochs)
+        ending = self.ending(outcome)
         result.status = ending.status
         result.error_message = _clip(ending.message, MAX_MESSAGE)
         if measured in self.epochs:
@@ -174,10 +216,14 @@ class RunBuilder:
                     batch=int(trial.get("batch", 0)),
                     fits=bool(trial.get("fits", False)),
                     peak_memory_bytes=int(trial.get("peak_memory_bytes") or 0),
+                    reserved_peak_bytes=int(trial.get("reserved_peak_bytes") or 0),
                     seconds=float(trial.get("seconds") or 0.0),
                     message=_clip(str(trial.get("message") or ""), MAX_WARNING),
+                    kind=str(trial.get("kind") or ""),
                 )
             )
+        result.batch_trials.extend(self.failed_runs)
+        self._search(result)
         if idle is not None:
             result.idle_temperature_c = idle.temperature_c
             result.idle_wait_seconds = idle.waited_seconds
@@ -187,6 +233,19 @@ class RunBuilder:
                 seen.add(warning)
                 result.warnings.append(_clip(warning, MAX_WARNING))
         return run
+
+    def _search(self, result: run_pb2.Result) -> None:
+        """The memory answer: the largest batch the search confirmed, and its cost."""
+        if self.chosen is None:
+            return
+        largest = int(self.chosen.get("largest") or 0)
+        failed = [trial.batch for trial in self.failed_runs]
+        if failed and largest >= min(failed) and self.started is not None:
+            # A real run at a smaller batch failed: only the batch that trained counts.
+            largest = int(self.started.get("batch_per_gpu") or 0)
+        result.largest_batch_per_gpu = largest
+        result.largest_batch_capped = bool(self.chosen.get("capped")) and not failed
+        result.search_seconds = float(self.chosen.get("search_seconds") or 0.0)
 
     def _host(self, run: run_pb2.Run, outcome: Outcome) -> None:
         run.host.CopyFrom(self.inventory.host)
@@ -224,10 +283,17 @@ class RunBuilder:
             config.global_batch = int(
                 started.get("global_batch") or config.batch_per_gpu * max(config.gpu_count, 1)
             )
-        choice = started.get("batch_choice") or ("given" if request.batch else "searched")
+        if self.chosen is not None:  # a retry runs at a given batch; the search chose it
+            choice, rule = "searched", str(self.chosen.get("rule") or request.batch_rule)
+        else:
+            choice = started.get("batch_choice") or ("given" if request.batch else "searched")
+            rule = str(started.get("batch_rule") or request.batch_rule)
         config.batch_choice = (
             run_pb2.BATCH_CHOICE_GIVEN if choice == "given" else run_pb2.BATCH_CHOICE_SEARCHED
         )
+        config.batch_rule = rule
+        config.memory_limit_bytes = int(started.get("memory_limit_bytes")
+                                        or request.memory_limit_bytes or 0)
         config.epochs = int(started.get("epochs") or request.epochs or MEASURED_EPOCH)
         config.pipeline = str(started.get("pipeline") or request.pipeline or "")
         config.weights = str(started.get("weights") or request.weights or "")
@@ -263,6 +329,7 @@ class RunBuilder:
             memory = run_pb2.GpuMemory(
                 gpu_index=index,
                 allocator_peak_bytes=int(entry.get("allocator_peak_bytes") or 0),
+                allocator_reserved_peak_bytes=int(entry.get("reserved_peak_bytes") or 0),
                 memory_total_bytes=int(totals.get(index) or entry.get("memory_total_bytes") or 0),
             )
             if window is not None:

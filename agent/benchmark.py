@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,12 +21,22 @@ from gpubench.agent.display import RunDisplay
 from gpubench.agent.inventory import Inventory
 from gpubench.agent.nvml import FakeNvml, Nvml
 from gpubench.agent.push import FreshConnection, PushReport, RetryPolicy, push_one
-from gpubench.agent.runners.base import Runner, WorkloadRequest
+from gpubench.agent.runners.base import Outcome, Runner, WorkloadRequest
 from gpubench.agent.spool import Spool
-from gpubench.agent.telemetry import DEFAULT_SAMPLE_HZ, IdleReport, Sampler, wait_for_idle
+from gpubench.agent.telemetry import (
+    DEFAULT_SAMPLE_HZ,
+    IdleReport,
+    Sampler,
+    Tick,
+    wait_for_idle,
+)
 
 from gpubench.errors import GpubenchError
 from gpubench.v1 import run_pb2
+
+# How many times a model runs again, each at a smaller batch, after running out of
+# memory at a batch the search chose.
+RETRIES = 2
 
 
 @dataclass(frozen=True)
@@ -99,9 +109,11 @@ class Benchmark:
     def run(self, requests: Sequence[WorkloadRequest]) -> BenchmarkOutcome:
         """Run every request in turn (stopping at a Ctrl-C)."""
         outcome = BenchmarkOutcome(push=PushReport() if self.client_factory else None)
+        self.display.suite_started([request.model for request in requests],
+                                   max((request.epochs or 2) for request in requests))
         try:
-            for request in requests:
-                run, interrupted = self.run_one(request)
+            for index, request in enumerate(requests):
+                run, interrupted = self.run_one(request, index)
                 if run is not None:
                     outcome.runs.append(run)
                     self._push(run, outcome)
@@ -158,16 +170,50 @@ class Benchmark:
             self.display.note(warning, style="yellow")
         return report
 
-    def run_one(self, request: WorkloadRequest) -> tuple[run_pb2.Run | None, bool]:
-        """One model: (its record, whether the person interrupted). The record is
-        None only when the interrupt came before the workload started."""
+    def run_one(self, request: WorkloadRequest, index: int = 0
+                ) -> tuple[run_pb2.Run | None, bool]:
+        """One model (the `index`-th of the run): its record, and whether the person
+        interrupted. The record is None only when the interrupt came before the
+        workload started. A run that runs out of memory at a batch the search chose
+        runs again at the next smaller confirmed one (at most RETRIES times)."""
         builder = RunBuilder(request, self.inventory, label=self.label,
                              gpu_indices=self.gpu_indices)
         try:
             idle = self._wait_for_idle(builder)
         except KeyboardInterrupt:
             return None, True
-        log_path = self.log_dir / f"{builder.run_id}.log" if self.log_dir else None
+        attempt = request
+        for retry in range(RETRIES + 1):
+            ended, ticks, interrupted = self._attempt(builder, attempt, index, retry)
+            if interrupted or request.batch is not None or retry == RETRIES:
+                break
+            ending = builder.ending(ended)
+            smaller = builder.retry_batch(ending)
+            if smaller is None:
+                break
+            self.display.note(f"{request.model}: batch {builder.started_batch} ran out of "
+                              f"memory in the run; running again at batch {smaller}",
+                              style="yellow")
+            builder.begin_retry(ending, smaller)
+            attempt = replace(request, batch=smaller, batch_rule="given")
+        with sigint_ignored():
+            run = builder.build(ended, ticks, idle)
+            path = self.spool.write(run)
+        status = run_pb2.RunStatus.Name(run.result.status).removeprefix("RUN_STATUS_").lower()
+        style = "green" if status == "ok" else "red"
+        self.display.note(f"{request.model}: {status}"
+                          + (f" ({run.result.error_message.splitlines()[0]})"
+                             if run.result.error_message else "")
+                          + f"; saved {path}", style=style)
+        if ended.log_path is not None and status != "ok":
+            self.display.note(f"{request.model}: the workload's output is in {ended.log_path}")
+        return run, interrupted
+
+    def _attempt(self, builder: RunBuilder, request: WorkloadRequest, index: int,
+                 retry: int) -> tuple[Outcome, Sequence[Tick], bool]:
+        """One workload process for `request`, its events into `builder`, sampled."""
+        name = builder.run_id + (f".retry{retry}" if retry else "")
+        log_path = self.log_dir / f"{name}.log" if self.log_dir else None
         interrupted = False
         with self.runner.start(request, log_path=log_path) as workload:
             if isinstance(self.nvml, FakeNvml) and hasattr(workload, "pid"):
@@ -177,7 +223,7 @@ class Benchmark:
                 trace=self.trace, trace_fields={"run_id": builder.run_id, "model": request.model},
             ) if self.nvml is not None else None
             self.display.model_started(request.model, request.epochs or 2,
-                                       sampler.latest if sampler else lambda: None)
+                                       sampler.latest if sampler else lambda: None, index)
             try:
                 if sampler is not None:
                     sampler.start()
@@ -198,17 +244,6 @@ class Benchmark:
                     self.display.model_finished()
             with sigint_ignored():
                 ended = workload.wait()
-        with sigint_ignored():
-            if sampler is not None and sampler.error:
-                builder.warn(f"GPU sampling stopped early ({sampler.error})")
-            run = builder.build(ended, sampler.ticks if sampler else (), idle)
-            path = self.spool.write(run)
-        status = run_pb2.RunStatus.Name(run.result.status).removeprefix("RUN_STATUS_").lower()
-        style = "green" if status == "ok" else "red"
-        self.display.note(f"{request.model}: {status}"
-                          + (f" ({run.result.error_message.splitlines()[0]})"
-                             if run.result.error_message else "")
-                          + f"; saved {path}", style=style)
-        if ended.log_path is not None and status != "ok":
-            self.display.note(f"{request.model}: the workload's output is in {ended.log_path}")
-        return run, interrupted
+        if sampler is not None and sampler.error:
+            builder.warn(f"GPU sampling stopped early ({sampler.error})")
+        return ended, (sampler.ticks if sampler else ()), interrupted

@@ -67,16 +67,31 @@ def _models(ctx: click.Context, param: click.Parameter, value: str) -> list[str]
     return list(dict.fromkeys(models))
 
 
-def _batch(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
-    if value.strip().lower() == "auto":
-        return None
+def _batch(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int | None, str]:
+    """(batch, rule): (None, 'steps') for auto, (None, 'largest'), or (N, 'given')."""
+    text = value.strip().lower()
+    if text in ("auto", "largest"):
+        return None, "steps" if text == "auto" else "largest"
     try:
-        batch = int(value)
+        batch = int(text)
     except ValueError:
-        raise click.BadParameter(f"{value!r}: 'auto' or a whole number") from None
+        raise click.BadParameter(f"{value!r}: 'auto', 'largest' or a whole number") from None
     if batch < 1:
         raise click.BadParameter(f"{value!r}: at least 1")
-    return batch
+    return batch, "given"
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    from gpubench.agent.workload.options import parse_size
+
+    from gpubench.errors import GpubenchError
+
+    try:
+        return parse_size(value)
+    except GpubenchError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def spool_option(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -131,7 +146,19 @@ def main() -> None:
 @click.option("--models", default="B0,B3,B7", show_default=True, callback=_models,
               help="Comma list of the models to run, in order.")
 @click.option("--batch", default="auto", show_default=True, callback=_batch,
-              help="Batch size per GPU, or 'auto': the largest that fits in GPU memory.")
+              help="Batch size per GPU. 'auto': search the largest batch that fits (recorded) "
+                   "and time the largest power of two that fits and leaves at least 8 training "
+                   "steps an epoch; 'largest': time the largest that fits; N: time N (a run "
+                   "that runs out of memory then ends so).")
+@click.option("--quick", is_flag=True,
+              help="B0 only, at the article's Tesla T4 batch (128), the protocol's float32: a "
+                   "comparable figure in about a minute on a large GPU.")
+@click.option("--memory-limit", metavar="SIZE", callback=_size,
+              help="Behave as a GPU of this size, e.g. 16GiB (torch: the allocator's share "
+                   "of the card; TensorFlow: a logical device limit): would it fit there?")
+@click.option("--search-budget", type=click.FloatRange(min=1), default=None,
+              help="Seconds the batch search may take per model [default: the workload's, "
+                   "120].")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="float32", show_default=True,
               help="Training precision (float32 is the protocol's).")
 @click.option("--gpus", type=click.IntRange(min=0), default=None,
@@ -158,8 +185,8 @@ def main() -> None:
 @click.option("--cuda-graphs/--no-cuda-graphs", default=None,
               help="torch backend, one GPU: record each training and validation step once as "
                    "a CUDA graph and replay it, so the host launches a step with one call; "
-                   "random numbers then come from torch's default generator [default: the "
-                   "workload's, off].")
+                   "random numbers then come from torch's default generator [default: on "
+                   "where it applies: torch on one GPU, not mixed_float16 or --jit-compile].")
 @click.option("--data-on-device/--data-on-host", default=None,
               help="torch backend, cached pipeline: keep the decoded images on the GPU "
                    "[default: the workload's, on the host].")
@@ -195,7 +222,10 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True,
               help="Print the run records as JSON on stdout instead of tables.")
 @handles_errors
-def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
+@click.pass_context
+def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], quick: bool,
+        memory_limit: int | None, search_budget: float | None, precision: str,
+        gpus: int | None,
         backend: str | None, data: str | None, epochs: int | None, image_size: int | None,
         limit_images: int | None, pipeline: str | None, weights: str | None,
         jit_compile: bool | None, cuda_graphs: bool | None, data_on_device: bool | None,
@@ -205,54 +235,51 @@ def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
         spool_dir: Path | None, sample_hz: float, trace_path: Path | None,
         idle_timeout: float, idle_temperature: float, label: str, as_json: bool) -> int:
     """Run the benchmark: each model in turn, then a summary (and a comparison with
-    the collector's runs). Every run is written to the spool before it is sent."""
-    import shlex
+    the collector's runs). Every run is written to the spool before it is sent.
 
+    By default each model's largest batch is searched (a few short trials) and its
+    speed is timed at the largest power of two that fits with at least 8 training
+    steps an epoch; docs/protocol.md says why.
+    """
+    from click.core import ParameterSource
     from gpubench.agent.benchmark import Benchmark, IdleRule
     from gpubench.agent.display import RunDisplay
-    from gpubench.agent.inventory import open_and_take_inventory, take_inventory
-    from gpubench.agent.nvml import FakeNvml
     from gpubench.agent.push import RetryPolicy
     from gpubench.agent.runners.base import WorkloadRequest
     from gpubench.agent.spool import Spool
 
-    from gpubench.errors import GpubenchError
 
     if offline and collector:
-        raise click.UsageError("--offline and --collector: choose one")
+        if ctx.get_parameter_source("collector") == ParameterSource.ENVIRONMENT:
+            collector = None  # --offline wins over an exported GPUBENCH_COLLECTOR
+        else:
+            raise click.UsageError("--offline and --collector: choose one")
+    if quick:
+        quick_conflicts = [flag for flag, name in (("--models", "models"), ("--batch", "batch"),
+                                                   ("--precision", "precision"))
+                           if ctx.get_parameter_source(name) != ParameterSource.DEFAULT]
+        if quick_conflicts:
+            raise click.UsageError(f"--quick sets {', '.join(quick_conflicts)}: leave them out")
+        from gpubench.agent.workload.options import QUICK_BATCH, QUICK_MODEL
+
+        models, batch = [QUICK_MODEL], (QUICK_BATCH, "quick")
     if not offline and not collector:
         raise click.UsageError(
             "give --collector HOST:PORT --token T (or $GPUBENCH_COLLECTOR), or --offline"
         )
     display = RunDisplay()
-    if os.environ.get(NVML_TRACE_ENV):
-        nvml: Any = FakeNvml.from_trace(os.environ[NVML_TRACE_ENV])
-        inventory = take_inventory(nvml)
-        display.note(f"replaying the NVML trace {os.environ[NVML_TRACE_ENV]} (no real GPU is "
-                     "read)", style="yellow")
-    else:
-        nvml, inventory = open_and_take_inventory()
+    nvml, inventory = _open_host(display)
     try:
-        if inventory.no_gpu_reason:
-            display.note(inventory.no_gpu_reason, style="yellow")
-        available = len(inventory.gpus)
-        gpu_count = gpus if gpus is not None else min(available, 1)
-        if gpu_count > available:
-            raise GpubenchError(f"--gpus: {gpu_count} asked, but this host has {available}",
-                                exit_code=EXIT_USAGE)
-        if gpu_count == 0:
-            display.note("CPU-only run: the figures are labelled CPU and compared as such")
-        if runner == "docker":
-            from gpubench.agent.runners.docker import DockerRunner
-
-            chosen: Any = DockerRunner(image, gpus=gpu_count > 0)
-        else:
-            from gpubench.agent.runners.local import LocalRunner
-
-            command = os.environ.get(WORKLOAD_COMMAND_ENV)
-            chosen = LocalRunner(shlex.split(command) if command else None)
+        gpu_count = _gpu_count(gpus, inventory, display)
+        chosen = _make_runner(runner, image, gpu_count)
         spool = Spool(spool_dir)
         retry = RetryPolicy()
+        if not offline:
+            from gpubench.agent.preflight import check_collector
+
+            found = check_collector(_client_factory(collector or "", token, ca, retry.call_timeout),
+                                    collector or "", spool.root)
+            display.note(found.message, style="" if found.reachable else "yellow")
         trace = open(trace_path, "a", encoding="utf-8") if trace_path else None  # noqa: SIM115
         try:
             benchmark = Benchmark(
@@ -264,7 +291,9 @@ def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
                     collector or "", token, ca, retry.call_timeout),
             )
             requests = [
-                WorkloadRequest(model=model, batch=batch, precision=precision, gpus=gpu_count,
+                WorkloadRequest(model=model, batch=batch[0], batch_rule=batch[1],
+                                memory_limit_bytes=memory_limit, search_budget=search_budget,
+                                precision=precision, gpus=gpu_count,
                                 backend=backend, data=data, epochs=epochs,
                                 image_size=image_size, limit_images=limit_images,
                                 pipeline=pipeline, weights=weights,
@@ -284,6 +313,49 @@ def run(models: list[str], batch: int | None, precision: str, gpus: int | None,
             nvml.close()
     _report(outcome, display, as_json, collector, token, ca)
     return _exit_code(outcome)
+
+
+def _open_host(display: Any) -> tuple[Any, Any]:
+    """NVML (the real driver, or a replayed trace) and this host's inventory."""
+    from gpubench.agent.inventory import open_and_take_inventory, take_inventory
+    from gpubench.agent.nvml import FakeNvml
+
+    if os.environ.get(NVML_TRACE_ENV):
+        nvml: Any = FakeNvml.from_trace(os.environ[NVML_TRACE_ENV])
+        display.note(f"replaying the NVML trace {os.environ[NVML_TRACE_ENV]} (no real GPU is "
+                     "read)", style="yellow")
+        return nvml, take_inventory(nvml)
+    return open_and_take_inventory()
+
+
+def _gpu_count(gpus: int | None, inventory: Any, display: Any) -> int:
+    """The GPUs to train on: as asked (checked against the host), else 1 or 0."""
+    from gpubench.errors import GpubenchError
+
+    if inventory.no_gpu_reason:
+        display.note(inventory.no_gpu_reason, style="yellow")
+    available = len(inventory.gpus)
+    gpu_count = gpus if gpus is not None else min(available, 1)
+    if gpu_count > available:
+        raise GpubenchError(f"--gpus: {gpu_count} asked, but this host has {available}",
+                            exit_code=EXIT_USAGE)
+    if gpu_count == 0:
+        display.note("CPU-only run: the figures are labelled CPU and compared as such")
+    return gpu_count
+
+
+def _make_runner(kind: str, image: str, gpu_count: int) -> Any:
+    """The runner that starts the workload: a child process, or the workload image."""
+    import shlex
+
+    if kind == "docker":
+        from gpubench.agent.runners.docker import DockerRunner
+
+        return DockerRunner(image, gpus=gpu_count > 0)
+    from gpubench.agent.runners.local import LocalRunner
+
+    command = os.environ.get(WORKLOAD_COMMAND_ENV)
+    return LocalRunner(shlex.split(command) if command else None)
 
 
 def _exit_code(outcome: Any) -> int:
@@ -346,6 +418,62 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
                     display.note(f"compare {run.config.model}: {warning}", style="yellow")
     except GpubenchError as exc:
         display.note(f"no comparison: {exc}", style="yellow")
+
+
+@main.command("largest-batch", context_settings=CONTEXT)
+@click.option("--models", default="B0,B3,B7", show_default=True, callback=_models,
+              help="Comma list of the models to search, in order.")
+@click.option("--memory-limit", "limits", metavar="SIZE", multiple=True,
+              help="Search as a GPU of this size too, e.g. 16GiB (repeat, or give a comma "
+                   "list: 8GiB,16GiB,48GiB) [default: the whole card only].")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="float32", show_default=True,
+              help="Training precision.")
+@click.option("--gpus", type=click.IntRange(min=0), default=None,
+              help="GPUs (0: the CPU) [default: 1, or 0 without a GPU].")
+@click.option("--backend", type=click.Choice(BACKENDS), default=None,
+              help="Keras backend of the workload [default: the workload's].")
+@click.option("--image-size", type=click.IntRange(min=32), default=None,
+              help="Pixels per side [default: the model's native size].")
+@click.option("--limit-images", type=click.IntRange(min=10), default=None,
+              help="Use only this many images (quick checks).")
+@click.option("--search-budget", type=click.FloatRange(min=1), default=None,
+              help="Seconds each search may take [default: the workload's, 120].")
+@click.option("--runner", type=click.Choice(("local", "docker")), default="local",
+              show_default=True, help="Run the workload in a child process, or in its image.")
+@click.option("--image", default="gpubench-workload:latest", show_default=True,
+              help="The workload image (--runner docker).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@handles_errors
+def largest_batch(models: list[str], limits: tuple[str, ...], precision: str,
+                  gpus: int | None, backend: str | None, image_size: int | None,
+                  limit_images: int | None, search_budget: float | None, runner: str,
+                  image: str, as_json: bool) -> int:
+    """Only the batch search: the largest batch each model trains at on this GPU, or on
+    a GPU of each --memory-limit. Nothing is trained to the end, recorded or sent."""
+    from gpubench.agent.display import RunDisplay
+    from gpubench.agent.largest import print_table, search_models
+    from gpubench.agent.runners.base import SearchRequest
+
+    sizes = tuple(_size(click.get_current_context(), None, part.strip())  # type: ignore[arg-type]
+                  for given in limits for part in given.split(",") if part.strip())
+    display = RunDisplay()
+    nvml, inventory = _open_host(display)
+    if nvml is not None:
+        nvml.close()
+    gpu_count = _gpu_count(gpus, inventory, display)
+    requests = [SearchRequest(model=model, limits=sizes, precision=precision, gpus=gpu_count,  # type: ignore[arg-type]
+                              backend=backend, image_size=image_size, limit_images=limit_images,
+                              search_budget=search_budget) for model in models]
+    found, failed = search_models(_make_runner(runner, image, gpu_count), requests, display)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(found, indent=1))
+    else:
+        from rich.console import Console
+
+        print_table(found, Console())
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 @main.command(context_settings=CONTEXT)
@@ -442,14 +570,9 @@ def status(spool_dir: Path | None, as_json: bool) -> int:
 @handles_errors
 def inventory(as_json: bool) -> int:
     """What this host has: CPU, RAM, OS and every GPU the NVIDIA driver sees."""
-    from gpubench.agent.inventory import open_and_take_inventory, take_inventory
-    from gpubench.agent.nvml import FakeNvml
+    from gpubench.agent.display import RunDisplay
 
-    if os.environ.get(NVML_TRACE_ENV):
-        nvml: Any = FakeNvml.from_trace(os.environ[NVML_TRACE_ENV])
-        found = take_inventory(nvml)
-    else:
-        nvml, found = open_and_take_inventory()
+    nvml, found = _open_host(RunDisplay(quiet=True))
     if nvml is not None:
         nvml.close()
     data = found.to_dict()

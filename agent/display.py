@@ -7,8 +7,10 @@ show the run too.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
+from gpubench.agent.eta import SuiteClock
 from gpubench.agent.events import Event
 from gpubench.agent.telemetry import Tick
 from rich.console import Console
@@ -40,13 +42,15 @@ def live_figures(tick: Tick | None) -> str:
 
 
 class _LiveColumn(ProgressColumn):
-    """Asks the sampler for its newest figures at every refresh."""
+    """Asks the sampler for its newest figures at every refresh (the model's row)."""
 
     def __init__(self, latest: Callable[[], Tick | None]) -> None:
         super().__init__()
         self._latest = latest
 
     def render(self, task: Task) -> Text:
+        if not task.fields.get("live"):
+            return Text("")
         return Text(live_figures(self._latest()), style="cyan")
 
 
@@ -54,17 +58,34 @@ class _StepsColumn(ProgressColumn):
     """'12/14 steps' once the epoch's step count is known."""
 
     def render(self, task: Task) -> Text:
-        if task.total is None:
+        if task.total is None or not task.fields.get("live"):
             return Text("")
         return Text(f"{task.completed:.0f}/{task.total:.0f} steps")
 
 
+class _SuiteColumn(ProgressColumn):
+    """The suite's row: where it is and about how long is left, computed at each refresh."""
+
+    def __init__(self, clock: Callable[[], SuiteClock | None]) -> None:
+        super().__init__()
+        self._clock = clock
+
+    def render(self, task: Task) -> Text:
+        clock = self._clock()
+        if task.fields.get("live") or clock is None:
+            return Text("")
+        return Text(clock.describe(time.monotonic()), style="bold")
+
+
 class RunDisplay:
-    """Progress of one `gpubench-agent run`."""
+    """Progress of one `gpubench-agent run`: a row for the suite of models (where it
+    is, about how long is left) and one for the running model (its phase or epoch,
+    steps, elapsed time, power and memory)."""
 
     def __init__(self, console: Console | None = None, *, quiet: bool = False) -> None:
         self.console = console or Console(stderr=True)
         self.quiet = quiet
+        self.clock: SuiteClock | None = None
         self._progress: Progress | None = None
         self._task: int | None = None
         self._model = ""
@@ -75,14 +96,23 @@ class RunDisplay:
         if not self.quiet:
             self.console.print(message, style=style or None, highlight=False)
 
-    def model_started(self, model: str, epochs: int, latest: Callable[[], Tick | None]) -> None:
-        """A model's run begins: show a live line for it."""
+    def suite_started(self, models: list[str], epochs: int) -> None:
+        """The run's models, in order: the suite row follows them."""
+        self.clock = SuiteClock(models, epochs)
+
+    def model_started(self, model: str, epochs: int, latest: Callable[[], Tick | None],
+                      index: int | None = None) -> None:
+        """A model's run begins (the `index`-th of the suite, 0-based): show its rows."""
         self._model, self._epochs = model, epochs
+        if self.clock is None:
+            self.clock = SuiteClock([model], epochs)
+        self.clock.model_started(index if index is not None else 0, time.monotonic())
         if self.quiet:
             return
         self._progress = Progress(
+            _SuiteColumn(lambda: self.clock),
             TextColumn("[bold]{task.description}"),
-            BarColumn(bar_width=30),
+            BarColumn(bar_width=20),
             _StepsColumn(),
             TimeElapsedColumn(),
             _LiveColumn(latest),
@@ -90,7 +120,9 @@ class RunDisplay:
             transient=True,
         )
         self._progress.start()
-        self._task = self._progress.add_task(f"{model}: starting", total=None)
+        if len(self.clock.models) > 1:
+            self._progress.add_task("", total=None, live=False)
+        self._task = self._progress.add_task(f"{model}: starting", total=None, live=True)
 
     def _update(self, **fields: object) -> None:
         if self._progress is not None and self._task is not None:
@@ -101,18 +133,20 @@ class RunDisplay:
         model = self._model
         if event.kind == "started":
             batch = event.get("global_batch") or event.get("batch_per_gpu")
-            what = f"batch {batch}" if batch else "searching the largest batch"
             self.note(f"{model}: {event.get('backend', '')} {event.get('backend_version', '')}, "
-                      f"{event.get('image_size', '')} px, {what}")
-            self._update(description=f"{model}: loading")
+                      f"{event.get('image_size', '')} px, batch {batch}")
+            self._update(description=f"{model}: loading the images")
+        elif event.kind == "phase":
+            self._phase(event)
         elif event.kind == "batch_trial":
-            fits = "fits" if event.get("fits") else "does not fit"
-            self.note(f"{model}: batch {event.get('batch')} {fits}")
+            self._trial(event)
         elif event.kind == "batch_chosen":
-            self.note(f"{model}: batch {event.get('batch')} chosen")
+            self._chosen(event)
         elif event.kind == "epoch_started":
+            epoch = event.get("epoch")
             self._update(
-                description=f"{model} epoch {event.get('epoch')}/{self._epochs}",
+                description=f"{model} epoch {epoch}/{self._epochs}"
+                + (" (set-up)" if epoch == 1 else ""),
                 total=event.get("steps") or None,
                 completed=0,
             )
@@ -120,6 +154,8 @@ class RunDisplay:
             self._update(completed=event.get("step", 0), total=event.get("steps") or None)
         elif event.kind == "epoch_finished":
             seconds = float(event.get("wall_seconds", 0))
+            if self.clock is not None:
+                self.clock.epoch(seconds)
             self.note(f"{model} epoch {event.get('epoch')}: {seconds:.1f} s")
         elif event.kind == "warning":
             self.note(f"{model}: warning: {event.get('message')}", style="yellow")
@@ -129,8 +165,37 @@ class RunDisplay:
             status = event.get("status", "error")
             self.note(f"{model}: {status}: {event.get('message')}", style="red")
 
+    def _phase(self, event: Event) -> None:
+        model, phase = self._model, event.get("phase")
+        message = event.get("message") or phase
+        self.note(f"{model}: {message}", style="dim")
+        short = {"search": "searching the batch", "build": "building the model",
+                 "first_step": "first steps (set-up)"}.get(str(phase), str(phase))
+        self._update(description=f"{model}: {short}")
+
+    def _trial(self, event: Event) -> None:
+        model = self._model
+        batch = int(event.get("batch") or 0)
+        if self.clock is not None:
+            self.clock.trial(batch, float(event.get("step_seconds") or 0.0))
+        verdict = "fits" if event.get("fits") else "does not fit"
+        used = int(event.get("reserved_peak_bytes") or event.get("peak_memory_bytes") or 0)
+        figure = f" ({used / GIB:.1f} GiB)" if used and event.get("fits") else ""
+        self.note(f"{model}: {event.get('kind') or 'trial'} batch {batch} {verdict}{figure}, "
+                  f"{float(event.get('seconds') or 0):.0f} s")
+        self._update(description=f"{model}: trial {batch}")
+
+    def _chosen(self, event: Event) -> None:
+        largest, batch = event.get("largest"), event.get("batch")
+        capped = "+ (every image)" if event.get("capped") else ""
+        seconds = float(event.get("search_seconds") or 0)
+        self.note(f"{self._model}: fits batch {largest}{capped}; timed at {batch} "
+                  f"(search {seconds:.0f} s)")
+
     def model_finished(self) -> None:
-        """The model's run ended: remove its live line."""
+        """The model's run ended: remove its rows."""
+        if self.clock is not None:
+            self.clock.model_finished(time.monotonic())
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

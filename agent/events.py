@@ -13,14 +13,20 @@ Kinds and their fields (all optional fields may be absent):
 
 - started: backend, backend_version, keras_version, python_version,
   cuda_runtime_version, cudnn_version, model, image_size, batch_per_gpu,
-  global_batch, batch_choice ("given"|"searched"), precision, gpu_count, epochs,
+  global_batch, batch_choice ("given"|"searched"), batch_rule, memory_limit_bytes,
+  precision, gpu_count, epochs,
   pipeline, weights, jit_compile, cuda_graphs, data_on_device, batched_augmentation,
   fused_batchnorm, channels_first,
   dataset {name, image_count, fingerprint, train_images, validation_images,
   validation_split, seed, skipped_files (count of non-image files), class_names}, pid
-- batch_trial: batch, fits, peak_memory_bytes, seconds, message,
-  address_space_peak_bytes
-- batch_chosen: batch
+- batch_trial: batch, fits, kind ("probe"|"confirm"), peak_memory_bytes,
+  reserved_peak_bytes, capacity_bytes, seconds, step_seconds, message
+- batch_chosen: batch, rule, largest, capped, fallbacks [int], search_seconds,
+  capacity_bytes, fixed_bytes, per_image_bytes, predicted_peak_bytes, stopped_by
+- search_done: model, batch, rule, memory_limit_bytes and batch_chosen's search
+  fields (the workload's `search` command: no training follows)
+- phase: phase ("search"|"build"|"first_step"), model, message   (what the
+  workload is doing before its first epoch ends, for the console)
 - epoch_started: epoch, steps
 - step: epoch, step, steps                       (progress; throttled)
 - epoch_finished: epoch, wall_seconds, train_seconds, validation_seconds,
@@ -28,7 +34,8 @@ Kinds and their fields (all optional fields may be absent):
   train_images_per_second, step_time_median_seconds, step_time_cv, timed_steps
 - result: measured_epoch, epoch2_seconds, startup_seconds,
   train_images_per_second, step_time_median_seconds, step_time_cv, timed_steps,
-  memory [{gpu_index, allocator_peak_bytes, memory_total_bytes}], memory_notes [str],
+  memory [{gpu_index, allocator_peak_bytes, memory_total_bytes, reserved_peak_bytes}],
+  memory_notes [str],
   warnings [str], epochs [{epoch, wall_seconds, train_images_per_second, ...}],
   batch_per_gpu, global_batch, pipeline_mode, decode_seconds, weights,
   parameters {total, trainable, non_trainable}
@@ -40,6 +47,7 @@ Kinds and their fields (all optional fields may be absent):
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -52,6 +60,8 @@ KINDS = frozenset(
         "started",
         "batch_trial",
         "batch_chosen",
+        "phase",
+        "search_done",
         "epoch_started",
         "step",
         "epoch_finished",
@@ -83,14 +93,38 @@ class EventWriter:
     def __init__(self, stream: IO[str] | None = None) -> None:
         self._stream = stream if stream is not None else sys.stdout
 
-    def emit(self, kind: str, **fields: Any) -> None:
+    def emit(self, kind: str, /, **fields: Any) -> None:
         """Write one event and flush, so the agent sees it at once."""
         if kind not in KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
         record = {"event": kind, "v": STREAM_VERSION, "t": time.monotonic(), "wall": time.time()}
-        record.update(fields)
+        record.update(_plain_fields(dict(fields)))
         self._stream.write(json.dumps(record, allow_nan=False, default=_jsonable) + "\n")
         self._stream.flush()
+
+
+# Terminal control sequences (CSI such as "\x1b[1m", OSC, and lone escapes) and the
+# other control characters: a framework's coloured error text must reach the record
+# and the console as plain words.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain_text(text: str) -> str:
+    """`text` without terminal escape sequences or control characters (tabs and
+    newlines kept)."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+def _plain_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Messages and warnings as plain text; other fields as they are."""
+    for key in ("message", "warnings", "memory_notes"):
+        value = fields.get(key)
+        if isinstance(value, str):
+            fields[key] = plain_text(value)
+        elif isinstance(value, list):
+            fields[key] = [plain_text(v) if isinstance(v, str) else v for v in value]
+    return fields
 
 
 def _jsonable(value: Any) -> Any:
@@ -128,4 +162,4 @@ def parse_line(line: str) -> Event | None:
         return Event("warning", t, wall, {"message": message})
     if kind not in KINDS:
         return Event("warning", t, wall, {"message": f"ignored an unknown event kind {kind!r}"})
-    return Event(kind, t, wall, record)
+    return Event(kind, t, wall, _plain_fields(record))

@@ -49,12 +49,13 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
     first = runs[0] if runs else None
     where = (record.gpu_config_name(first.gpus[0].name, first.config.gpu_count)
              if first is not None and first.gpus else "CPU only")
-    searched_any = any(r.config.batch_choice == run_pb2.BATCH_CHOICE_SEARCHED for r in runs)
+    searched_any = any(r.result.largest_batch_per_gpu for r in runs)
     table = Table(
         title=f"gpubench on {where}", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
         pad_edge=False,
         caption="energy and power: the measured epoch, all GPUs"
-        + ("; * the largest batch that fits (--batch auto)" if searched_any else ""),
+        + ("; fits: the largest batch per GPU that fits (+: every training image)"
+           if searched_any else ""),
     )
     table.add_column("model")
     table.add_column("status")
@@ -62,6 +63,8 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
     table.add_column("epoch 2", justify="right")
     table.add_column("img/s", justify="right")
     table.add_column("batch", justify="right")
+    if searched_any:
+        table.add_column("fits", justify="right")
     table.add_column("peak memory", justify="right", no_wrap=True)
     table.add_column("energy", justify="right")
     table.add_column("power", justify="right")
@@ -70,14 +73,16 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
         epochs = {epoch.number: epoch for epoch in result.epochs}
         status = record.status_name(result.status)
         batch = run.config.global_batch or run.config.batch_per_gpu
-        searched = run.config.batch_choice == run_pb2.BATCH_CHOICE_SEARCHED
+        largest = result.largest_batch_per_gpu
         table.add_row(
             run.config.model,
             status if status == "ok" else f"[red]{status}[/red]",
             _seconds(epochs[1].wall_seconds if 1 in epochs else 0.0),
             _seconds(result.epoch2_seconds),
             f"{result.train_images_per_second:.0f}" if result.train_images_per_second else MISSING,
-            (f"{batch}{'*' if searched else ''}" if batch else MISSING),
+            str(batch) if batch else MISSING,
+            *([f"{largest}{'+' if result.largest_batch_capped else ''}" if largest else MISSING]
+              if searched_any else []),
             _memory(run),
             _energy(result.energy_per_epoch_joules),
             f"{result.mean_power_watts:.0f} W" if result.mean_power_watts else MISSING,

@@ -31,7 +31,8 @@ class WorkloadRequest:
     """
 
     model: str
-    batch: int | None = None  # None: --batch auto (the largest batch that fits)
+    batch: int | None = None  # None: chosen by the workload's search, by batch_rule
+    batch_rule: str = "steps"  # "steps" (--batch auto), "largest", "given" or "quick"
     precision: str | None = None
     gpus: int | None = None
     backend: str | None = None
@@ -47,12 +48,21 @@ class WorkloadRequest:
     batched_augmentation: bool | None = None
     fused_batchnorm: bool | None = None
     channels_first: bool | None = None
+    memory_limit_bytes: int | None = None
+    search_budget: float | None = None
 
     def arguments(self) -> list[str]:
         """The arguments of `python -m gpubench.agent.workload run`."""
-        batch = "auto" if self.batch is None else str(self.batch)
+        if self.batch is not None:
+            batch = str(self.batch)
+        else:
+            batch = "largest" if self.batch_rule == "largest" else "auto"
         args = ["run", "--model", self.model, "--batch", batch]
+        if self.batch is not None and self.batch_rule == "quick":
+            args += ["--batch-rule", "quick"]
         for flag, value in (
+            ("--memory-limit", self.memory_limit_bytes),
+            ("--search-budget", self.search_budget),
             ("--precision", self.precision),
             ("--gpus", self.gpus),
             ("--backend", self.backend),
@@ -73,6 +83,40 @@ class WorkloadRequest:
             value = getattr(self, name)
             if value is not None:
                 args.append(on if value else off)
+        return args
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """Only the batch search of one model (`workload search`): the largest batch that
+    fits on the whole card, or as a card of each of `limits` bytes; no training."""
+
+    model: str
+    limits: tuple[int, ...] = ()
+    precision: str | None = None
+    gpus: int | None = None
+    backend: str | None = None
+    data: str | None = None
+    image_size: int | None = None
+    limit_images: int | None = None
+    search_budget: float | None = None
+
+    def arguments(self) -> list[str]:
+        """The arguments of `python -m gpubench.agent.workload search`."""
+        args = ["search", "--model", self.model]
+        for limit in self.limits:
+            args += ["--limit", str(limit)]
+        for flag, value in (
+            ("--precision", self.precision),
+            ("--gpus", self.gpus),
+            ("--backend", self.backend),
+            ("--data", self.data),
+            ("--image-size", self.image_size),
+            ("--limit-images", self.limit_images),
+            ("--search-budget", self.search_budget),
+        ):
+            if value is not None:
+                args += [flag, str(value)]
         return args
 
 
@@ -179,6 +223,7 @@ class Runner:
 
     name = ""
 
-    def start(self, request: WorkloadRequest, *, log_path: Path | None = None) -> Workload:
+    def start(self, request: WorkloadRequest | SearchRequest, *,
+              log_path: Path | None = None) -> Workload:
         """Start the workload for `request`; its own output goes to `log_path`."""
         raise NotImplementedError

@@ -21,6 +21,7 @@ from gpubench.agent.runners.base import (
     Outcome,
     OutputLog,
     Runner,
+    SearchRequest,
     Workload,
     WorkloadRequest,
     events_from_lines,
@@ -224,7 +225,8 @@ class DockerRunner(Runner):
             raise DockerUnavailable(f"cannot reach the docker engine ({exc})") from None
         return client
 
-    def start(self, request: WorkloadRequest, *, log_path: Path | None = None) -> DockerWorkload:
+    def start(self, request: WorkloadRequest | SearchRequest, *,
+              log_path: Path | None = None) -> DockerWorkload:
         import docker
 
         client = self._client()

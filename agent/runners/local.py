@@ -22,6 +22,7 @@ from gpubench.agent.runners.base import (
     Outcome,
     OutputLog,
     Runner,
+    SearchRequest,
     Workload,
     WorkloadRequest,
     events_from_lines,
@@ -160,7 +161,8 @@ class LocalRunner(Runner):
         self.env = env
         self.stop_timeouts = stop_timeouts
 
-    def start(self, request: WorkloadRequest, *, log_path: Path | None = None) -> LocalWorkload:
+    def start(self, request: WorkloadRequest | SearchRequest, *,
+              log_path: Path | None = None) -> LocalWorkload:
         env = dict(os.environ if self.env is None else self.env)
         # Events must arrive as they are written, not when a buffer fills.
         env["PYTHONUNBUFFERED"] = "1"

@@ -53,10 +53,18 @@ def select(backend: str, gpus: int) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(listed[:gpus])
 
 
-def import_keras() -> ModuleType:
-    """Keras on the selected backend, with the devices configured for measuring."""
+_configured: list[str] = []  # the backend import_keras configured, once per process
+
+
+def import_keras(*, memory_growth: bool = True) -> ModuleType:
+    """Keras on the selected backend, with the devices configured for measuring.
+
+    The first call configures the devices; later calls only return Keras.
+    `memory_growth=False` leaves TensorFlow's GPUs alone for memory.limit_memory,
+    which sets a memory limit instead (TensorFlow takes one or the other).
+    """
     wanted = os.environ["KERAS_BACKEND"]
-    if wanted == "tensorflow":
+    if wanted == "tensorflow" and memory_growth and wanted not in _configured:
         # Memory growth must be set before TensorFlow touches a GPU: without it
         # TensorFlow takes nearly the whole card and the peak means nothing.
         import tensorflow as tf
@@ -67,6 +75,7 @@ def import_keras() -> ModuleType:
 
     if keras.backend.backend() != wanted:
         raise RuntimeError(f"Keras runs on {keras.backend.backend()}, not {wanted}")
+    _configured.append(wanted)
     return keras
 
 

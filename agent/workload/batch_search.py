@@ -1,44 +1,53 @@
-"""The largest batch that trains without running out of memory (--batch auto).
+"""The run's two batch answers: the largest batch that fits, and the batch the speed run uses.
 
-Each trial is a fresh `python -m gpubench.agent.workload trial` process that
-builds the model and trains a few steps at one batch size: TensorFlow cannot
-recover from an out-of-memory error in-process, and a fresh process starts from
-an empty allocator every time. The search doubles until a batch does not fit,
-then bisects between the largest that fit and the smallest that did not, within
-a budget of trials. Every trial is kept and reported.
+Peak memory grows close to linearly with the batch: weights, gradients and the
+optimizer's state are fixed, activations are per image. The search probes two
+small batches, fits that line, predicts the largest batch that leaves HEADROOM
+of the card free, and confirms the prediction with one trial at the real run's
+shapes (a full step, the epoch's short last step, validation). A failed confirm
+steps down, then bisects; a trial budget and a time budget bound it all. On a
+large card that is three trials.
 
-No framework is imported here: the search runs before the run's own process
-imports one, so it never holds GPU memory while its trials run.
+How a trial is made (in this process with the network built once, or a fresh
+process per trial) is `trials`' business; this module is arithmetic only and
+imports no framework.
+
+The speed run does not use the largest batch: with 1709 training images the
+largest batch is one or two steps an epoch on a large card, which times start-up
+more than training. `speed_batch` is the rule written in docs/protocol.md: the
+largest power of two that fits and leaves at least MIN_STEPS full training steps
+an epoch.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from gpubench.agent.events import parse_line
-from gpubench.agent.workload.backend import is_out_of_memory
-from gpubench.agent.workload.options import (
-    EXIT_OUT_OF_MEMORY,
-    STEP_SWITCHES,
-    TORCH_KERNELS,
-    RunSettings,
-)
+from gpubench.agent.workload.options import EXIT_OUT_OF_MEMORY, RULE_STEPS
 
 from gpubench.errors import GpubenchError
 
-# Where doubling starts: small enough for an 8 GB card (the protocol's GTX 1070
-# ran 60 / 16 / 1), large enough not to waste trials on a big one.
-START_BATCH = {"B0": 32, "B3": 16, "B7": 4}
-# Bisection stops once the gap between "fits" and "does not" is this share of
-# the batch or less (1/8: within 12.5%).
+# The two probes of each model: small enough for an 8 GB card (the article's GTX 1070
+# ran 60 / 16 / 1), far enough apart for the line's slope.
+PROBES = {"B0": (16, 64), "B3": (8, 32), "B7": (2, 8)}
+# The share of the card the prediction leaves free. It covers what a trial does not
+# hold: allocator fragmentation over an epoch, the prefetched batches, CUDA graphs'
+# pools. docs/results/h200-default-run.md measures the real runs' peaks against the line.
+HEADROOM = 0.08
+# After a failed confirm, the next candidate is this share of the failed batch (then
+# bisection): the line is usually close, so a small step down usually fits.
+STEP_DOWN = 0.875
+# Bisection stops once the gap between "fits" and "does not" is 1/GAP_SHARE of the batch.
 GAP_SHARE = 8
-TRIAL_TIMEOUT_SECONDS = 1200.0
+# The speed rule: at least this many full training steps an epoch.
+MIN_STEPS = 8
+DEFAULT_MAX_TRIALS = 8
+DEFAULT_BUDGET_SECONDS = 120.0
+
+# Trial kinds, as the record names them.
+PROBE, CONFIRM, RUN = "probe", "confirm", "run"
 
 
 @dataclass(frozen=True)
@@ -47,23 +56,116 @@ class Trial:
 
     batch: int
     fits: bool
-    peak_memory_bytes: int = 0
+    peak_memory_bytes: int = 0  # the allocator's allocated peak (address space on a CPU)
+    reserved_peak_bytes: int = 0  # what the allocator held at its peak (0: not known)
+    capacity_bytes: int = 0  # what the trial could use in all (0: not known)
     seconds: float = 0.0
+    step_seconds: float = 0.0  # median training step after the first (0: not timed)
     message: str = ""
+    kind: str = PROBE
+
+    @property
+    def measured_bytes(self) -> int:
+        """The figure held against the capacity: reserved where known, else the peak."""
+        return self.reserved_peak_bytes or self.peak_memory_bytes
 
     def as_event(self) -> dict[str, object]:
         """The fields of a batch_trial event."""
         return {
             "batch": self.batch,
             "fits": self.fits,
+            "kind": self.kind,
             "peak_memory_bytes": self.peak_memory_bytes,
+            "reserved_peak_bytes": self.reserved_peak_bytes,
+            "capacity_bytes": self.capacity_bytes,
             "seconds": round(self.seconds, 3),
+            "step_seconds": round(self.step_seconds, 6),
             "message": self.message,
+        }
+
+    @classmethod
+    def from_event(cls, fields: dict[str, object]) -> Trial:
+        """A trial from a batch_trial event's fields."""
+        return cls(
+            batch=int(fields.get("batch") or 0),  # type: ignore[arg-type]
+            fits=bool(fields.get("fits")),
+            peak_memory_bytes=int(fields.get("peak_memory_bytes") or 0),  # type: ignore[arg-type]
+            reserved_peak_bytes=int(fields.get("reserved_peak_bytes") or 0),  # type: ignore[arg-type]
+            capacity_bytes=int(fields.get("capacity_bytes") or 0),  # type: ignore[arg-type]
+            seconds=float(fields.get("seconds") or 0.0),  # type: ignore[arg-type]
+            step_seconds=float(fields.get("step_seconds") or 0.0),  # type: ignore[arg-type]
+            message=str(fields.get("message") or ""),
+            kind=str(fields.get("kind") or PROBE),
+        )
+
+
+@dataclass(frozen=True)
+class MemoryLine:
+    """Peak memory as fixed bytes plus bytes per image, fitted to trials that fit."""
+
+    fixed_bytes: float
+    per_image_bytes: float
+
+    @classmethod
+    def fit(cls, trials: Sequence[Trial]) -> MemoryLine | None:
+        """The least-squares line through the fitting trials' figures, or None when
+        fewer than two batch sizes were measured or memory did not grow with the batch."""
+        points: dict[int, int] = {}
+        for trial in trials:
+            if trial.fits and trial.measured_bytes > 0:
+                points[trial.batch] = max(points.get(trial.batch, 0), trial.measured_bytes)
+        if len(points) < 2:
+            return None
+        xs, ys = list(points), list(points.values())
+        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+        spread = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+        if slope <= 0:
+            return None
+        return cls(mean_y - slope * mean_x, slope)
+
+    def peak(self, batch: int) -> float:
+        """The predicted peak at `batch`."""
+        return self.fixed_bytes + self.per_image_bytes * batch
+
+    def largest(self, budget_bytes: float) -> int:
+        """The largest batch whose predicted peak is within `budget_bytes` (0 if none)."""
+        return max(0, int((budget_bytes - self.fixed_bytes) // self.per_image_bytes))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What the search found, and every trial made to find it."""
+
+    largest: int  # the largest batch a trial confirmed
+    capped: bool  # the training set, not memory, bounded it
+    trials: tuple[Trial, ...]
+    line: MemoryLine | None
+    capacity_bytes: int
+    seconds: float
+    stopped_by: str = ""  # "", "trials" or "time": what ended the search early
+
+    @property
+    def confirmed(self) -> list[int]:
+        """Every batch a trial confirmed, largest first."""
+        return sorted({t.batch for t in self.trials if t.fits}, reverse=True)
+
+    def as_event(self) -> dict[str, object]:
+        """The search's fields of the batch_chosen event."""
+        line = self.line
+        return {
+            "largest": self.largest,
+            "capped": self.capped,
+            "search_seconds": round(self.seconds, 3),
+            "capacity_bytes": self.capacity_bytes,
+            "fixed_bytes": int(line.fixed_bytes) if line else 0,
+            "per_image_bytes": int(line.per_image_bytes) if line else 0,
+            "stopped_by": self.stopped_by,
         }
 
 
 class NoBatchFits(GpubenchError):
-    """Even the smallest batch tried ran out of memory."""
+    """Even batch 1 ran out of memory."""
 
     exit_code = EXIT_OUT_OF_MEMORY
 
@@ -72,41 +174,130 @@ class TrialFailed(GpubenchError):
     """A trial failed for a reason other than memory: the search cannot go on."""
 
 
-def search(
-    try_batch: Callable[[int], Trial],
-    *,
-    start: int,
-    largest: int,
-    max_trials: int,
-    on_trial: Callable[[Trial], None] = lambda trial: None,
-) -> tuple[int, list[Trial]]:
-    """The largest batch up to `largest` that fits, and every trial made to find it."""
-    fits_up_to, fails_from = 0, None  # the largest batch that fit, the smallest that did not
-    candidate = max(1, min(start, largest))
-    trials: list[Trial] = []
-    while len(trials) < max_trials:
-        trial = try_batch(candidate)
-        trials.append(trial)
-        on_trial(trial)
+TryBatch = Callable[[int, str], Trial]
+
+
+@dataclass
+class _Search:
+    """The search's state: what fit, what did not, what is left of the budgets."""
+
+    try_batch: TryBatch
+    largest_useful: int
+    max_trials: int
+    budget_seconds: float
+    on_trial: Callable[[Trial], None]
+    clock: Callable[[], float]
+    started: float = 0.0
+    trials: list[Trial] = field(default_factory=list)
+    fits_up_to: int = 0
+    fails_from: int | None = None
+    capacity: int = 0
+    stopped_by: str = ""
+
+    def attempt(self, batch: int, kind: str) -> Trial:
+        trial = self.try_batch(batch, kind)
+        self.trials.append(trial)
+        self.on_trial(trial)
+        if trial.capacity_bytes:
+            self.capacity = min(self.capacity or trial.capacity_bytes, trial.capacity_bytes)
         if trial.fits:
-            fits_up_to = candidate
-        else:
-            fails_from = candidate
-        if fails_from is None:
-            if candidate >= largest:
-                break
-            candidate = min(candidate * 2, largest)
-            continue
-        if fails_from - fits_up_to <= max(1, fits_up_to // GAP_SHARE):
-            break
-        candidate = _between(fits_up_to, fails_from)
-    if fits_up_to == 0:
-        smallest = min(t.batch for t in trials)
-        raise NoBatchFits(
-            f"--batch auto: even batch {smallest} runs out of memory "
-            f"({trials[-1].message or 'no message'})"
+            self.fits_up_to = max(self.fits_up_to, batch)
+        elif self.fails_from is None or batch < self.fails_from:
+            self.fails_from = batch
+        return trial
+
+    def budget_left(self) -> bool:
+        """Whether another trial may start; says which budget ran out if not."""
+        if len(self.trials) >= self.max_trials:
+            self.stopped_by = "trials"
+        elif self.clock() - self.started >= self.budget_seconds:
+            self.stopped_by = "time"
+        return not self.stopped_by
+
+    def close_enough(self) -> bool:
+        return self.fails_from is not None and (
+            self.fails_from - self.fits_up_to <= max(1, self.fits_up_to // GAP_SHARE))
+
+    def result(self) -> SearchResult:
+        if self.fits_up_to == 0:
+            smallest = min(t.batch for t in self.trials)
+            raise NoBatchFits(
+                f"even batch {smallest} runs out of memory "
+                f"({self.trials[-1].message or 'no message'})")
+        return SearchResult(
+            largest=self.fits_up_to,
+            capped=self.fits_up_to >= self.largest_useful,
+            trials=tuple(self.trials),
+            line=MemoryLine.fit(self.trials),
+            capacity_bytes=self.capacity,
+            seconds=self.clock() - self.started,
+            stopped_by=self.stopped_by,
         )
-    return fits_up_to, trials
+
+
+def search(
+    try_batch: TryBatch,
+    *,
+    probes: tuple[int, int],
+    largest_useful: int,
+    max_trials: int = DEFAULT_MAX_TRIALS,
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+    on_trial: Callable[[Trial], None] = lambda trial: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> SearchResult:
+    """The largest batch up to `largest_useful` that fits.
+
+    `try_batch(batch, kind)` makes one trial. Probes at `probes` (halving the
+    first until it fits), a line through their peaks, one confirm near the line's
+    prediction, then steps down or bisects while budgets last.
+    """
+    state = _Search(try_batch, max(1, largest_useful), max_trials, budget_seconds, on_trial,
+                    clock, started=clock())
+    first, second = (max(1, min(p, state.largest_useful)) for p in probes)
+    while not state.attempt(first, PROBE).fits:
+        if first == 1 or not state.budget_left():
+            return state.result()  # NoBatchFits when nothing fit
+        first = max(1, first // 2)
+    second = min(max(second, 2 * first), state.largest_useful)
+    if second > first and state.fails_from is None and state.budget_left():
+        state.attempt(second, PROBE)
+    _close_in(state)
+    return state.result()
+
+
+def _close_in(state: _Search) -> None:
+    """Confirm the line's prediction, then narrow the gap, while the budgets last."""
+    step_downs = 0  # confirms below a failed prediction, at most two
+    stepping = False  # the last failure was the line's prediction or a step down from it
+    while not state.close_enough() and state.budget_left():
+        if state.fits_up_to >= state.largest_useful:
+            return
+        low, high = state.fits_up_to, state.fails_from
+        if high is None:
+            candidate = _predicted(state)
+            if candidate is None:
+                return
+            stepping = MemoryLine.fit(state.trials) is not None and bool(state.capacity)
+        elif stepping and step_downs < 2 and low < int(high * STEP_DOWN) < high:
+            # The line is usually close: a small step down usually fits.
+            candidate, step_downs = int(high * STEP_DOWN), step_downs + 1
+        else:
+            candidate = _between(low, high)
+        if state.attempt(candidate, CONFIRM).fits:
+            stepping = False
+
+
+def _predicted(state: _Search) -> int | None:
+    """The line's largest batch to confirm, or None when it says the largest is known."""
+    low = state.fits_up_to
+    line = MemoryLine.fit(state.trials)
+    if line is None or not state.capacity:
+        # No memory figure to extrapolate from: double, as a plain search would.
+        return min(2 * low, state.largest_useful)
+    predicted = min(line.largest(state.capacity * (1 - HEADROOM)), state.largest_useful)
+    # A confirm at the prediction that fit ends the search unless the refitted line now
+    # predicts clearly more (the probes under-estimated the slope).
+    return predicted if predicted > low + max(1, low // GAP_SHARE) else None
 
 
 def _between(low: int, high: int) -> int:
@@ -116,53 +307,21 @@ def _between(low: int, high: int) -> int:
     return rounded if middle >= 64 and rounded > low else middle
 
 
-def trial_command(settings: RunSettings, batch: int) -> list[str]:
-    """The command line of one trial process."""
-    command = [
-        sys.executable, "-m", "gpubench.agent.workload", "trial",
-        "--model", settings.model,
-        "--batch", str(batch),
-        "--precision", settings.precision,
-        "--backend", settings.backend,
-        "--gpus", str(min(settings.gpus, 1)),
-        "--image-size", str(settings.size),
-        "--trial-steps", str(settings.trial_steps),
-        "--seed", str(settings.seed),
-    ] + [on if getattr(settings, name) else off
-         for on, off, name in (*STEP_SWITCHES, *TORCH_KERNELS)]
-    if settings.memory_limit_bytes:
-        command += ["--memory-limit-bytes", str(settings.memory_limit_bytes)]
-    return command
+def speed_batch(largest: int, train_images: int, devices: int = 1) -> int:
+    """The speed rule: the largest power of two up to `largest` that leaves at least
+    MIN_STEPS full training steps an epoch (1 when the training set is that small)."""
+    per_device = max(1, train_images // (MIN_STEPS * max(1, devices)))
+    limit = max(1, min(largest, per_device))
+    return 1 << (limit.bit_length() - 1)
 
 
-def run_trial(
-    settings: RunSettings, batch: int, *, timeout: float = TRIAL_TIMEOUT_SECONDS
-) -> Trial:
-    """Run one trial process and read its verdict."""
-    started = time.monotonic()
-    try:
-        done = subprocess.run(
-            trial_command(settings, batch), capture_output=True, text=True, timeout=timeout,
-            env=dict(os.environ), check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise TrialFailed(
-            f"--batch auto: the trial at batch {batch} ran over {timeout:.0f} s"
-        ) from exc
-    seconds = time.monotonic() - started
-    events = [e for e in map(parse_line, done.stdout.splitlines()) if e is not None]
-    verdicts = [e for e in events if e.kind == "batch_trial"]
-    if verdicts:
-        found = verdicts[-1]
-        return Trial(batch, bool(found.get("fits")), int(found.get("peak_memory_bytes") or 0),
-                     seconds, str(found.get("message") or ""))
-    errors = [str(e.get("message")) for e in events if e.kind == "error"]
-    last_lines = errors[-1] if errors else " | ".join(done.stderr.strip().splitlines()[-3:])
-    if done.returncode == -signal.SIGKILL:
-        return Trial(batch, False, 0, seconds, "killed (SIGKILL), most likely out of memory")
-    if is_out_of_memory(RuntimeError(done.stderr[-4000:])):
-        return Trial(batch, False, 0, seconds, last_lines[-300:])
-    raise TrialFailed(
-        f"--batch auto: the trial at batch {batch} failed (exit {done.returncode}): "
-        f"{last_lines[-500:]}"
-    )
+def fallbacks(rule: str, chosen: int, result: SearchResult) -> list[int]:
+    """The batches to run again at, largest first, if the run at `chosen` runs out of
+    memory: halves for the speed rule, confirmed smaller batches for the largest."""
+    if rule == RULE_STEPS:
+        found, batch = [], chosen // 2
+        while batch >= 1:
+            found.append(batch)
+            batch //= 2
+        return found
+    return [batch for batch in result.confirmed if batch < chosen]

@@ -15,31 +15,60 @@ from typing import Any
 import click
 from gpubench.agent.workload.options import (
     BACKENDS,
+    BATCH_RULES,
     DEFAULT_EPOCHS,
     DEFAULT_SEED,
     MODELS,
     NATIVE_IMAGE_SIZE,
     PIPELINES,
     PRECISIONS,
+    RULE_GIVEN,
+    RULE_LARGEST,
+    RULE_STEPS,
     RunSettings,
     default_backend,
+    parse_size,
 )
 
 from gpubench.errors import GpubenchError
 
+# The batch search's defaults (batch_search.DEFAULT_*; that module is not imported here
+# so that --help stays quick).
+DEFAULT_MAX_TRIALS = 8
+DEFAULT_BUDGET = 120.0
+
 
 class BatchSize(click.ParamType):
-    """A positive batch size, or 'auto' (None): search for the largest that fits."""
+    """A batch size and how it is chosen: N (given), 'auto' (the speed rule) or 'largest'."""
 
-    name = "N|auto"
+    name = "N|auto|largest"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> int | None:
-        if value is None or str(value).lower() == "auto":
-            return None
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int | None, str]:
+        if isinstance(value, tuple):
+            return value
+        text = str(value).strip().lower()
+        if text == "auto":
+            return None, RULE_STEPS
+        if text == "largest":
+            return None, RULE_LARGEST
         try:
-            return int(value)
+            return int(text), RULE_GIVEN
         except ValueError:
-            self.fail(f"{value!r} is neither a whole number nor 'auto'", param, ctx)
+            self.fail(f"{value!r} is neither a whole number, 'auto' nor 'largest'", param, ctx)
+
+
+class Size(click.ParamType):
+    """A size in bytes: 16GiB, 8GB, 12000MiB or a plain number of bytes."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except GpubenchError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def _model_options(func: Callable) -> Callable:
@@ -67,12 +96,13 @@ def _model_options(func: Callable) -> Callable:
         click.option("--jit-compile/--no-jit-compile", default=False, show_default=True,
                      help="Compile the training step (XLA on TensorFlow and JAX, torch.compile "
                           "on torch); the protocol did not."),
-        click.option("--cuda-graphs/--no-cuda-graphs", default=False, show_default=True,
+        click.option("--cuda-graphs/--no-cuda-graphs", default=None,
                      help="torch backend, one GPU: record each training and validation step "
                           "once as a CUDA graph (one per batch shape) and replay it, so the host "
                           "launches a step with one call. Random numbers then come from torch's "
                           "default generator (the same distributions, not Keras's sequence); "
-                          "not with mixed_float16 or --jit-compile."),
+                          "not with mixed_float16 or --jit-compile [default: on where it "
+                          "applies]."),
         click.option("--batched-augmentation/--keras-augmentation", default=None,
                      help="torch backend: compute the random rotation and zoom for the whole "
                           "batch at once (the same transforms, bit for bit) instead of Keras's "
@@ -86,9 +116,13 @@ def _model_options(func: Callable) -> Callable:
                           "(channels, height, width), torch's own order, instead of the "
                           "protocol's channels last, which Keras on torch transposes around "
                           "every convolution [default: channels first with torch]."),
-        click.option("--trial-steps", type=click.IntRange(min=1), default=3, show_default=True,
-                     help="Training steps each batch-size trial runs."),
-        click.option("--memory-limit-bytes", type=click.IntRange(min=1), default=None,
+        click.option("--trial-steps", type=click.IntRange(min=1), default=2, show_default=True,
+                     help="Training steps each batch-size trial runs (then one validation "
+                          "step)."),
+        click.option("--memory-limit", "memory_limit_bytes", type=Size(), default=None,
+                     help="Behave as a GPU of this size (torch: the allocator's share of the "
+                          "card; TensorFlow: a logical device limit), e.g. 16GiB."),
+        click.option("--trial-address-space", type=click.IntRange(min=1), default=None,
                      hidden=True,
                      help="Cap each batch-size trial's address space (tests of the search)."),
     ]
@@ -106,11 +140,29 @@ def main() -> None:
     """
 
 
+def _search_options(func: Callable) -> Callable:
+    """The options of the batch search (`run --batch auto|largest` and `search`)."""
+    for option in reversed([
+        click.option("--max-trials", type=click.IntRange(min=2), default=DEFAULT_MAX_TRIALS,
+                     show_default=True, help="Most batch-size trials a search may run."),
+        click.option("--search-budget", type=click.FloatRange(min=1), default=DEFAULT_BUDGET,
+                     show_default=True,
+                     help="Seconds a search may take; it keeps the largest batch confirmed "
+                          "by then."),
+    ]):
+        func = option(func)
+    return func
+
+
 @main.command()
 @_model_options
+@_search_options
 @click.option("--batch", type=BatchSize(), default="auto", show_default=True,
-              help="Images per GPU per step, or 'auto' for the largest that fits (each trial in "
-                   "a fresh process).")
+              help="Images per GPU per step: N; 'auto', the largest power of two that fits "
+                   "and leaves at least 8 training steps an epoch; or 'largest', the largest "
+                   "that fits.")
+@click.option("--batch-rule", type=click.Choice(BATCH_RULES), default=None, hidden=True,
+              help="How the given batch was chosen, for the record (the agent's --quick).")
 @click.option("--data", default="synthetic", show_default=True,
               help="'synthetic' (generated once into the cache) or a folder with one "
                    "sub-folder of PNG/JPEG images per class.")
@@ -127,8 +179,6 @@ def main() -> None:
 @click.option("--data-on-device/--data-on-host", default=False, show_default=True,
               help="torch backend, cached pipeline: keep the decoded images on the GPU and "
                    "gather batches there.")
-@click.option("--max-trials", type=click.IntRange(min=2), default=10, show_default=True,
-              help="Most batch-size trials --batch auto may run.")
 @click.option("--replicas-on-cpu", type=click.IntRange(min=0), default=0, hidden=True,
               help="torch: data-parallel over this many CPU processes (tests of --gpus N).")
 def run(**given: Any) -> None:
@@ -137,8 +187,10 @@ def run(**given: Any) -> None:
     from gpubench.agent.workload.stream import claim_stdout
 
     events = claim_stdout()
+    batch, rule = given.pop("batch")
+    rule = given.pop("batch_rule") or rule
     try:
-        settings = RunSettings(**given)
+        settings = RunSettings(batch=batch, batch_rule=rule, **given)
     except GpubenchError as exc:
         sys.exit(runner.report_failure(events, exc))
     sys.exit(runner.run(settings, events))
@@ -147,17 +199,55 @@ def run(**given: Any) -> None:
 @main.command()
 @_model_options
 @click.option("--batch", type=click.IntRange(min=1), required=True, help="Batch size to try.")
-def trial(batch: int, **given: Any) -> None:
+@click.option("--kind", type=click.Choice(("probe", "confirm")), default="probe",
+              show_default=True, help="A probe trains and validates at the batch; a confirm "
+                                      "also takes the epoch's short last batches.")
+@click.option("--train-images", type=click.IntRange(min=1), default=1709, show_default=True,
+              help="Training images of the run's epoch (for a confirm's last batch).")
+@click.option("--validation-images", type=click.IntRange(min=1), default=427,
+              show_default=True, help="Validation images of the run's epoch.")
+def trial(batch: int, kind: str, train_images: int, validation_images: int,
+          **given: Any) -> None:
     """Internal: train a few steps at one batch size and print one batch_trial event."""
-    from gpubench.agent.workload import runner
+    from gpubench.agent.workload import trials
+    from gpubench.agent.workload.runner import report_failure
     from gpubench.agent.workload.stream import claim_stdout
 
     events = claim_stdout()
     try:
         settings = RunSettings(batch=batch, **given)
     except GpubenchError as exc:
+        sys.exit(report_failure(events, exc))
+    shape = trials.EpochShape(train_images, validation_images)
+    sys.exit(trials.trial_main(settings, batch, kind, shape, events))
+
+
+@main.command()
+@_model_options
+@_search_options
+@click.option("--batch", "batch_rule", type=click.Choice((RULE_STEPS, RULE_LARGEST)),
+              default=RULE_STEPS, show_default=True,
+              help="The rule whose batch is reported beside the largest.")
+@click.option("--limit", "limits", type=Size(), multiple=True,
+              help="Search again as a GPU of this size (repeat for several); the whole card "
+                   "when none is given.")
+@click.option("--data", default="synthetic", show_default=True,
+              help="The dataset whose epoch the confirm trials take (only its image counts "
+                   "are read).")
+@click.option("--limit-images", type=click.IntRange(min=10), default=None,
+              help="Use only this many images.")
+def search(limits: tuple[int, ...], **given: Any) -> None:
+    """Only the batch search: the largest batch that fits, for each --limit; one
+    search_done event each, no training."""
+    from gpubench.agent.workload import runner
+    from gpubench.agent.workload.stream import claim_stdout
+
+    events = claim_stdout()
+    try:
+        settings = RunSettings(**given)
+    except GpubenchError as exc:
         sys.exit(runner.report_failure(events, exc))
-    sys.exit(runner.trial(settings, batch, events))
+    sys.exit(runner.search_only(settings, limits, events))
 
 
 @main.command()

@@ -7,6 +7,7 @@ these settings without pulling in Keras.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from gpubench.errors import ExitCode, GpubenchError
@@ -34,6 +35,14 @@ DEFAULT_EPOCHS = 2
 MEASURED_EPOCH = 2  # the headline: epoch 1 carries start-up
 SYNTHETIC = "synthetic"
 
+# How a run's batch is chosen (the record's Config.batch_rule; docs/protocol.md):
+# "steps" the largest power of two that fits with at least 8 training steps an epoch
+# (--batch auto, the default); "largest" the largest that fits (--batch largest);
+# "given" --batch N; "quick" the agent's --quick (B0 at the article's T4 batch).
+RULE_STEPS, RULE_LARGEST, RULE_GIVEN, RULE_QUICK = "steps", "largest", "given", "quick"
+BATCH_RULES = (RULE_STEPS, RULE_LARGEST, RULE_GIVEN, RULE_QUICK)
+QUICK_MODEL, QUICK_BATCH = "B0", 128
+
 # Exit codes of the workload process (the agent maps them to a run status).
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -57,6 +66,12 @@ STEP_SWITCHES = (
 )
 
 
+# Development hook: cap the run's own address space at this many bytes once training
+# starts (never the batch trials'), so that a CPU run genuinely runs out of memory
+# (tests of the agent's retry at a smaller batch).
+RUN_ADDRESS_SPACE_ENV = "GPUBENCH_RUN_ADDRESS_SPACE"
+
+
 class BadSettings(GpubenchError):
     """A setting is out of range or not one of its choices; names the flag."""
 
@@ -68,7 +83,8 @@ class RunSettings:
     """One benchmark run's settings, as given on the command line."""
 
     model: str = "B0"
-    batch: int | None = None  # None: search for the largest batch that fits (--batch auto)
+    batch: int | None = None  # None: chosen from the batch search by batch_rule
+    batch_rule: str = RULE_STEPS  # "given" whenever batch is set
     precision: str = "float32"
     gpus: int = 1
     backend: str = "tensorflow"
@@ -80,15 +96,19 @@ class RunSettings:
     weights: str = "none"  # "none", "imagenet" or a weights file
     seed: int = DEFAULT_SEED
     jit_compile: bool = False
-    cuda_graphs: bool = False  # replay each step as a CUDA graph (torch, one GPU)
+    # Replay each step as a CUDA graph (None: on where it applies: torch on one GPU,
+    # float32 or mixed_bfloat16, no jit_compile).
+    cuda_graphs: bool | None = None
     data_on_device: bool = False  # keep the cached images on the GPU (torch backend)
     # The same network in fewer kernels (torch only; None: on with torch, else off).
     batched_augmentation: bool | None = None  # rotation and zoom for the whole batch at once
     fused_batchnorm: bool | None = None  # batch normalization through torch's fused kernel
     channels_first: bool | None = None  # images laid out (channels, height, width)
-    max_trials: int = 10
-    trial_steps: int = 3
-    memory_limit_bytes: int | None = None  # caps each search trial's address space (tests)
+    max_trials: int = 8
+    trial_steps: int = 2
+    search_budget: float = 120.0  # seconds the batch search may take
+    memory_limit_bytes: int | None = None  # behave as a GPU of this many bytes
+    trial_address_space: int | None = None  # caps each trial's address space (tests)
     replicas_on_cpu: int = 0  # torch data parallelism over CPU processes (tests)
 
     def __post_init__(self) -> None:
@@ -97,7 +117,15 @@ class RunSettings:
         _check_choice("--backend", self.backend, BACKENDS)
         _check_choice("--pipeline", self.pipeline, PIPELINES)
         if self.batch is not None and self.batch < 1:
-            raise BadSettings(f"--batch must be at least 1 or 'auto', not {self.batch}")
+            raise BadSettings(f"--batch must be at least 1, 'auto' or 'largest', not {self.batch}")
+        _check_choice("--batch-rule", self.batch_rule, BATCH_RULES)
+        if self.batch is not None and self.batch_rule not in (RULE_GIVEN, RULE_QUICK):
+            object.__setattr__(self, "batch_rule", RULE_GIVEN)
+        if self.batch is None and self.batch_rule not in (RULE_STEPS, RULE_LARGEST):
+            raise BadSettings(f"--batch-rule {self.batch_rule} needs a batch size")
+        if self.search_budget <= 0:
+            raise BadSettings(f"--search-budget must be above 0 s, not {self.search_budget}")
+        self._check_memory_limit()
         if self.gpus < 0:
             raise BadSettings(f"--gpus must be 0 (CPU) or more, not {self.gpus}")
         if self.epochs < MEASURED_EPOCH:
@@ -122,7 +150,21 @@ class RunSettings:
         if self.data_on_device and (self.pipeline != "cached" or self.backend != "torch"):
             raise BadSettings("--data-on-device needs --pipeline cached and --backend torch")
 
+    def _check_memory_limit(self) -> None:
+        if self.memory_limit_bytes is None:
+            return
+        if self.gpus == 0:
+            raise BadSettings("--memory-limit makes a GPU behave as a smaller one: it needs "
+                              "--gpus 1 or more")
+        if self.backend == "jax":
+            raise BadSettings("--memory-limit works with --backend torch or tensorflow")
+        if self.memory_limit_bytes < 1 << 30:
+            raise BadSettings(f"--memory-limit must be at least 1 GiB, not "
+                              f"{self.memory_limit_bytes} bytes")
+
     def _check_cuda_graphs(self) -> None:
+        if self.cuda_graphs is None:  # frozen: settle the default once, here
+            object.__setattr__(self, "cuda_graphs", graphs_apply(self))
         if not self.cuda_graphs:
             return
         if self.backend != "torch":
@@ -145,6 +187,28 @@ class RunSettings:
     def devices(self) -> int:
         """How many replicas train: the GPUs, or the one CPU."""
         return self.replicas_on_cpu or max(1, self.gpus)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as '16GiB', '16 GB', '8g' or '17179869184' (GiB and GB are
+    1024^3 and 1000^3 bytes; a bare G is GiB, as cards are sized)."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    unit = {"k": "kib", "m": "mib", "g": "gib", "t": "tib"}.get(unit, unit)
+    if match is None or unit not in _SIZE_UNITS:
+        raise BadSettings(f"{text!r} is not a size: write e.g. 16GiB, 8GB or 12000MiB")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def graphs_apply(settings: RunSettings) -> bool:
+    """Whether --cuda-graphs is on by default: torch on one GPU, without jit_compile and
+    mixed_float16 (whose loss scaling reads a flag back to the host every step)."""
+    return (settings.backend == "torch" and settings.gpus == 1 and not settings.jit_compile
+            and settings.precision != "mixed_float16" and not settings.replicas_on_cpu)
 
 
 def default_backend() -> str:

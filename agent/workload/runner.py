@@ -1,22 +1,25 @@
 """One benchmark run from start to result, told as events.
 
-Order: find and check the data, search for the batch size if asked (trial
-processes, before this process loads a framework), load the framework, emit
-`started`, prepare the batches, build and train the protocol's model, emit one
-`epoch_finished` per epoch and a `result`. Any failure becomes one `error`
-event and an exit code: 3 out of memory, 6 bad data, 1 anything else.
+Order: find and check the data; search for the batch size unless one was
+given (trial processes before this process loads a framework, or, for torch on
+one GPU, trials in this process once the framework is loaded: `trials`); load
+the framework, emit `started`, prepare the batches, build and train the
+protocol's model, emit one `epoch_finished` per epoch and a `result`. Any
+failure becomes one `error` event and an exit code: 3 out of memory, 6 bad
+data, 1 anything else.
 """
 
 from __future__ import annotations
 
 import os
-import time
 import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from gpubench.agent.events import EventWriter
-from gpubench.agent.workload import backend, batch_search, data, synthetic
+from gpubench.agent.workload import backend, batch_search, data, synthetic, trials
 from gpubench.agent.workload.memory import MemoryReport
 from gpubench.agent.workload.options import (
     EXIT_ERROR,
@@ -24,6 +27,8 @@ from gpubench.agent.workload.options import (
     EXIT_OUT_OF_MEMORY,
     MEASURED_EPOCH,
     PROTOCOL_PARAMETERS,
+    RULE_LARGEST,
+    RUN_ADDRESS_SPACE_ENV,
     SYNTHETIC,
     VALIDATION_SPLIT,
     RunSettings,
@@ -52,23 +57,98 @@ class ReplicaHooks(Protocol):
         """After training: warnings about the replicas (all replicas call it together)."""
 
 
+@dataclass(frozen=True)
+class BatchChoice:
+    """The batch a run trains at, and how it was chosen."""
+
+    batch: int
+    rule: str  # options.BATCH_RULES
+    search: batch_search.SearchResult | None = None
+
+    @property
+    def choice(self) -> str:
+        """The record's batch_choice: 'given' or 'searched'."""
+        return "searched" if self.search is not None else "given"
+
+
 def run(settings: RunSettings, events: EventWriter) -> int:
     """Run the benchmark; returns the process's exit code."""
     try:
         dataset = load_dataset(settings)
-        batch, choice = settings.batch, "given"
-        if batch is None:
-            batch = search_batch(settings, dataset.train_count, events)
-            choice = "searched"
+        shape = trials.EpochShape(dataset.train_count, dataset.validation_count)
+        warm = trials.warm_applies(settings)
+        choice = None
+        if settings.batch is not None:
+            choice = BatchChoice(settings.batch, settings.batch_rule)
+        elif not warm:
+            choice = choose_batch(settings, trials.ProcessTrials(settings, shape), shape, events)
         if settings.backend == "torch" and settings.devices > 1:
             from gpubench.agent.workload import torch_ddp
 
-            return torch_ddp.launch(settings, dataset, batch, choice, events,
+            assert choice is not None  # several devices: never warm
+            return torch_ddp.launch(settings, dataset, choice.batch, choice.choice, events,
                                     replicas=settings.replicas_on_cpu or None)
-        backend.select(settings.backend, settings.gpus)
-        return train(settings, dataset, batch, choice, events)
+        notes = load_framework(settings)
+        if choice is None:
+            warm_trials = trials.WarmTrials(settings, shape)
+            try:
+                choice = choose_batch(settings, warm_trials, shape, events)
+            finally:
+                warm_trials.close()
+        return train(settings, dataset, choice.batch, choice.choice, events, rule=choice.rule,
+                     memory_notes=notes)
     except KeyboardInterrupt as exc:
         report_failure(events, exc)  # said on the stream, then Python's own Ctrl-C exit
+        raise
+    except Exception as exc:
+        return report_failure(events, exc)
+
+
+def load_framework(settings: RunSettings) -> list[str]:
+    """Select and import the framework, and apply --memory-limit; returns notes for the
+    record."""
+    from gpubench.agent.workload import memory
+
+    backend.select(settings.backend, settings.gpus)
+    backend.import_keras(memory_growth=not settings.memory_limit_bytes)
+    backend.check_gpus(settings.backend, settings.gpus)
+    if not settings.memory_limit_bytes:
+        return []
+    return memory.limit_memory(settings.backend, settings.gpus, settings.memory_limit_bytes)
+
+
+def search_only(settings: RunSettings, limits: Sequence[int], events: EventWriter) -> int:
+    """The `search` command: the largest batch for the whole card or each of `limits`
+    (bytes), one search_done event each; no training."""
+    from dataclasses import replace
+
+    from gpubench.agent.workload import memory
+
+    try:
+        dataset = load_dataset(settings)
+        shape = trials.EpochShape(dataset.train_count, dataset.validation_count)
+        plans = [replace(settings, memory_limit_bytes=limit) for limit in limits] or [settings]
+        warm = trials.warm_applies(settings)
+        make: Any = None
+        if warm:
+            load_framework(replace(settings, memory_limit_bytes=None))
+            make = trials.WarmTrials(settings, shape)
+        try:
+            for plan in plans:
+                if warm:
+                    memory.limit_memory(plan.backend, plan.gpus, plan.memory_limit_bytes)
+                else:
+                    make = trials.ProcessTrials(plan, shape)
+                choice = choose_batch(plan, make, shape, events)
+                events.emit("search_done", model=plan.model, batch=choice.batch,
+                            rule=choice.rule, memory_limit_bytes=plan.memory_limit_bytes or 0,
+                            **(choice.search.as_event() if choice.search else {}))
+        finally:
+            if make is not None:
+                make.close()
+        return EXIT_OK
+    except KeyboardInterrupt as exc:
+        report_failure(events, exc)
         raise
     except Exception as exc:
         return report_failure(events, exc)
@@ -90,21 +170,40 @@ def load_dataset(settings: RunSettings) -> data.Dataset:
                              validation_split=VALIDATION_SPLIT, limit=settings.limit_images)
 
 
-def search_batch(settings: RunSettings, train_images: int, events: EventWriter) -> int:
-    """--batch auto: the largest per-GPU batch that fits, every trial reported."""
-    largest = max(1, train_images // settings.devices)
-    chosen, _ = batch_search.search(
-        lambda batch: batch_search.run_trial(settings, batch),
-        start=batch_search.START_BATCH[settings.model],
-        largest=largest,
+def search(settings: RunSettings, make_trial: batch_search.TryBatch, shape: trials.EpochShape,
+           events: EventWriter) -> batch_search.SearchResult:
+    """The largest per-GPU batch that fits, every trial reported as it ends."""
+    events.emit("phase", phase="search", model=settings.model,
+                message=f"searching the largest batch that fits ({settings.max_trials} trials "
+                        f"and {settings.search_budget:.0f} s at most)")
+    return batch_search.search(
+        make_trial,
+        probes=batch_search.PROBES[settings.model],
+        largest_useful=max(1, shape.train_images // settings.devices),
         max_trials=settings.max_trials,
+        budget_seconds=settings.search_budget,
         on_trial=lambda trial: events.emit("batch_trial", **trial.as_event()),
     )
-    events.emit("batch_chosen", batch=chosen)
-    return chosen
 
 
-def started_fields(settings: RunSettings, dataset: data.Dataset, batch: int, choice: str) -> dict:
+def choose_batch(settings: RunSettings, make_trial: batch_search.TryBatch,
+                 shape: trials.EpochShape, events: EventWriter) -> BatchChoice:
+    """Search, then pick the run's batch by settings.batch_rule; one batch_chosen event."""
+    found = search(settings, make_trial, shape, events)
+    if settings.batch_rule == RULE_LARGEST:
+        batch = found.largest
+    else:
+        batch = batch_search.speed_batch(found.largest, shape.train_images, settings.devices)
+    line = found.line
+    events.emit("batch_chosen", batch=batch, rule=settings.batch_rule,
+                fallbacks=batch_search.fallbacks(settings.batch_rule, batch, found),
+                predicted_peak_bytes=int(line.peak(batch)) if line else 0,
+                **found.as_event())
+    return BatchChoice(batch, settings.batch_rule, found)
+
+
+def started_fields(settings: RunSettings, dataset: data.Dataset, batch: int, choice: str,
+                   rule: str = "") -> dict:
     """The `started` event's fields other than the versions."""
     from gpubench.agent.workload import model as net
 
@@ -114,6 +213,8 @@ def started_fields(settings: RunSettings, dataset: data.Dataset, batch: int, cho
         "batch_per_gpu": batch,
         "global_batch": batch * settings.devices,
         "batch_choice": choice,
+        "batch_rule": rule or settings.batch_rule,
+        "memory_limit_bytes": settings.memory_limit_bytes or 0,
         "precision": settings.precision,
         "gpu_count": settings.gpus,
         "epochs": settings.epochs,
@@ -139,11 +240,14 @@ def train(
     *,
     shard: tuple[int, int] = (0, 1),
     hooks: ReplicaHooks | None = None,
+    rule: str = "",
+    memory_notes: Sequence[str] = (),
 ) -> int:
     """Load the framework, train the protocol's model and report (one process).
 
     `shard` and `hooks` are set by torch_ddp for its replicas; `events` is None
-    on all replicas but the first.
+    on all replicas but the first. `rule` is how the batch was chosen (the
+    settings' rule if empty); `memory_notes` go with the measured peak.
     """
     keras = backend.import_keras()
     from gpubench.agent.workload import distribute, memory, pipeline, timing
@@ -154,7 +258,7 @@ def train(
     keras.utils.set_random_seed(settings.seed + shard[0])
     emit = events.emit if events is not None else (lambda kind, **fields: None)
     emit("started", **backend.versions(settings.backend),
-         **started_fields(settings, dataset, batch, choice))
+         **started_fields(settings, dataset, batch, choice, rule))
 
     feed = pipeline.build_feed(
         dataset, size=settings.size, global_batch=batch * settings.devices,
@@ -167,12 +271,20 @@ def train(
     if feed.decode_seconds:
         emit("log", message=f"decoded {dataset.image_count} images in {feed.decode_seconds:.1f} s")
 
+    if shard[1] == 1:  # the batch search's trials may have run in this process
+        memory.reset_peaks(settings.backend, settings.gpus)
+    emit("phase", phase="build", model=settings.model,
+         message=f"building EfficientNet{settings.model}")
     with distribute.replicas(settings):
         network, graphs = prepare_network(settings, weights=settings.weights,
                                           classes=len(dataset.class_names))
         if hooks is not None:
             hooks.prepare(network)
     counts = net.parameter_counts(network)
+    emit("phase", phase="first_step", model=settings.model,
+         message="the first steps set up the framework's kernels"
+                 + (" and record each step shape as a CUDA graph" if graphs is not None else "")
+                 + " (once, in epoch 1)")
 
     local_gpus = settings.gpus if shard[1] == 1 else 0  # a torch replica reads its own GPU
     peaks: list[memory.MemoryReport] = []
@@ -193,6 +305,7 @@ def train(
     timer = timing.epoch_timer(settings.backend, settings.gpus > 0, events,
                                feed.train.images_in_step, len(feed.train),
                                before_epoch=before_epoch, after_epoch=after_epoch)
+    _cap_address_space_for_tests()
     network.fit(feed.train, validation_data=feed.validation, epochs=settings.epochs,
                 verbose=0, callbacks=[timer])
     replica_warnings = hooks.finish(network) if hooks is not None else []
@@ -202,8 +315,8 @@ def train(
         emit("log", message=graphs.describe())
 
     report = peaks[0]
-    if graphs is not None:
-        report = memory.MemoryReport(report.gpus, report.notes + [GRAPH_MEMORY_NOTE])
+    report = memory.MemoryReport(report.gpus, report.notes + list(memory_notes)
+                                 + ([GRAPH_MEMORY_NOTE] if graphs is not None else []))
     first, measured = timer.epochs[0], timer.epochs[MEASURED_EPOCH - 1]
     warnings = list(feed.warnings) + list(measured.stats.warnings if measured.stats else [])
     warnings += replica_warnings
@@ -279,49 +392,6 @@ def _fast_kernels(settings: RunSettings, network: Any) -> None:
         batchnorm.fuse_batch_normalization(network)
 
 
-def trial(settings: RunSettings, batch: int, events: EventWriter) -> int:
-    """One batch-size trial: build, train a few steps and validate one at `batch`."""
-    started = time.monotonic()
-    try:
-        if settings.memory_limit_bytes:
-            import resource
-
-            # Tests cap the address space to make a CPU "run out of memory".
-            resource.setrlimit(resource.RLIMIT_AS, (settings.memory_limit_bytes,) * 2)
-        backend.select(settings.backend, settings.gpus)
-        keras = backend.import_keras()
-        import numpy as np
-        from gpubench.agent.workload import memory
-        from gpubench.agent.workload import model as net
-
-        backend.check_gpus(settings.backend, settings.gpus)
-        keras.utils.set_random_seed(settings.seed)
-        # The network as the run will compute it: its kernels and steps change the memory.
-        network, _ = prepare_network(settings)
-        rng = np.random.default_rng(settings.seed)
-        images = rng.integers(0, 256, size=(batch, *net.input_shape(settings.size)),
-                              dtype=np.uint8)
-        labels = np.eye(3, dtype=np.float32)[rng.integers(0, 3, size=batch)]
-        memory.reset_peaks(settings.backend, settings.gpus)
-        for _ in range(settings.trial_steps):
-            network.train_on_batch(images, labels)
-        network.test_on_batch(images, labels)
-        backend.synchronize(settings.backend)
-        report = memory.read_peaks(settings.backend, settings.gpus)
-        peak = max((gpu.allocator_peak_bytes for gpu in report.gpus), default=0)
-        events.emit("batch_trial", batch=batch, fits=True, peak_memory_bytes=peak,
-                    seconds=round(time.monotonic() - started, 3), message="",
-                    address_space_peak_bytes=_address_space_peak())
-        return EXIT_OK
-    except Exception as exc:
-        if isinstance(exc, GpubenchError) or not backend.is_out_of_memory(exc):
-            return report_failure(events, exc)
-        events.emit("batch_trial", batch=batch, fits=False, peak_memory_bytes=0,
-                    seconds=round(time.monotonic() - started, 3),
-                    message=backend.error_line(exc)[:MESSAGE_LIMIT])
-        return EXIT_OUT_OF_MEMORY
-
-
 def report_failure(events: EventWriter, exc: BaseException) -> int:
     """One `error` event for `exc`, and the exit code that goes with it."""
     if isinstance(exc, KeyboardInterrupt):
@@ -341,13 +411,10 @@ def report_failure(events: EventWriter, exc: BaseException) -> int:
     return EXIT_ERROR
 
 
-def _address_space_peak() -> int:
-    """The process's peak virtual memory (VmPeak): what --memory-limit-bytes caps."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmPeak:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+def _cap_address_space_for_tests() -> None:
+    """options.RUN_ADDRESS_SPACE_ENV: cap this process's address space from here on."""
+    cap = os.environ.get(RUN_ADDRESS_SPACE_ENV)
+    if cap:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (int(cap), resource.RLIM_INFINITY))

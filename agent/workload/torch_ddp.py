@@ -38,7 +38,7 @@ class _QueuedEvents:
     def __init__(self, channel: Any) -> None:
         self._channel = channel
 
-    def emit(self, kind: str, **fields: Any) -> None:
+    def emit(self, kind: str, /, **fields: Any) -> None:
         self._channel.put((kind, {**fields, "t": time.monotonic(), "wall": time.time()}))
 
 

@@ -46,7 +46,46 @@ def test_bad_settings_name_their_flag(change: dict, flag: str) -> None:
 
 def test_cuda_graphs_on_one_gpu_with_torch() -> None:
     assert RunSettings(backend="torch", cuda_graphs=True, precision="mixed_bfloat16").cuda_graphs
-    assert not RunSettings(backend="torch").cuda_graphs  # off unless asked
+    # On by default where it applies: torch on one GPU, no jit, not mixed_float16.
+    assert RunSettings(backend="torch").cuda_graphs
+    assert RunSettings(backend="torch", precision="mixed_bfloat16").cuda_graphs
+    for off in ({"gpus": 0}, {"gpus": 2}, {"jit_compile": True},
+                {"precision": "mixed_float16"}, {"gpus": 0, "replicas_on_cpu": 2}):
+        assert not RunSettings(backend="torch", **off).cuda_graphs, off
+    assert not RunSettings(backend="tensorflow").cuda_graphs
+    assert not RunSettings(backend="torch", cuda_graphs=False).cuda_graphs
+
+
+def test_the_batch_rule_follows_the_batch() -> None:
+    assert RunSettings().batch_rule == "steps"
+    assert RunSettings(batch_rule="largest").batch_rule == "largest"
+    assert RunSettings(batch=64).batch_rule == "given"
+    assert RunSettings(batch=128, batch_rule="quick").batch_rule == "quick"
+    with pytest.raises(BadSettings, match="--batch-rule quick needs a batch size"):
+        RunSettings(batch_rule="quick")
+
+
+def test_memory_limit_is_for_gpus_on_torch_and_tensorflow() -> None:
+    assert RunSettings(backend="torch", memory_limit_bytes=16 << 30).memory_limit_bytes
+    with pytest.raises(BadSettings, match="needs --gpus 1 or more"):
+        RunSettings(backend="torch", gpus=0, memory_limit_bytes=16 << 30)
+    with pytest.raises(BadSettings, match="torch or tensorflow"):
+        RunSettings(backend="jax", memory_limit_bytes=16 << 30)
+    with pytest.raises(BadSettings, match="at least 1 GiB"):
+        RunSettings(backend="torch", memory_limit_bytes=1000)
+
+
+@pytest.mark.parametrize(("text", "size"), [
+    ("16GiB", 16 << 30), ("16 GB", 16 * 10**9), ("8g", 8 << 30), ("12000MiB", 12000 << 20),
+    ("1.5GiB", 3 << 29), ("17179869184", 16 << 30),
+])
+def test_sizes(text: str, size: int) -> None:
+    assert options.parse_size(text) == size
+
+
+def test_a_bad_size_says_how_to_write_one() -> None:
+    with pytest.raises(BadSettings, match="write e.g. 16GiB"):
+        options.parse_size("16 bananas")
 
 
 def test_native_size_unless_overridden() -> None:

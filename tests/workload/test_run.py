@@ -69,8 +69,9 @@ def tiny_run(request: pytest.FixtureRequest, workload, tmp_path_factory):
 def test_events_come_in_the_documented_order(tiny_run) -> None:
     _, run, expected = tiny_run
     kinds = [e.kind for e in run.events if e.kind not in ("step", "log", "warning")]
-    assert kinds == ["started", "epoch_started", "epoch_finished",
+    assert kinds == ["started", "phase", "phase", "epoch_started", "epoch_finished",
                      "epoch_started", "epoch_finished", "result"]
+    assert [e.get("phase") for e in run.of("phase")] == ["build", "first_step"]
     assert all(e.data for e in run.events)
     times = [e.t for e in run.events]
     assert times == sorted(times)  # one monotonic clock

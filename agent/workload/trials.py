@@ -1,0 +1,250 @@
+"""Batch-size trials: train a few steps at one batch and say whether it fit and what it took.
+
+Two ways to make them, one body of steps:
+
+- `WarmTrials` (torch on a GPU): in this process, the network built once. An
+  out-of-memory error is caught, the allocator's cache given back, and the next
+  trial goes on: no process start, no framework import, no model build per trial.
+- `ProcessTrials` (TensorFlow, JAX, the CPU, several GPUs): a fresh `trial`
+  process per batch. TensorFlow cannot recover from an out-of-memory error in a
+  process, and a fresh process leaves nothing of the trial behind.
+
+A trial trains `trial_steps` steps and validates one at its batch; a confirm also
+takes the real run's short last training and validation batches, so the shapes
+of a real epoch are all in its peak. Trials never replay CUDA graphs: a graph's
+memory pool stays with the trial network (HEADROOM covers the run's graphs).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpubench.agent.events import EventWriter, parse_line
+from gpubench.agent.workload import backend
+from gpubench.agent.workload.batch_search import CONFIRM, Trial, TrialFailed
+from gpubench.agent.workload.options import (
+    EXIT_OK,
+    EXIT_OUT_OF_MEMORY,
+    STEP_SWITCHES,
+    TORCH_KERNELS,
+    RunSettings,
+)
+
+from gpubench.errors import GpubenchError
+
+TRIAL_TIMEOUT_SECONDS = 1200.0
+MESSAGE_LIMIT = 2000  # characters of an error message kept in a trial
+
+
+@dataclass(frozen=True)
+class EpochShape:
+    """The images of an epoch, for a trial to take the run's short last batches."""
+
+    train_images: int
+    validation_images: int
+
+    def steps(self, batch: int, kind: str, trial_steps: int) -> list[tuple[str, int]]:
+        """A trial's steps as (training|validation, images) pairs."""
+        steps = [("training", batch)] * trial_steps + [("validation", batch)]
+        if kind == CONFIRM:
+            for phase, images in (("training", self.train_images),
+                                  ("validation", self.validation_images)):
+                if images % batch and images > batch:
+                    steps.append((phase, images % batch))
+        return steps
+
+
+def warm_applies(settings: RunSettings) -> bool:
+    """Whether trials can run in this process: torch on one CUDA GPU."""
+    return settings.backend == "torch" and settings.gpus == 1 and settings.devices == 1
+
+
+def trial_settings(settings: RunSettings) -> RunSettings:
+    """The run's settings as a trial computes them: one device, steps run eagerly."""
+    return replace(settings, gpus=min(settings.gpus, 1), cuda_graphs=False, replicas_on_cpu=0)
+
+
+class WarmTrials:
+    """Trials in this process on one network, built on first use.
+
+    The framework must be imported already (backend.select, backend.import_keras).
+    `close` drops the network and gives its memory back before the real run builds.
+    """
+
+    def __init__(self, settings: RunSettings, shape: EpochShape) -> None:
+        self.settings = trial_settings(settings)
+        self.shape = shape
+        self._network: Any = None
+        self._data: dict[int, tuple[Any, Any]] = {}
+
+    def _prepare(self) -> Any:
+        if self._network is None:
+            import keras
+            from gpubench.agent.workload.runner import prepare_network
+
+            keras.utils.set_random_seed(self.settings.seed)
+            self._network, _ = prepare_network(self.settings)
+        return self._network
+
+    def __call__(self, batch: int, kind: str) -> Trial:
+        from gpubench.agent.workload import memory
+
+        started = time.monotonic()
+        settings = self.settings
+        network = self._prepare()
+        memory.start_trial(settings.backend, settings.gpus)
+        message = ""
+        try:
+            step_seconds = self._steps(network, self.shape.steps(batch, kind, settings.trial_steps))
+        except Exception as exc:
+            if isinstance(exc, GpubenchError) or not backend.is_out_of_memory(exc):
+                raise
+            message = backend.error_line(exc)[:MESSAGE_LIMIT] or "out of memory"
+            step_seconds = 0.0
+        # Outside the handler: the error's traceback no longer holds the step's tensors.
+        found = memory.read_trial(settings.backend, settings.gpus,
+                                  address_space_limit=settings.trial_address_space)
+        if message:
+            memory.release(settings.backend)
+        return Trial(batch, not message, found.peak_bytes, found.reserved_bytes,
+                     found.capacity_bytes, time.monotonic() - started, step_seconds, message,
+                     kind)
+
+    def _steps(self, network: Any, steps: list[tuple[str, int]]) -> float:
+        """Run the steps; the median time of the training steps after the first."""
+        times = []
+        for phase, images in steps:
+            x, y = self._batch(images)
+            began = time.monotonic()
+            if phase == "training":
+                network.train_on_batch(x, y)
+            else:
+                network.test_on_batch(x, y)
+            backend.synchronize(self.settings.backend)
+            if phase == "training":
+                times.append(time.monotonic() - began)
+        return statistics.median(times[1:]) if len(times) > 1 else 0.0
+
+    def _batch(self, images: int) -> tuple[Any, Any]:
+        """Random uint8 images and one-hot labels of `images` (kept: trials repeat sizes)."""
+        if images not in self._data:
+            import numpy as np
+            from gpubench.agent.workload import model as net
+
+            rng = np.random.default_rng(self.settings.seed + images)
+            pixels = rng.integers(0, 256, size=(images, *net.input_shape(self.settings.size)),
+                                  dtype=np.uint8)
+            labels = np.eye(3, dtype=np.float32)[rng.integers(0, 3, size=images)]
+            self._data[images] = (pixels, labels)
+        return self._data[images]
+
+    def close(self) -> None:
+        """Drop the trial network and give its memory back."""
+        import keras
+        from gpubench.agent.workload import memory
+
+        self._network = None
+        self._data.clear()
+        keras.backend.clear_session()
+        memory.release(self.settings.backend)
+
+
+class ProcessTrials:
+    """Each trial in a fresh `python -m gpubench.agent.workload trial` process."""
+
+    def __init__(self, settings: RunSettings, shape: EpochShape, *,
+                 timeout: float = TRIAL_TIMEOUT_SECONDS) -> None:
+        self.settings = trial_settings(settings)
+        self.shape = shape
+        self.timeout = timeout
+
+    def command(self, batch: int, kind: str) -> list[str]:
+        """The command line of one trial process."""
+        settings = self.settings
+        command = [
+            sys.executable, "-m", "gpubench.agent.workload", "trial",
+            "--model", settings.model,
+            "--batch", str(batch),
+            "--kind", kind,
+            "--precision", settings.precision,
+            "--backend", settings.backend,
+            "--gpus", str(settings.gpus),
+            "--image-size", str(settings.size),
+            "--trial-steps", str(settings.trial_steps),
+            "--seed", str(settings.seed),
+            "--train-images", str(self.shape.train_images),
+            "--validation-images", str(self.shape.validation_images),
+        ] + [on if getattr(settings, name) else off
+             for on, off, name in (*STEP_SWITCHES, *TORCH_KERNELS)]
+        if settings.memory_limit_bytes:
+            command += ["--memory-limit", str(settings.memory_limit_bytes)]
+        if settings.trial_address_space:
+            command += ["--trial-address-space", str(settings.trial_address_space)]
+        return command
+
+    def __call__(self, batch: int, kind: str) -> Trial:
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                self.command(batch, kind), capture_output=True, text=True, timeout=self.timeout,
+                env=dict(os.environ), check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise TrialFailed(
+                f"--batch auto: the trial at batch {batch} ran over {self.timeout:.0f} s"
+            ) from exc
+        seconds = time.monotonic() - started
+        events = [e for e in map(parse_line, done.stdout.splitlines()) if e is not None]
+        verdicts = [e for e in events if e.kind == "batch_trial"]
+        if verdicts:
+            return replace(Trial.from_event(verdicts[-1].data), seconds=seconds)
+        errors = [e for e in events if e.kind == "error"]
+        last_lines = (str(errors[-1].get("message")) if errors
+                      else " | ".join(done.stderr.strip().splitlines()[-3:]))
+        if errors and errors[-1].get("status") == "out_of_memory":
+            return Trial(batch, False, seconds=seconds, kind=kind, message=last_lines[-300:])
+        if done.returncode == -signal.SIGKILL:
+            return Trial(batch, False, seconds=seconds, kind=kind,
+                         message="killed (SIGKILL), most likely out of memory")
+        if backend.is_out_of_memory(RuntimeError(done.stderr[-4000:])):
+            return Trial(batch, False, seconds=seconds, kind=kind, message=last_lines[-300:])
+        raise TrialFailed(
+            f"--batch auto: the trial at batch {batch} failed (exit {done.returncode}): "
+            f"{last_lines[-500:]}"
+        )
+
+    def close(self) -> None:
+        """Nothing is held between trial processes."""
+
+
+def trial_main(settings: RunSettings, batch: int, kind: str, shape: EpochShape,
+               events: EventWriter) -> int:
+    """The `trial` command: one trial in this process, told as one batch_trial event."""
+    from gpubench.agent.workload import memory
+    from gpubench.agent.workload.runner import report_failure
+
+    try:
+        if settings.trial_address_space:
+            import resource
+
+            # Tests cap the address space to make a CPU "run out of memory".
+            resource.setrlimit(resource.RLIMIT_AS, (settings.trial_address_space,) * 2)
+        backend.select(settings.backend, settings.gpus)
+        backend.import_keras(memory_growth=not settings.memory_limit_bytes)
+        if settings.memory_limit_bytes:
+            memory.limit_memory(settings.backend, settings.gpus, settings.memory_limit_bytes)
+        backend.check_gpus(settings.backend, settings.gpus)
+        trial = WarmTrials(settings, shape)(batch, kind)
+    except Exception as exc:
+        return report_failure(events, exc)
+    # The address space's peak too: what --trial-address-space caps (tests calibrate it).
+    events.emit("batch_trial", **trial.as_event(),
+                address_space_peak_bytes=memory.address_space_peak_bytes())
+    return EXIT_OK if trial.fits else EXIT_OUT_OF_MEMORY
