@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -183,6 +184,7 @@ class Benchmark:
         except KeyboardInterrupt:
             return None, True
         attempt = request
+        began = time.monotonic()
         for retry in range(RETRIES + 1):
             ended, ticks, interrupted = self._attempt(builder, attempt, index, retry)
             if interrupted or request.batch is not None or retry == RETRIES:
@@ -198,6 +200,7 @@ class Benchmark:
             attempt = replace(request, batch=smaller, batch_rule="given")
         with sigint_ignored():
             run = builder.build(ended, ticks, idle)
+            run.result.total_seconds = time.monotonic() - began
             path = self.spool.write(run)
         status = run_pb2.RunStatus.Name(run.result.status).removeprefix("RUN_STATUS_").lower()
         style = "green" if status == "ok" else "red"

@@ -7,7 +7,9 @@
 #
 #   bench/h200_session.sh STEP [STEP ...]
 #
-# Steps (the case list below says what each runs): inventory; b0-128 (Keras's own
+# Steps (the case list below says what each runs): the default run as a person types
+# it: default (B0, B3 and B7), quick (--quick), repeat-b0 (the default B0 three times),
+# largest-limits (largest-batch under 8, 16 and 48 GiB); inventory; b0-128 (Keras's own
 # code path); the protocol's batches with the workload's defaults (torch's kernels)
 # protocol-b0, protocol-b3, protocol-b7, auto-b0, bf16-b0-128; the same kernels named
 # explicitly kernels-b0-128, kernels-b3-128, kernels-b7-10; the fast settings fast-b0,
@@ -61,6 +63,25 @@ KERNELS="--batched-augmentation --fused-batchnorm --channels-first"
 KERAS="--keras-augmentation --keras-batchnorm --channels-last"  # Keras's own code path
 FAST="--precision mixed_bfloat16 --data-on-device $KERNELS"
 GRAPHS="$FAST --cuda-graphs"  # and every step replayed as a CUDA graph
+bare() {  # bare NAME ARGS...: `gpubench-agent run --offline ARGS`, nothing else set
+  local name=$1; shift
+  local start=$(date +%s.%N)
+  echo "== $name: gpubench-agent run --offline $*" | tee -a "$WORK/commands.txt"
+  gpubench-agent run --offline --spool "$WORK/spool" --label "h200 $name" \
+    --trace "$WORK/logs/$name.trace.jsonl" --json "$@" \
+    >"$WORK/logs/$name.json" 2>"$WORK/logs/$name.log"
+  local code=$?
+  echo "   exit $code after $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$start" "$(date +%s.%N)") s" | tee -a "$WORK/commands.txt"
+  tail -n 4 "$WORK/logs/$name.log"
+}
+largest() {  # largest NAME ARGS...: `gpubench-agent largest-batch ARGS --json`
+  local name=$1; shift
+  local start=$(date +%s)
+  echo "== $name: gpubench-agent largest-batch $*" | tee -a "$WORK/commands.txt"
+  gpubench-agent largest-batch --json "$@" >"$WORK/$name.json" 2>"$WORK/logs/$name.log"
+  echo "   exit $? after $(( $(date +%s) - start )) s" | tee -a "$WORK/commands.txt"
+  tail -n 3 "$WORK/logs/$name.log"
+}
 profile() {  # profile NAME VARIANT...: bench/keras_torch_profile.py
   local name=$1; shift
   local args=()
@@ -93,7 +114,12 @@ for step in "$@"; do
     graphs-b7-10) agent graphs-b7-10 --models B7 --batch 10 $KERNELS --cuda-graphs ;;
     graphs-auto-b0) agent graphs-auto-b0 --models B0 --batch auto $GRAPHS ;;
     gpu-tests)   python3 -m pytest -q -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
-                   "$ROOT/tests/gpu/test_cuda_graphs.py" >"$WORK/gpu-tests.txt" 2>&1; tail -n 5 "$WORK/gpu-tests.txt" ;;
+                   "$ROOT/tests/gpu/test_cuda_graphs.py" "$ROOT/tests/gpu/test_warm_trials.py" \
+                   >"$WORK/gpu-tests.txt" 2>&1; tail -n 5 "$WORK/gpu-tests.txt" ;;
+    default)     bare default ;;  # the whole default suite: B0, B3, B7, --batch auto
+    quick)       bare quick --quick ;;
+    repeat-b0)   for i in 1 2 3; do bare "default-b0-$i" --models B0; done ;;
+    largest-limits) largest largest-limits --memory-limit 8GiB,16GiB,48GiB ;;
     gpus2-b0)    agent gpus2-b0 --models B0 --batch 128 --gpus 2 ;;
     gpus2-b3)    agent gpus2-b3 --models B3 --batch 64 --gpus 2 ;;
     gpus2-fast-b0) agent gpus2-fast-b0 --models B0 --batch 512 --gpus 2 $FAST ;;
@@ -121,7 +147,9 @@ for step in "$@"; do
                    | tee "$WORK/collector-bench.txt" ;;
     *) echo "unknown step $step" >&2 ;;
   esac
+  # After every step, so that a call cut off by its time limit still brings back
+  # everything up to the step it was in.
+  python3 "$ROOT/bench/summarize_runs.py" "$WORK/spool" >"$OUT/summary.txt"
+  tar -C "$WORK" -czf "$OUT/evidence.tar.gz" .
 done
-
-python3 "$ROOT/bench/summarize_runs.py" "$WORK/spool" | tee "$OUT/summary.txt"
-tar -C "$WORK" -czf "$OUT/evidence.tar.gz" .
+cat "$OUT/summary.txt"

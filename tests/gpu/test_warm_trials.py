@@ -1,0 +1,67 @@
+"""On a host with an NVIDIA GPU and torch: batch trials in one process (trials.WarmTrials).
+
+What only a real GPU shows: an out-of-memory error in a trial is caught and its
+memory given back, so the next trial in the same process fits; the memory line
+fitted to two probes predicts a third batch's peak; a --memory-limit makes the card
+behave as a smaller one; and closing the trials leaves the next network the card.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        shutil.which("nvidia-smi") is None
+        or subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode != 0,
+        reason="no NVIDIA GPU on this host",
+    ),
+]
+
+GIB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def torch_keras():
+    """Keras on torch in this process, the way the workload loads it."""
+    os.environ["KERAS_BACKEND"] = "torch"
+    from gpubench.agent.workload import backend
+
+    backend.select("torch", 1)
+    return backend.import_keras()
+
+
+def test_out_of_memory_is_caught_and_the_next_trial_fits(torch_keras) -> None:
+    import torch
+    from gpubench.agent.workload import memory
+    from gpubench.agent.workload.batch_search import MemoryLine
+    from gpubench.agent.workload.options import RunSettings
+    from gpubench.agent.workload.trials import EpochShape, WarmTrials
+
+    settings = RunSettings(model="B0", backend="torch", memory_limit_bytes=8 * GIB)
+    memory.limit_memory("torch", 1, settings.memory_limit_bytes)
+    trials = WarmTrials(settings, EpochShape(1709, 427))
+    try:
+        small, larger = trials(16, "probe"), trials(64, "probe")
+        assert small.fits and larger.fits
+        assert 0 < small.reserved_peak_bytes < larger.reserved_peak_bytes
+        assert larger.capacity_bytes < 8 * GIB  # the limit, less the CUDA context
+        line = MemoryLine.fit([small, larger])
+        assert line is not None
+        too_big = trials(int(line.largest(8 * GIB)) * 3, "confirm")  # three times the card
+        assert not too_big.fits and "out of memory" in too_big.message.lower()
+        # The memory of the failed step was given back: a batch near the line fits.
+        near = trials(int(line.largest(larger.capacity_bytes * 0.8)), "confirm")
+        assert near.fits, near.message
+        predicted = line.peak(near.batch)
+        assert abs(near.reserved_peak_bytes - predicted) / predicted < 0.25
+    finally:
+        trials.close()
+        memory.limit_memory("torch", 1, None)
+    # Closed: what the trials held is back with the card.
+    assert torch.cuda.memory_allocated(0) < 64 * 2**20
