@@ -164,6 +164,14 @@ class OutputLog:
                 self._file.write(line + "\n")
                 self._file.flush()
 
+    def record(self, line: str) -> None:
+        """Keep an event line in the log file only (the tail is for the workload's own
+        words): the log then tells the whole run, events and output, in order."""
+        with self._lock:
+            if self._file is not None:
+                self._file.write(line.rstrip("\n") + "\n")
+                self._file.flush()
+
     def tail(self) -> list[str]:
         """The last lines, oldest first."""
         with self._lock:
@@ -185,6 +193,8 @@ def events_from_lines(lines: Iterator[str], log: OutputLog) -> Iterator[Event]:
             if line.strip():
                 log.write(line)
             continue
+        if event.kind != "step":  # progress ticks would drown the rest
+            log.record(line)
         yield event
 
 

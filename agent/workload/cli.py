@@ -116,9 +116,8 @@ def _model_options(func: Callable) -> Callable:
                           "(channels, height, width), torch's own order, instead of the "
                           "protocol's channels last, which Keras on torch transposes around "
                           "every convolution [default: channels first with torch]."),
-        click.option("--trial-steps", type=click.IntRange(min=1), default=2, show_default=True,
-                     help="Training steps each batch-size trial runs (then one validation "
-                          "step)."),
+        click.option("--trial-steps", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Training steps at its batch each batch-size trial runs."),
         click.option("--memory-limit", "memory_limit_bytes", type=Size(), default=None,
                      help="Behave as a GPU of this size (torch: the allocator's share of the "
                           "card; TensorFlow: a logical device limit), e.g. 16GiB."),

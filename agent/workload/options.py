@@ -105,7 +105,7 @@ class RunSettings:
     fused_batchnorm: bool | None = None  # batch normalization through torch's fused kernel
     channels_first: bool | None = None  # images laid out (channels, height, width)
     max_trials: int = 8
-    trial_steps: int = 2
+    trial_steps: int = 1
     search_budget: float = 120.0  # seconds the batch search may take
     memory_limit_bytes: int | None = None  # behave as a GPU of this many bytes
     trial_address_space: int | None = None  # caps each trial's address space (tests)

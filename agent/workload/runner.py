@@ -12,6 +12,7 @@ data, 1 anything else.
 from __future__ import annotations
 
 import os
+import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,6 +96,8 @@ def run(settings: RunSettings, events: EventWriter) -> int:
                 choice = choose_batch(settings, warm_trials, shape, events)
             finally:
                 warm_trials.close()
+            events.emit("log", message=f"the trials' network took {warm_trials.build_seconds:.1f}"
+                                       " s to build")
         return train(settings, dataset, choice.batch, choice.choice, events, rule=choice.rule,
                      memory_notes=notes)
     except KeyboardInterrupt as exc:
@@ -275,12 +278,14 @@ def train(
         memory.reset_peaks(settings.backend, settings.gpus)
     emit("phase", phase="build", model=settings.model,
          message=f"building EfficientNet{settings.model}")
+    began = time.monotonic()
     with distribute.replicas(settings):
         network, graphs = prepare_network(settings, weights=settings.weights,
                                           classes=len(dataset.class_names))
         if hooks is not None:
             hooks.prepare(network)
     counts = net.parameter_counts(network)
+    emit("log", message=f"built in {time.monotonic() - began:.1f} s")
     emit("phase", phase="first_step", model=settings.model,
          message="the first steps set up the framework's kernels"
                  + (" and record each step shape as a CUDA graph" if graphs is not None else "")

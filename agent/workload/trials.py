@@ -9,9 +9,9 @@ Two ways to make them, one body of steps:
   process per batch. TensorFlow cannot recover from an out-of-memory error in a
   process, and a fresh process leaves nothing of the trial behind.
 
-A trial trains `trial_steps` steps and validates one at its batch; a confirm also
-takes the real run's short last training and validation batches, so the shapes
-of a real epoch are all in its peak. Trials never replay CUDA graphs: a graph's
+A probe trains `trial_steps` steps at its batch; a confirm also takes the real
+run's short last training batch and its validation batches, so the shapes of a
+real epoch are all in its peak. Trials never replay CUDA graphs: a graph's
 memory pool stays with the trial network (HEADROOM covers the run's graphs).
 """
 
@@ -51,13 +51,18 @@ class EpochShape:
     validation_images: int
 
     def steps(self, batch: int, kind: str, trial_steps: int) -> list[tuple[str, int]]:
-        """A trial's steps as (training|validation, images) pairs."""
-        steps = [("training", batch)] * trial_steps + [("validation", batch)]
+        """A trial's steps as (training|validation, images) pairs: a probe trains (a
+        validation step holds less than a training step); a confirm also takes the
+        epoch's short last training batch and the validation batches, so that every
+        shape of a real epoch passes through the allocator."""
+        steps = [("training", batch)] * trial_steps
         if kind == CONFIRM:
-            for phase, images in (("training", self.train_images),
-                                  ("validation", self.validation_images)):
-                if images % batch and images > batch:
-                    steps.append((phase, images % batch))
+            last_train = self.train_images % batch if self.train_images > batch else 0
+            last_validation = (self.validation_images % batch
+                               if self.validation_images > batch else 0)
+            steps += [("training", last_train)] if last_train else []
+            steps += [("validation", min(batch, self.validation_images))]
+            steps += [("validation", last_validation)] if last_validation else []
         return steps
 
 
@@ -83,14 +88,17 @@ class WarmTrials:
         self.shape = shape
         self._network: Any = None
         self._data: dict[int, tuple[Any, Any]] = {}
+        self.build_seconds = 0.0  # building the trial network (in the first trial's time)
 
     def _prepare(self) -> Any:
         if self._network is None:
             import keras
             from gpubench.agent.workload.runner import prepare_network
 
+            began = time.monotonic()
             keras.utils.set_random_seed(self.settings.seed)
             self._network, _ = prepare_network(self.settings)
+            self.build_seconds = time.monotonic() - began
         return self._network
 
     def __call__(self, batch: int, kind: str) -> Trial:

@@ -167,9 +167,12 @@ def test_fallbacks_are_smaller_confirmed_batches() -> None:
 
 def test_a_confirm_takes_the_epochs_short_last_batches() -> None:
     shape = EpochShape(train_images=1709, validation_images=427)
-    assert shape.steps(128, "probe", 2) == [("training", 128)] * 2 + [("validation", 128)]
-    assert shape.steps(128, "confirm", 2)[-2:] == [("training", 45), ("validation", 43)]
-    assert shape.steps(1709, "confirm", 1) == [("training", 1709), ("validation", 1709)]
+    assert shape.steps(128, "probe", 2) == [("training", 128)] * 2
+    assert shape.steps(128, "confirm", 1) == [("training", 128), ("training", 45),
+                                              ("validation", 128), ("validation", 43)]
+    assert shape.steps(1709, "confirm", 1) == [("training", 1709), ("validation", 427)]
+    assert shape.steps(1265, "confirm", 1) == [("training", 1265), ("training", 444),
+                                               ("validation", 427)]
 
 
 def test_a_trial_process_runs_the_network_as_the_run_computes_it() -> None:
