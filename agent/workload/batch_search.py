@@ -241,6 +241,7 @@ def search(
     *,
     probes: tuple[int, int],
     largest_useful: int,
+    speed_candidate: int = 0,
     max_trials: int = DEFAULT_MAX_TRIALS,
     budget_seconds: float = DEFAULT_BUDGET_SECONDS,
     on_trial: Callable[[Trial], None] = lambda trial: None,
@@ -250,7 +251,9 @@ def search(
 
     `try_batch(batch, kind)` makes one trial. Probes at `probes` (halving the
     first until it fits), a line through their peaks, one confirm near the line's
-    prediction, then steps down or bisects while budgets last.
+    prediction, then steps down or bisects while budgets last. The second probe is
+    the batch the speed run will likely take (`speed_candidate`) wherever the first
+    probe shows it must fit: the run then finds its main step shape already set up.
     """
     state = _Search(try_batch, max(1, largest_useful), max_trials, budget_seconds, on_trial,
                     clock, started=clock())
@@ -259,11 +262,25 @@ def search(
         if first == 1 or not state.budget_left():
             return state.result()  # NoBatchFits when nothing fit
         first = max(1, first // 2)
-    second = min(max(second, 2 * first), state.largest_useful)
+    second = _second_probe(state.trials[-1], second, speed_candidate, state.largest_useful)
     if second > first and state.fails_from is None and state.budget_left():
         state.attempt(second, PROBE)
     _close_in(state)
     return state.result()
+
+
+def _second_probe(first: Trial, default: int, speed_candidate: int, largest_useful: int) -> int:
+    """The second probe's batch: the largest power of two up to `speed_candidate` that
+    the first probe proves fits (memory per image is at most its peak over its batch,
+    as the fixed part is not negative), else `default` (at least twice the first)."""
+    second = max(default, 2 * first.batch)
+    if speed_candidate and first.capacity_bytes and first.measured_bytes:
+        bound = first.batch * first.capacity_bytes * (1 - HEADROOM) / first.measured_bytes
+        safe = min(speed_candidate, int(bound))
+        proved = 1 << (safe.bit_length() - 1) if safe > 0 else 0
+        if proved > first.batch:
+            second = proved
+    return min(second, largest_useful)
 
 
 def _close_in(state: _Search) -> None:

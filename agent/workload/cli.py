@@ -199,14 +199,8 @@ def run(**given: Any) -> None:
 @_model_options
 @click.option("--batch", type=click.IntRange(min=1), required=True, help="Batch size to try.")
 @click.option("--kind", type=click.Choice(("probe", "confirm")), default="probe",
-              show_default=True, help="A probe trains and validates at the batch; a confirm "
-                                      "also takes the epoch's short last batches.")
-@click.option("--train-images", type=click.IntRange(min=1), default=1709, show_default=True,
-              help="Training images of the run's epoch (for a confirm's last batch).")
-@click.option("--validation-images", type=click.IntRange(min=1), default=427,
-              show_default=True, help="Validation images of the run's epoch.")
-def trial(batch: int, kind: str, train_images: int, validation_images: int,
-          **given: Any) -> None:
+              show_default=True, help="Why the trial is made (the record keeps it).")
+def trial(batch: int, kind: str, **given: Any) -> None:
     """Internal: train a few steps at one batch size and print one batch_trial event."""
     from gpubench.agent.workload import trials
     from gpubench.agent.workload.runner import report_failure
@@ -217,8 +211,7 @@ def trial(batch: int, kind: str, train_images: int, validation_images: int,
         settings = RunSettings(batch=batch, **given)
     except GpubenchError as exc:
         sys.exit(report_failure(events, exc))
-    shape = trials.EpochShape(train_images, validation_images)
-    sys.exit(trials.trial_main(settings, batch, kind, shape, events))
+    sys.exit(trials.trial_main(settings, batch, kind, events))
 
 
 @main.command()

@@ -76,13 +76,13 @@ def run(settings: RunSettings, events: EventWriter) -> int:
     """Run the benchmark; returns the process's exit code."""
     try:
         dataset = load_dataset(settings)
-        shape = trials.EpochShape(dataset.train_count, dataset.validation_count)
         warm = trials.warm_applies(settings)
         choice = None
         if settings.batch is not None:
             choice = BatchChoice(settings.batch, settings.batch_rule)
         elif not warm:
-            choice = choose_batch(settings, trials.ProcessTrials(settings, shape), shape, events)
+            choice = choose_batch(settings, trials.ProcessTrials(settings), dataset.train_count,
+                                  events)
         if settings.backend == "torch" and settings.devices > 1:
             from gpubench.agent.workload import torch_ddp
 
@@ -91,9 +91,9 @@ def run(settings: RunSettings, events: EventWriter) -> int:
                                     replicas=settings.replicas_on_cpu or None)
         notes = load_framework(settings)
         if choice is None:
-            warm_trials = trials.WarmTrials(settings, shape)
+            warm_trials = trials.WarmTrials(settings)
             try:
-                choice = choose_batch(settings, warm_trials, shape, events)
+                choice = choose_batch(settings, warm_trials, dataset.train_count, events)
             finally:
                 warm_trials.close()
             events.emit("log", message=f"the trials' network took {warm_trials.build_seconds:.1f}"
@@ -129,20 +129,19 @@ def search_only(settings: RunSettings, limits: Sequence[int], events: EventWrite
 
     try:
         dataset = load_dataset(settings)
-        shape = trials.EpochShape(dataset.train_count, dataset.validation_count)
         plans = [replace(settings, memory_limit_bytes=limit) for limit in limits] or [settings]
         warm = trials.warm_applies(settings)
         make: Any = None
         if warm:
             load_framework(replace(settings, memory_limit_bytes=None))
-            make = trials.WarmTrials(settings, shape)
+            make = trials.WarmTrials(settings)
         try:
             for plan in plans:
                 if warm:
                     memory.limit_memory(plan.backend, plan.gpus, plan.memory_limit_bytes)
                 else:
-                    make = trials.ProcessTrials(plan, shape)
-                choice = choose_batch(plan, make, shape, events)
+                    make = trials.ProcessTrials(plan)
+                choice = choose_batch(plan, make, dataset.train_count, events)
                 events.emit("search_done", model=plan.model, batch=choice.batch,
                             rule=choice.rule, memory_limit_bytes=plan.memory_limit_bytes or 0,
                             **(choice.search.as_event() if choice.search else {}))
@@ -173,7 +172,7 @@ def load_dataset(settings: RunSettings) -> data.Dataset:
                              validation_split=VALIDATION_SPLIT, limit=settings.limit_images)
 
 
-def search(settings: RunSettings, make_trial: batch_search.TryBatch, shape: trials.EpochShape,
+def search(settings: RunSettings, make_trial: batch_search.TryBatch, train_images: int,
            events: EventWriter) -> batch_search.SearchResult:
     """The largest per-GPU batch that fits, every trial reported as it ends."""
     events.emit("phase", phase="search", model=settings.model,
@@ -182,7 +181,9 @@ def search(settings: RunSettings, make_trial: batch_search.TryBatch, shape: tria
     return batch_search.search(
         make_trial,
         probes=batch_search.PROBES[settings.model],
-        largest_useful=max(1, shape.train_images // settings.devices),
+        largest_useful=max(1, train_images // settings.devices),
+        speed_candidate=(batch_search.speed_batch(train_images, train_images, settings.devices)
+                         if settings.batch_rule != RULE_LARGEST else 0),
         max_trials=settings.max_trials,
         budget_seconds=settings.search_budget,
         on_trial=lambda trial: events.emit("batch_trial", **trial.as_event()),
@@ -190,13 +191,13 @@ def search(settings: RunSettings, make_trial: batch_search.TryBatch, shape: tria
 
 
 def choose_batch(settings: RunSettings, make_trial: batch_search.TryBatch,
-                 shape: trials.EpochShape, events: EventWriter) -> BatchChoice:
+                 train_images: int, events: EventWriter) -> BatchChoice:
     """Search, then pick the run's batch by settings.batch_rule; one batch_chosen event."""
-    found = search(settings, make_trial, shape, events)
+    found = search(settings, make_trial, train_images, events)
     if settings.batch_rule == RULE_LARGEST:
         batch = found.largest
     else:
-        batch = batch_search.speed_batch(found.largest, shape.train_images, settings.devices)
+        batch = batch_search.speed_batch(found.largest, train_images, settings.devices)
     line = found.line
     events.emit("batch_chosen", batch=batch, rule=settings.batch_rule,
                 fallbacks=batch_search.fallbacks(settings.batch_rule, batch, found),

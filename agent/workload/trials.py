@@ -9,9 +9,8 @@ Two ways to make them, one body of steps:
   process per batch. TensorFlow cannot recover from an out-of-memory error in a
   process, and a fresh process leaves nothing of the trial behind.
 
-A probe trains `trial_steps` steps at its batch; a confirm also takes the real
-run's short last training batch and its validation batches, so the shapes of a
-real epoch are all in its peak. Trials never replay CUDA graphs: a graph's
+A trial trains `trial_steps` steps at its batch (a probe and a confirm alike; the
+kind says why it was made). Trials never replay CUDA graphs: a graph's
 memory pool stays with the trial network (HEADROOM covers the run's graphs).
 """
 
@@ -23,12 +22,12 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from gpubench.agent.events import EventWriter, parse_line
 from gpubench.agent.workload import backend
-from gpubench.agent.workload.batch_search import CONFIRM, Trial, TrialFailed
+from gpubench.agent.workload.batch_search import Trial, TrialFailed
 from gpubench.agent.workload.options import (
     EXIT_OK,
     EXIT_OUT_OF_MEMORY,
@@ -41,29 +40,6 @@ from gpubench.errors import GpubenchError
 
 TRIAL_TIMEOUT_SECONDS = 1200.0
 MESSAGE_LIMIT = 2000  # characters of an error message kept in a trial
-
-
-@dataclass(frozen=True)
-class EpochShape:
-    """The images of an epoch, for a trial to take the run's short last batches."""
-
-    train_images: int
-    validation_images: int
-
-    def steps(self, batch: int, kind: str, trial_steps: int) -> list[tuple[str, int]]:
-        """A trial's steps as (training|validation, images) pairs: a probe trains (a
-        validation step holds less than a training step); a confirm also takes the
-        epoch's short last training batch and the validation batches, so that every
-        shape of a real epoch passes through the allocator."""
-        steps = [("training", batch)] * trial_steps
-        if kind == CONFIRM:
-            last_train = self.train_images % batch if self.train_images > batch else 0
-            last_validation = (self.validation_images % batch
-                               if self.validation_images > batch else 0)
-            steps += [("training", last_train)] if last_train else []
-            steps += [("validation", min(batch, self.validation_images))]
-            steps += [("validation", last_validation)] if last_validation else []
-        return steps
 
 
 def warm_applies(settings: RunSettings) -> bool:
@@ -83,9 +59,8 @@ class WarmTrials:
     `close` drops the network and gives its memory back before the real run builds.
     """
 
-    def __init__(self, settings: RunSettings, shape: EpochShape) -> None:
+    def __init__(self, settings: RunSettings) -> None:
         self.settings = trial_settings(settings)
-        self.shape = shape
         self._network: Any = None
         self._data: dict[int, tuple[Any, Any]] = {}
         self.build_seconds = 0.0  # building the trial network (in the first trial's time)
@@ -110,7 +85,7 @@ class WarmTrials:
         memory.start_trial(settings.backend, settings.gpus)
         message = ""
         try:
-            step_seconds = self._steps(network, self.shape.steps(batch, kind, settings.trial_steps))
+            step_seconds = self._steps(network, batch, settings.trial_steps)
         except Exception as exc:
             if isinstance(exc, GpubenchError) or not backend.is_out_of_memory(exc):
                 raise
@@ -125,19 +100,20 @@ class WarmTrials:
                      found.capacity_bytes, time.monotonic() - started, step_seconds, message,
                      kind)
 
-    def _steps(self, network: Any, steps: list[tuple[str, int]]) -> float:
-        """Run the steps; the median time of the training steps after the first."""
+    def _steps(self, network: Any, batch: int, steps: int) -> float:
+        """Train `steps` steps at `batch`; the median time of those after the first.
+
+        Only training: a validation step holds less than a training step, and each
+        new shape costs seconds of kernel set-up on a GPU, so the epoch's other
+        shapes (its short last batches, validation) are left to HEADROOM and, in the
+        real run, to the run again at a smaller batch."""
+        x, y = self._batch(batch)
         times = []
-        for phase, images in steps:
-            x, y = self._batch(images)
+        for _ in range(steps):
             began = time.monotonic()
-            if phase == "training":
-                network.train_on_batch(x, y)
-            else:
-                network.test_on_batch(x, y)
+            network.train_on_batch(x, y)
             backend.synchronize(self.settings.backend)
-            if phase == "training":
-                times.append(time.monotonic() - began)
+            times.append(time.monotonic() - began)
         return statistics.median(times[1:]) if len(times) > 1 else 0.0
 
     def _batch(self, images: int) -> tuple[Any, Any]:
@@ -167,10 +143,8 @@ class WarmTrials:
 class ProcessTrials:
     """Each trial in a fresh `python -m gpubench.agent.workload trial` process."""
 
-    def __init__(self, settings: RunSettings, shape: EpochShape, *,
-                 timeout: float = TRIAL_TIMEOUT_SECONDS) -> None:
+    def __init__(self, settings: RunSettings, *, timeout: float = TRIAL_TIMEOUT_SECONDS) -> None:
         self.settings = trial_settings(settings)
-        self.shape = shape
         self.timeout = timeout
 
     def command(self, batch: int, kind: str) -> list[str]:
@@ -187,8 +161,6 @@ class ProcessTrials:
             "--image-size", str(settings.size),
             "--trial-steps", str(settings.trial_steps),
             "--seed", str(settings.seed),
-            "--train-images", str(self.shape.train_images),
-            "--validation-images", str(self.shape.validation_images),
         ] + [on if getattr(settings, name) else off
              for on, off, name in (*STEP_SWITCHES, *TORCH_KERNELS)]
         if settings.memory_limit_bytes:
@@ -232,8 +204,7 @@ class ProcessTrials:
         """Nothing is held between trial processes."""
 
 
-def trial_main(settings: RunSettings, batch: int, kind: str, shape: EpochShape,
-               events: EventWriter) -> int:
+def trial_main(settings: RunSettings, batch: int, kind: str, events: EventWriter) -> int:
     """The `trial` command: one trial in this process, told as one batch_trial event."""
     from gpubench.agent.workload import memory
     from gpubench.agent.workload.runner import report_failure
@@ -249,7 +220,7 @@ def trial_main(settings: RunSettings, batch: int, kind: str, shape: EpochShape,
         if settings.memory_limit_bytes:
             memory.limit_memory(settings.backend, settings.gpus, settings.memory_limit_bytes)
         backend.check_gpus(settings.backend, settings.gpus)
-        trial = WarmTrials(settings, shape)(batch, kind)
+        trial = WarmTrials(settings)(batch, kind)
     except Exception as exc:
         return report_failure(events, exc)
     # The address space's peak too: what --trial-address-space caps (tests calibrate it).

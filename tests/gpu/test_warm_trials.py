@@ -41,11 +41,11 @@ def test_out_of_memory_is_caught_and_the_next_trial_fits(torch_keras) -> None:
     from gpubench.agent.workload import memory
     from gpubench.agent.workload.batch_search import MemoryLine
     from gpubench.agent.workload.options import RunSettings
-    from gpubench.agent.workload.trials import EpochShape, WarmTrials
+    from gpubench.agent.workload.trials import WarmTrials
 
     settings = RunSettings(model="B0", backend="torch", memory_limit_bytes=8 * GIB)
     memory.limit_memory("torch", 1, settings.memory_limit_bytes)
-    trials = WarmTrials(settings, EpochShape(1709, 427))
+    trials = WarmTrials(settings)
     try:
         small, larger = trials(16, "probe"), trials(64, "probe")
         assert small.fits and larger.fits
@@ -63,5 +63,6 @@ def test_out_of_memory_is_caught_and_the_next_trial_fits(torch_keras) -> None:
     finally:
         trials.close()
         memory.limit_memory("torch", 1, None)
-    # Closed: what the trials held is back with the card.
-    assert torch.cuda.memory_allocated(0) < 64 * 2**20
+    # Closed: what the trials held (gigabytes) is back with the card; torch keeps a
+    # workspace of tens of MiB (64 MiB on an H200).
+    assert torch.cuda.memory_allocated(0) <= 128 * 2**20

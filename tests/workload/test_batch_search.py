@@ -23,7 +23,7 @@ from gpubench.agent.workload.batch_search import (
     speed_batch,
 )
 from gpubench.agent.workload.options import RULE_LARGEST, RULE_STEPS, RunSettings
-from gpubench.agent.workload.trials import EpochShape, ProcessTrials
+from gpubench.agent.workload.trials import ProcessTrials
 
 GIB = 1 << 30
 
@@ -64,6 +64,24 @@ def test_a_linear_card_takes_two_probes_and_one_confirm() -> None:
     assert found.largest >= int(truth * (1 - HEADROOM)) - 2
     assert not found.capped and found.line is not None
     assert found.line.per_image_bytes == pytest.approx(0.1 * GIB)
+
+
+def test_the_second_probe_is_the_likely_speed_batch_when_it_must_fit() -> None:
+    # B0 on an H200: the first probe proves 128 fits, so the run's batch is probed.
+    card = Card(139 * GIB, linear(0.07 * GIB, 0.1 * GIB))
+    found = search(card, probes=(16, 64), largest_useful=1709, speed_candidate=128)
+    assert [b for b, _ in card.tried][:2] == [16, 128] and len(card.tried) == 3
+    assert speed_batch(found.largest, 1709) == 128
+    # B7 on an H200: 128 cannot be proved from batch 2; 16, the largest power of two
+    # the first probe proves, is what the speed rule then picks.
+    card = Card(139 * GIB, linear(1.27 * GIB, 4.07 * GIB))
+    found = search(card, probes=(2, 8), largest_useful=1709, speed_candidate=128)
+    assert [b for b, _ in card.tried][:2] == [2, 16]
+    assert speed_batch(found.largest, 1709) == 16
+    # A small card: nothing above the first probe is proved; the model's own probe.
+    card = Card(8 * GIB, linear(3 * GIB, 0.4 * GIB))
+    search(card, probes=(8, 32), largest_useful=1709, speed_candidate=128)
+    assert [b for b, _ in card.tried][:2] == [8, 32]
 
 
 def test_a_curve_steeper_than_the_probes_steps_down_and_still_fits() -> None:
@@ -165,24 +183,13 @@ def test_fallbacks_are_smaller_confirmed_batches() -> None:
     assert fallbacks(RULE_LARGEST, found.largest, found) == [64, 16]
 
 
-def test_a_confirm_takes_the_epochs_short_last_batches() -> None:
-    shape = EpochShape(train_images=1709, validation_images=427)
-    assert shape.steps(128, "probe", 2) == [("training", 128)] * 2
-    assert shape.steps(128, "confirm", 1) == [("training", 128), ("training", 45),
-                                              ("validation", 128), ("validation", 43)]
-    assert shape.steps(1709, "confirm", 1) == [("training", 1709), ("validation", 427)]
-    assert shape.steps(1265, "confirm", 1) == [("training", 1265), ("training", 444),
-                                               ("validation", 427)]
-
-
 def test_a_trial_process_runs_the_network_as_the_run_computes_it() -> None:
     settings = RunSettings(model="B0", backend="torch", precision="mixed_bfloat16",
                            cuda_graphs=True, channels_first=False, memory_limit_bytes=16 * GIB)
-    command = ProcessTrials(settings, EpochShape(1709, 427)).command(64, "confirm")
+    command = ProcessTrials(settings).command(64, "confirm")
     assert command[command.index("--batch") + 1] == "64"
     assert command[command.index("--kind") + 1] == "confirm"
     assert command[command.index("--memory-limit") + 1] == str(16 * GIB)
-    assert command[command.index("--train-images") + 1] == "1709"
     # Trials run their steps eagerly: a CUDA graph's pool would stay with the trial.
     assert {"--no-cuda-graphs", "--no-jit-compile", "--batched-augmentation",
             "--fused-batchnorm", "--channels-last"} <= set(command)
