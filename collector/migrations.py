@@ -236,6 +236,26 @@ MIGRATIONS: tuple[Migration, ...] = (
         refill_group_figures=True,
         backfill=backfill_settings,
     ),
+    Migration(
+        "0006_quarantine",
+        (
+            # Acknowledged runs the database refused to store (a value past its column's
+            # type): kept here with the reason, out of the way of the runs after them,
+            # until `gpubench-collector quarantine retry` stores or `... drop` drops them.
+            # Only text, bytes and times, which any journal entry fits.
+            """
+            CREATE TABLE quarantine (
+                run_id VARCHAR PRIMARY KEY,
+                submitter VARCHAR NOT NULL,
+                received_at TIMESTAMP NOT NULL,          -- UTC, when it was acknowledged
+                content_sha256 VARCHAR NOT NULL,
+                record BLOB NOT NULL,                    -- the acknowledged gpubench.v1.Run
+                reason VARCHAR NOT NULL,                 -- what the database said, last try
+                quarantined_at TIMESTAMP NOT NULL        -- UTC, the last try
+            )
+            """,
+        ),
+    ),
 )
 
 
