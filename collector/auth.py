@@ -8,7 +8,7 @@ metadata. The interceptor decides per method:
 - reads (GetRun, ListRuns, Compare, Leaderboard): a valid token, unless the
   collector runs with public reads;
 - writes (SubmitRun, DeleteRun): a valid token; SubmitRun is rate limited per token;
-- the Admin service: an admin token.
+- the Admin service (tokens, the quarantine): an admin token.
 
 Missing, unknown or revoked tokens get UNAUTHENTICATED; a valid token that may
 not do something gets PERMISSION_DENIED (DeleteRun's "submitter or admin" rule
@@ -100,6 +100,9 @@ METHODS: dict[str, Access] = {
     "/gpubench.v1.Admin/CreateToken": Access.ADMIN,
     "/gpubench.v1.Admin/ListTokens": Access.ADMIN,
     "/gpubench.v1.Admin/RevokeToken": Access.ADMIN,
+    "/gpubench.v1.Admin/ListQuarantine": Access.ADMIN,
+    "/gpubench.v1.Admin/RetryQuarantine": Access.ADMIN,
+    "/gpubench.v1.Admin/DropQuarantine": Access.ADMIN,
 }
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 

@@ -465,3 +465,29 @@ class Client:
             self._admin.RevokeToken, request, f"revoking token {name!r}", f"token {name!r}"
         )
         return response.token
+
+    # -- quarantine (admin) ---------------------------------------------------------
+
+    def list_quarantine(self) -> list[collector_pb2.QuarantinedRun]:
+        """Runs the collector acknowledged but its database refused to store, oldest first."""
+        response = self._call(
+            self._admin.ListQuarantine, collector_pb2.ListQuarantineRequest(),
+            "listing the quarantine",
+        )
+        return list(response.runs)
+
+    def retry_quarantine(
+        self, run_ids: Sequence[str] = ()
+    ) -> collector_pb2.RetryQuarantineResponse:
+        """Try again to store quarantined runs (empty: every one); the response lists the
+        runs stored and those still refused, with the database's reason."""
+        request = collector_pb2.RetryQuarantineRequest(run_ids=list(run_ids))
+        return self._call(self._admin.RetryQuarantine, request, "retrying the quarantine",
+                          "run in quarantine")
+
+    def drop_quarantine(self, run_ids: Sequence[str]) -> list[collector_pb2.QuarantinedRun]:
+        """Delete quarantined runs for good (each named); returns what was dropped."""
+        request = collector_pb2.DropQuarantineRequest(run_ids=list(run_ids))
+        response = self._call(self._admin.DropQuarantine, request,
+                              "dropping runs from the quarantine", "run in quarantine")
+        return list(response.dropped)
