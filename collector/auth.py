@@ -8,6 +8,8 @@ metadata. The interceptor decides per method:
 - reads (GetRun, ListRuns, Compare, Leaderboard): a valid token, unless the
   collector runs with public reads;
 - writes (SubmitRun, DeleteRun): a valid token; SubmitRun is rate limited per token;
+- CheckAccess, an agent's preflight: the check a write goes through, so a valid token
+  even with public reads, but no submission of the rate limit;
 - the Admin service (tokens, the quarantine): an admin token.
 
 Missing, unknown or revoked tokens get UNAUTHENTICATED; a valid token that may
@@ -97,6 +99,7 @@ METHODS: dict[str, Access] = {
     "/gpubench.v1.Collector/ListRuns": Access.READ,
     "/gpubench.v1.Collector/Compare": Access.READ,
     "/gpubench.v1.Collector/Leaderboard": Access.READ,
+    "/gpubench.v1.Collector/CheckAccess": Access.WRITE,
     "/gpubench.v1.Admin/CreateToken": Access.ADMIN,
     "/gpubench.v1.Admin/ListTokens": Access.ADMIN,
     "/gpubench.v1.Admin/RevokeToken": Access.ADMIN,

@@ -20,7 +20,7 @@ from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.rows import ack_message
 from gpubench.collector.store import CompareQuery, RunFilter, Store, TokenRow
 
-from gpubench import record
+from gpubench import SCHEMA_VERSION, __version__, record
 from gpubench.errors import AccessDenied, GpubenchError, InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, collector_pb2_grpc
 
@@ -87,7 +87,7 @@ def _check_limit(field: str, value: int, default: int, most: int) -> int:
 
 
 class CollectorService(collector_pb2_grpc.CollectorServicer):
-    """Runs: submit, read, list, delete, compare, leaderboard."""
+    """Runs: submit, read, list, delete, compare, leaderboard; and an agent's preflight."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -97,6 +97,16 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
         caller = _caller()
         validation.validate(request.run)
         return ack_message(self._store.submit(request.run, caller.name))
+
+    @_translating_errors
+    def CheckAccess(self, request, context):  # noqa: N802
+        # The gate let the call through only with a valid token (collector.auth), and
+        # every valid token may submit runs.
+        caller = _caller()
+        return collector_pb2.CheckAccessResponse(
+            token_name=caller.name, may_submit=True, admin=caller.admin,
+            collector_version=__version__, schema_version=SCHEMA_VERSION,
+        )
 
     @_translating_errors
     def GetRun(self, request, context):  # noqa: N802

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,17 @@ class RequestLimited(RequestRefused):
     """
 
     retryable = True
+
+
+@dataclass(frozen=True)
+class TokenAccess:
+    """What a collector says of the client's token (`Client.check_access`)."""
+
+    token_name: str
+    may_submit: bool  # SubmitRun would accept the token
+    admin: bool
+    collector_version: str  # the collector's gpubench version
+    schema_version: int  # the newest run record revision the collector reads
 
 
 # gRPC's RESOURCE_EXHAUSTED for a message over the receiver's size limit.
@@ -120,6 +132,11 @@ def translate_error(
             f"{detail} (collector at {address})"
             if detail
             else f"the collector at {address} has no {subject or 'such thing'}"
+        )
+    elif code == grpc.StatusCode.UNIMPLEMENTED:
+        exc = RequestRefused(
+            f"the collector at {address} does not offer {what} (a collector older than "
+            f"this gpubench {__version__}?){suffix}"
         )
     elif code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE.search(detail):
         # Sending the same message again cannot help.
@@ -237,6 +254,24 @@ class Client:
         except ValueError as exc:
             # grpc raises ValueError on a closed channel and on malformed metadata.
             raise GpubenchError(f"collector at {self.address}: {exc}") from None
+
+    # -- access -----------------------------------------------------------------------
+
+    def check_access(self) -> TokenAccess:
+        """Whether the collector answers and accepts this client's token for writing: a
+        cheap call for a preflight before any training.
+
+        Raises AccessDenied for a missing, wrong or revoked token (even where the
+        collector lets anyone read), CollectorUnavailable (retryable) when the collector
+        cannot be reached or does not answer in time.
+        """
+        response = self._call(self._collector.CheckAccess, collector_pb2.CheckAccessRequest(),
+                              "checking access")
+        return TokenAccess(
+            token_name=response.token_name, may_submit=response.may_submit,
+            admin=response.admin, collector_version=response.collector_version,
+            schema_version=response.schema_version,
+        )
 
     # -- runs -----------------------------------------------------------------------
 
