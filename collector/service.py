@@ -156,6 +156,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
                 f"with '+' in this order: kernels, {options};"
                 " e.g. \"kernels+data-on-device\")",
             )
+        _check_choice("batch_rule", request.batch_rule, validation.BATCH_RULES)
         query = CompareQuery(
             model=request.model,
             precision=request.precision,
@@ -163,6 +164,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             image_size=request.image_size,
             train_images=request.train_images,
             settings=request.settings,
+            batch_rule=request.batch_rule,
             benchmark_version=request.benchmark_version,
             gpu_names=tuple(request.gpu_names),
             include_outliers=request.include_outliers,
@@ -229,6 +231,7 @@ def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResp
                 is_baseline=g.is_baseline,
                 outliers_excluded=f.outliers_excluded,
                 memory_total_bytes=round(f.memory_total_bytes or 0),
+                largest_batch_per_gpu_max=f.largest_batch_per_gpu_max,
             )
         )
     return collector_pb2.CompareResponse(
@@ -242,6 +245,7 @@ def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResp
         image_size=result.image_size,
         train_images=result.train_images,
         settings=result.settings,
+        batch_rule=result.batch_rule,
     )
 
 

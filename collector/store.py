@@ -65,10 +65,11 @@ OUTLIER_THRESHOLD = 3.5
 # The columns that decide which runs are "the same GPU configuration" for outliers,
 # in the order of group_figures' first columns. train_images: a smoke run on a subset
 # of the images (agent --limit-images) is not timed like a full run; settings: nor is a
-# run computed or fed differently (record.settings_label: "keras", "kernels", ...).
+# run computed or fed differently (record.settings_label: "keras", "kernels", ...);
+# batch_rule: nor one whose batch was chosen by another rule ("steps", "largest", ...).
 OUTLIER_GROUP = (
     "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
-    "settings", "benchmark_version",
+    "settings", "batch_rule", "benchmark_version",
 )
 # The protocol's training set: 80% of the benchmark's 2136 images. The leaderboard ranks
 # only runs of it; a smoke run with --limit-images trains on fewer.
@@ -122,6 +123,8 @@ RUN_COLUMNS = pa.schema(
         ("outlier_score", pa.float64()),
         ("record", pa.binary()),
         ("settings", pa.string()),
+        ("batch_rule", pa.string()),
+        ("largest_batch_per_gpu", pa.int32()),
     ]
 )
 
@@ -162,6 +165,7 @@ class CompareQuery:
     image_size: int = 0
     train_images: int = 0  # training images per epoch
     settings: str = ""  # record.settings_label: "keras", "kernels+data-on-device", ...
+    batch_rule: str = ""  # how the batch was chosen: "steps", "largest", "given", "quick"
     benchmark_version: str = ""
     gpu_names: tuple[str, ...] = ()  # exact, case-insensitive
     include_outliers: bool = False
@@ -825,8 +829,9 @@ class Store:
                 epoch2_min_seconds, epoch2_max_seconds, train_images_per_second_median,
                 max_batch_per_gpu, max_global_batch, peak_memory_median_bytes,
                 memory_total_bytes, energy_per_epoch_median_joules, images_per_joule_median,
+                largest_batch_per_gpu_max,
                 [benchmark_version], [backend], [precision], [image_size], [train_images],
-                [settings]
+                [settings], [batch_rule]
             FROM group_figures WHERE with_outliers = ? AND {' AND '.join(clauses)}
             """,
             [query.include_outliers, *params],
@@ -846,7 +851,8 @@ class Store:
                 list(DISTINCT precision) FILTER (WHERE keep),
                 list(DISTINCT image_size) FILTER (WHERE keep),
                 list(DISTINCT train_images) FILTER (WHERE keep),
-                list(DISTINCT settings) FILTER (WHERE keep)
+                list(DISTINCT settings) FILTER (WHERE keep),
+                list(DISTINCT batch_rule) FILTER (WHERE keep)
             FROM (SELECT *, (? OR NOT outlier) AS keep FROM runs
                   WHERE status = 'ok' AND epoch2_seconds IS NOT NULL
                     AND {' AND '.join(clauses)})
@@ -1094,7 +1100,8 @@ _FIGURES = """
     median(peak_memory_bytes) FILTER (WHERE keep),
     median(memory_total_bytes) FILTER (WHERE keep),
     median(energy_per_epoch_joules) FILTER (WHERE keep),
-    median(images_per_joule) FILTER (WHERE keep)
+    median(images_per_joule) FILTER (WHERE keep),
+    max(largest_batch_per_gpu) FILTER (WHERE keep)
 """
 
 
@@ -1114,7 +1121,7 @@ def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
     clauses, params = _equal_where_set(
         query,
         ("model", "precision", "backend", "benchmark_version", "image_size", "train_images",
-         "settings"),
+         "settings", "batch_rule"),
     )
     if query.gpu_names:
         clauses.append("list_contains(?, lower(gpu_name))")
@@ -1129,10 +1136,11 @@ def _group_figures(r: Sequence[Any]) -> GroupFigures:
         train_images_per_second_median=r[7], max_batch_per_gpu=r[8] or 0,
         max_global_batch=r[9] or 0, peak_memory_median_bytes=r[10],
         memory_total_bytes=r[11], energy_per_epoch_median_joules=r[12],
-        images_per_joule_median=r[13], benchmark_versions=tuple(sorted(r[14] or ())),
-        backends=tuple(sorted(r[15] or ())), precisions=tuple(sorted(r[16] or ())),
-        image_sizes=tuple(sorted(r[17] or ())), train_images=tuple(sorted(r[18] or ())),
-        settings=tuple(sorted(r[19] or ())),
+        images_per_joule_median=r[13], largest_batch_per_gpu_max=r[14] or 0,
+        benchmark_versions=tuple(sorted(r[15] or ())), backends=tuple(sorted(r[16] or ())),
+        precisions=tuple(sorted(r[17] or ())), image_sizes=tuple(sorted(r[18] or ())),
+        train_images=tuple(sorted(r[19] or ())), settings=tuple(sorted(r[20] or ())),
+        batch_rules=tuple(sorted(r[21] or ())),
     )
 
 
