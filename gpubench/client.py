@@ -400,6 +400,7 @@ class Client:
         benchmark_version: str | None = None,
         train_images: int | None = None,
         settings: str | None = None,
+        batch_rule: str | None = None,
     ) -> collector_pb2.CompareResponse:
         """The collector's raw comparison; see `compare` for the arguments."""
         request = collector_pb2.CompareRequest(
@@ -409,6 +410,7 @@ class Client:
             image_size=image_size or 0,
             train_images=train_images or 0,
             settings=settings or "",
+            batch_rule=batch_rule or "",
             benchmark_version=benchmark_version or "",
             gpu_names=list(gpus),
             baseline_gpu=baseline or "",
@@ -432,6 +434,7 @@ class Client:
         benchmark_version: str | None = None,
         train_images: int | None = None,
         settings: str | None = None,
+        batch_rule: str | None = None,
     ) -> pd.DataFrame:
         """Compare GPU configurations on one model: one row per GPU configuration,
         fastest first.
@@ -441,9 +444,10 @@ class Client:
         differ in precision, backend, image size, training images per epoch
         (`train_images`: a smoke run's subset against the full data set), settings (how
         the network was computed and fed: "keras" for Keras's own code path, "kernels"
-        for the torch backend's own kernels, "kernels+data-on-device", ...) or benchmark
-        version are refused unless `allow_mixed`; each of those arguments pins one
-        value. Outlier runs are left out unless `include_outliers`.
+        for the torch backend's own kernels, "kernels+data-on-device", ...), batch rule
+        (`batch_rule`: how the batch was chosen, "steps", "largest", "given" or "quick")
+        or benchmark version are refused unless `allow_mixed`; each of those arguments
+        pins one value. Outlier runs are left out unless `include_outliers`.
 
         Columns: see `gpubench.tables.compare_frame`; `df.attrs` holds the raw
         response ("response"), "baseline", "warnings" and what the runs share.
@@ -461,6 +465,7 @@ class Client:
             benchmark_version=benchmark_version,
             train_images=train_images,
             settings=settings,
+            batch_rule=batch_rule,
         )
         return tables.compare_frame(response)
 
