@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -104,9 +105,9 @@ def serve(
 
 
 @contextlib.contextmanager
-def _token_book(db_path: Path) -> Iterator[object]:
-    """The tokens of `db_path`: directly, or through the collector that holds the file."""
-    from gpubench.collector.auth import TokenBook
+def _local_or_live(db_path: Path, local: Callable[[Any], object]) -> Iterator[object]:
+    """`local` of the store of `db_path` opened here, or, while a collector holds the file,
+    that collector (collector.local_admin.LiveCollector, which has the same methods)."""
     from gpubench.collector.errors import DatabaseLocked
     from gpubench.collector.local_admin import LiveCollector
     from gpubench.collector.store import Store
@@ -118,9 +119,16 @@ def _token_book(db_path: Path) -> Iterator[object]:
             yield live
         return
     try:
-        yield TokenBook(store)
+        yield local(store)
     finally:
         store.close()
+
+
+def _token_book(db_path: Path) -> contextlib.AbstractContextManager[object]:
+    """The tokens of `db_path`: directly, or through the collector that holds the file."""
+    from gpubench.collector.auth import TokenBook
+
+    return _local_or_live(db_path, TokenBook)
 
 
 @cli.group()
@@ -169,24 +177,10 @@ def token_revoke(db_path: Path, name: str) -> None:
     err.print(f"revoked token {row.name!r}")
 
 
-@contextlib.contextmanager
-def _quarantine(db_path: Path) -> Iterator[object]:
+def _quarantine(db_path: Path) -> contextlib.AbstractContextManager[object]:
     """The quarantine of `db_path`: the store itself, or the collector that holds the file
     (both have quarantined, retry_quarantined and drop_quarantined)."""
-    from gpubench.collector.errors import DatabaseLocked
-    from gpubench.collector.local_admin import LiveCollector
-    from gpubench.collector.store import Store
-
-    try:
-        store = Store(db_path)
-    except DatabaseLocked:
-        with LiveCollector.for_database(db_path) as live:
-            yield live
-        return
-    try:
-        yield store
-    finally:
-        store.close()
+    return _local_or_live(db_path, lambda store: store)
 
 
 def _when(moment: object) -> str:
