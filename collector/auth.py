@@ -8,7 +8,9 @@ metadata. The interceptor decides per method:
 - reads (GetRun, ListRuns, Compare, Leaderboard): a valid token, unless the
   collector runs with public reads;
 - writes (SubmitRun, DeleteRun): a valid token; SubmitRun is rate limited per token;
-- the Admin service: an admin token.
+- CheckAccess, an agent's preflight: the check a write goes through, so a valid token
+  even with public reads, but no submission of the rate limit;
+- the Admin service (tokens, the quarantine): an admin token.
 
 Missing, unknown or revoked tokens get UNAUTHENTICATED; a valid token that may
 not do something gets PERMISSION_DENIED (DeleteRun's "submitter or admin" rule
@@ -97,9 +99,13 @@ METHODS: dict[str, Access] = {
     "/gpubench.v1.Collector/ListRuns": Access.READ,
     "/gpubench.v1.Collector/Compare": Access.READ,
     "/gpubench.v1.Collector/Leaderboard": Access.READ,
+    "/gpubench.v1.Collector/CheckAccess": Access.WRITE,
     "/gpubench.v1.Admin/CreateToken": Access.ADMIN,
     "/gpubench.v1.Admin/ListTokens": Access.ADMIN,
     "/gpubench.v1.Admin/RevokeToken": Access.ADMIN,
+    "/gpubench.v1.Admin/ListQuarantine": Access.ADMIN,
+    "/gpubench.v1.Admin/RetryQuarantine": Access.ADMIN,
+    "/gpubench.v1.Admin/DropQuarantine": Access.ADMIN,
 }
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 

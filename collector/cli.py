@@ -1,12 +1,14 @@
-"""`gpubench-collector`: serve the collector, manage access tokens, import run records."""
+"""`gpubench-collector`: serve the collector, manage access tokens, import run records,
+deal with runs in quarantine."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -103,9 +105,9 @@ def serve(
 
 
 @contextlib.contextmanager
-def _token_book(db_path: Path) -> Iterator[object]:
-    """The tokens of `db_path`: directly, or through the collector that holds the file."""
-    from gpubench.collector.auth import TokenBook
+def _local_or_live(db_path: Path, local: Callable[[Any], object]) -> Iterator[object]:
+    """`local` of the store of `db_path` opened here, or, while a collector holds the file,
+    that collector (collector.local_admin.LiveCollector, which has the same methods)."""
     from gpubench.collector.errors import DatabaseLocked
     from gpubench.collector.local_admin import LiveCollector
     from gpubench.collector.store import Store
@@ -117,9 +119,16 @@ def _token_book(db_path: Path) -> Iterator[object]:
             yield live
         return
     try:
-        yield TokenBook(store)
+        yield local(store)
     finally:
         store.close()
+
+
+def _token_book(db_path: Path) -> contextlib.AbstractContextManager[object]:
+    """The tokens of `db_path`: directly, or through the collector that holds the file."""
+    from gpubench.collector.auth import TokenBook
+
+    return _local_or_live(db_path, TokenBook)
 
 
 @cli.group()
@@ -166,6 +175,73 @@ def token_revoke(db_path: Path, name: str) -> None:
     with _token_book(db_path) as book:
         row = book.revoke(name)  # type: ignore[attr-defined]
     err.print(f"revoked token {row.name!r}")
+
+
+def _quarantine(db_path: Path) -> contextlib.AbstractContextManager[object]:
+    """The quarantine of `db_path`: the store itself, or the collector that holds the file
+    (both have quarantined, retry_quarantined and drop_quarantined)."""
+    return _local_or_live(db_path, lambda store: store)
+
+
+def _when(moment: object) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S")  # type: ignore[attr-defined]
+
+
+@cli.group()
+def quarantine() -> None:
+    """Runs acknowledged but refused by the database: list them, store them again once
+    the cause is fixed, or drop them (works while the collector runs)."""
+
+
+@quarantine.command("list")
+@DB_OPTION
+def quarantine_list(db_path: Path) -> None:
+    """List the runs in quarantine: run_id, submitter, when acknowledged and last refused,
+    and the database's reason."""
+    with _quarantine(db_path) as held:
+        runs = held.quarantined()  # type: ignore[attr-defined]
+    if not runs:
+        err.print("no runs in quarantine")
+        return
+    # A line per run and its reason below (a table would wrap the run_ids).
+    for run in runs:
+        out.print(f"{run.run_id}  submitter {run.submitter}  acknowledged "
+                  f"{_when(run.received_at)} UTC  refused {_when(run.quarantined_at)} UTC")
+        out.print(f"    {run.reason}")
+    err.print(f"{len(runs)} run(s) in quarantine; `quarantine retry` stores them again once "
+              "the cause is fixed, `quarantine drop RUN_ID...` drops them")
+
+
+@quarantine.command("retry")
+@DB_OPTION
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
+def quarantine_retry(db_path: Path, run_ids: tuple[str, ...]) -> None:
+    """Store runs from quarantine again (the RUN_IDs; none: every one). Those the
+    database refuses still stay in quarantine with the new reason (exit 1)."""
+    with _quarantine(db_path) as held:
+        stored, refused = held.retry_quarantined(run_ids)  # type: ignore[attr-defined]
+    for run_id in stored:
+        out.print(f"stored {run_id}")
+    for run in refused:
+        out.print(f"still refused {run.run_id}: {run.reason}")
+    err.print(f"{len(stored)} run(s) stored from quarantine, {len(refused)} still refused")
+    if refused:
+        raise RequestRefused(f"{len(refused)} run(s) still refused by the database; they stay "
+                             "in quarantine")
+
+
+@quarantine.command("drop")
+@DB_OPTION
+@click.argument("run_ids", nargs=-1, required=True, metavar="RUN_ID...")
+def quarantine_drop(db_path: Path, run_ids: tuple[str, ...]) -> None:
+    """Delete runs from quarantine for good (each RUN_ID named); prints what it dropped.
+    They were acknowledged to their agents but never stored."""
+    with _quarantine(db_path) as held:
+        dropped = held.drop_quarantined(run_ids)  # type: ignore[attr-defined]
+    for run in dropped:
+        out.print(f"dropped {run.run_id} (submitter {run.submitter}, acknowledged "
+                  f"{_when(run.received_at)} UTC): {run.reason}")
+    err.print(f"dropped {len(dropped)} run(s) from quarantine; they are not stored anywhere")
 
 
 @cli.command("import")

@@ -44,6 +44,9 @@ class GroupFigures:
     image_sizes: tuple[int, ...] = ()
     train_images: tuple[int, ...] = ()  # training images per epoch (the dataset's size)
     settings: tuple[str, ...] = ()  # record.settings_label: "keras", "kernels", ...
+    batch_rules: tuple[str, ...] = ()  # how the batch was chosen: "steps", "largest", ...
+    # The memory answer: the largest batch per GPU a search confirmed (0: no search).
+    largest_batch_per_gpu_max: int = 0
 
     @property
     def config_name(self) -> str:
@@ -75,13 +78,15 @@ class Comparison:
     image_size: int  # 0 when mixed
     train_images: int = 0  # training images per epoch; 0 when mixed
     settings: str = ""  # how the network was computed and fed: "keras", "kernels", ...
+    batch_rule: str = ""  # how the batch was chosen: "steps", "largest", "given", "quick"
 
 
 # The dimensions that must agree, with the CLI flag that pins each. The epoch-2 time
 # depends on the image size and on how many images an epoch trains on (a smoke run
 # with --limit-images has fewer), so both must agree as much as the software does. So
 # must the settings (record.settings_label): the torch backend's own kernels or data kept
-# on the device make a run up to 4x faster than Keras's code path ("keras").
+# on the device make a run up to 4x faster than Keras's code path ("keras"). And the batch
+# rule: the largest batch that fits trains faster than the "steps" rule's smaller one.
 DIMENSIONS = (
     ("benchmark_version", "benchmark_versions", "--benchmark-version"),
     ("backend", "backends", "--backend"),
@@ -89,6 +94,7 @@ DIMENSIONS = (
     ("image_size", "image_sizes", "--image-size"),
     ("train_images", "train_images", "--train-images"),
     ("settings", "settings", "--settings"),
+    ("batch_rule", "batch_rules", "--batch-rule"),
 )
 # Dimensions counted in integers: these read 0, not "mixed", when they differ.
 _NUMERIC = {"image_size", "train_images"}
@@ -111,7 +117,8 @@ def shared_settings(
             shared[dimension] = values[0] if values else (0 if numeric else "")
             continue
         shared[dimension] = 0 if numeric else MIXED
-        mixed.append(f"{dimension} ({', '.join(str(v) for v in values)}; pin one with {flag})")
+        shown = ", ".join(str(v) if v != "" else "unrecorded" for v in values)
+        mixed.append(f"{dimension} ({shown}; pin one with {flag})")
     if mixed and not allow_mixed:
         raise MixedRuns(
             f"the {model} runs differ in {'; '.join(mixed)}; or compare them anyway with "
@@ -179,7 +186,8 @@ def compare(
     """Compare GPU configurations against a baseline; fastest first."""
     groups = [g for g in groups if g.runs > 0]
     if not groups:
-        return Comparison(model, "", (), (f"no OK runs of {model} match",), "", "", "", 0, 0, "")
+        return Comparison(model, "", (), (f"no OK runs of {model} match",), "", "", "", 0, 0, "",
+                          "")
     shared = shared_settings(model, groups, allow_mixed=allow_mixed)
     baseline = choose_baseline(groups, baseline_gpu, baseline_gpu_count)
     ordered = sorted(groups, key=lambda g: (g.epoch2_median_seconds, g.config_name))
@@ -204,4 +212,5 @@ def compare(
         image_size=int(shared["image_size"]),
         train_images=int(shared["train_images"]),
         settings=str(shared["settings"]),
+        batch_rule=str(shared["batch_rule"]),
     )

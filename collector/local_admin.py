@@ -1,10 +1,10 @@
 """Administering a running collector from the same machine.
 
-DuckDB lets one process hold the database file, so while `serve` runs, token
-commands cannot open it. `serve` therefore writes a credential next to the
-database (`<db>.admin.json`, mode 0600, a fresh secret each start, removed on
-stop) with a loopback address; token commands that find the database locked
-read it and call the Admin service over loopback. Whoever can read the
+DuckDB lets one process hold the database file, so while `serve` runs, token,
+quarantine and import commands cannot open it. `serve` therefore writes a
+credential next to the database (`<db>.admin.json`, mode 0600, a fresh secret each
+start, removed on stop) with a loopback address; those commands, finding the
+database locked, read it and call the Admin service over loopback. Whoever can read the
 database file's folder can administer the collector either way.
 """
 
@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.store import TokenRow
 
 from gpubench.client import Client
@@ -83,8 +84,16 @@ def _token_row(token: collector_pb2.Token) -> TokenRow:
     )
 
 
+def _quarantined(run: collector_pb2.QuarantinedRun) -> QuarantinedRun:
+    return QuarantinedRun(
+        run.run_id, run.submitter, run.received_at.ToDatetime(), run.quarantined_at.ToDatetime(),
+        run.reason, run.content_sha256,
+    )
+
+
 class LiveCollector:
-    """Token administration and run import through a running collector, over loopback."""
+    """Token and quarantine administration and run import through a running collector,
+    over loopback (the same methods as the Store's, for the commands that use either)."""
 
     def __init__(self, credential: Credential) -> None:
         self._client = Client(credential.address, token=credential.secret, timeout=CALL_TIMEOUT_S)
@@ -111,6 +120,21 @@ class LiveCollector:
     def revoke(self, name: str) -> TokenRow:
         """Revoke a token by name."""
         return _token_row(self._client.revoke_token(name))
+
+    def quarantined(self) -> list[QuarantinedRun]:
+        """The runs held in quarantine, oldest first."""
+        return [_quarantined(r) for r in self._client.list_quarantine()]
+
+    def retry_quarantined(
+        self, run_ids: Sequence[str] = ()
+    ) -> tuple[list[str], list[QuarantinedRun]]:
+        """Store quarantined runs again: the run_ids stored, the runs still refused."""
+        reply = self._client.retry_quarantine(run_ids)
+        return list(reply.stored), [_quarantined(r) for r in reply.refused]
+
+    def drop_quarantined(self, run_ids: Sequence[str]) -> list[QuarantinedRun]:
+        """Delete quarantined runs for good; what was dropped."""
+        return [_quarantined(r) for r in self._client.drop_quarantine(run_ids)]
 
     def submit(self, run: run_pb2.Run) -> collector_pb2.SubmitRunResponse:
         """Submit one run (validated and stored by the live collector)."""

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpubench.collector import rows
+
 from gpubench import record
 from gpubench.v1 import run_pb2
 
@@ -67,6 +69,39 @@ def backfill_settings(con: Any) -> None:
                 WHERE runs.run_id = s.run_id
                 """,
                 [[r for r, _ in changed], [label for _, label in changed]],
+            )
+
+
+def backfill_batch_rule(con: Any) -> None:
+    """Set runs.batch_rule and runs.largest_batch_per_gpu from each stored record (the
+    columns' defaults are '' and 0, so only the runs that say more are written): a
+    record of schema 1 says "given" or "largest" by its batch_choice."""
+    after = ""
+    while True:
+        found = con.execute(
+            "SELECT run_id, record FROM runs WHERE run_id > ? ORDER BY run_id LIMIT ?",
+            [after, BACKFILL_CHUNK],
+        ).fetchall()
+        if not found:
+            return
+        after = found[-1][0]
+        changed = []
+        for run_id, blob in found:
+            run = run_pb2.Run.FromString(blob)
+            rule, largest = rows.batch_rule(run.config), rows.largest_batch_per_gpu(run)
+            if rule or largest:
+                changed.append((run_id, rule, largest))
+        if changed:
+            con.execute(
+                """
+                UPDATE runs SET batch_rule = s.batch_rule,
+                                largest_batch_per_gpu = s.largest_batch_per_gpu
+                FROM (SELECT unnest(?::VARCHAR[]) AS run_id,
+                             unnest(?::VARCHAR[]) AS batch_rule,
+                             unnest(?::INTEGER[]) AS largest_batch_per_gpu) s
+                WHERE runs.run_id = s.run_id
+                """,
+                [[c[0] for c in changed], [c[1] for c in changed], [c[2] for c in changed]],
             )
 
 
@@ -235,6 +270,72 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
         refill_group_figures=True,
         backfill=backfill_settings,
+    ),
+    Migration(
+        "0006_quarantine",
+        (
+            # Acknowledged runs the database refused to store (a value past its column's
+            # type): kept here with the reason, out of the way of the runs after them,
+            # until `gpubench-collector quarantine retry` stores or `... drop` drops them.
+            # Only text, bytes and times, which any journal entry fits.
+            """
+            CREATE TABLE quarantine (
+                run_id VARCHAR PRIMARY KEY,
+                submitter VARCHAR NOT NULL,
+                received_at TIMESTAMP NOT NULL,          -- UTC, when it was acknowledged
+                content_sha256 VARCHAR NOT NULL,
+                record BLOB NOT NULL,                    -- the acknowledged gpubench.v1.Run
+                reason VARCHAR NOT NULL,                 -- what the database said, last try
+                quarantined_at TIMESTAMP NOT NULL        -- UTC, the last try
+            )
+            """,
+        ),
+    ),
+    Migration(
+        "0007_batch_rule",
+        (
+            # How the batch was chosen (Config.batch_rule: "steps", "largest", "given",
+            # "quick") changes a run's speed: the largest batch that fits trains faster
+            # than the steps rule's, a given one as it may. A column of its own, filled
+            # from the stored records, and a key of the outlier groups and their figures;
+            # with the memory answer, the largest batch per GPU the search confirmed.
+            "ALTER TABLE runs ADD COLUMN batch_rule VARCHAR NOT NULL DEFAULT ''",
+            "ALTER TABLE runs ADD COLUMN largest_batch_per_gpu INTEGER NOT NULL DEFAULT 0",
+            "DROP TABLE group_figures",
+            """
+            CREATE TABLE group_figures (
+                model VARCHAR NOT NULL,
+                gpu_name VARCHAR NOT NULL,
+                gpu_count INTEGER NOT NULL,
+                backend VARCHAR NOT NULL,
+                precision VARCHAR NOT NULL,
+                image_size INTEGER NOT NULL,
+                train_images INTEGER NOT NULL,
+                settings VARCHAR NOT NULL,
+                batch_rule VARCHAR NOT NULL,
+                benchmark_version VARCHAR NOT NULL,
+                with_outliers BOOLEAN NOT NULL,
+                runs INTEGER NOT NULL,
+                outliers_excluded INTEGER NOT NULL,
+                epoch2_median_seconds DOUBLE,
+                epoch2_min_seconds DOUBLE,
+                epoch2_max_seconds DOUBLE,
+                train_images_per_second_median DOUBLE,
+                max_batch_per_gpu INTEGER,
+                max_global_batch INTEGER,
+                peak_memory_median_bytes DOUBLE,
+                memory_total_bytes DOUBLE,
+                energy_per_epoch_median_joules DOUBLE,
+                images_per_joule_median DOUBLE,
+                largest_batch_per_gpu_max INTEGER,
+                PRIMARY KEY (model, gpu_name, gpu_count, backend, precision, image_size,
+                             train_images, settings, batch_rule, benchmark_version,
+                             with_outliers)
+            )
+            """,
+        ),
+        refill_group_figures=True,
+        backfill=backfill_batch_rule,
     ),
 )
 

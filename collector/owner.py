@@ -93,7 +93,7 @@ class Dispatcher:
         self._methods: dict[str, tuple[type, Callable[[Any, Any], Any]]] = {}
         services = {
             "Collector": CollectorService(store),
-            "Admin": AdminService(gate.tokens),
+            "Admin": AdminService(gate.tokens, store),
         }
         for name, servicer in services.items():
             descriptor = collector_pb2.DESCRIPTOR.services_by_name[name]

@@ -38,6 +38,28 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+# How a record of schema 1, which has no Config.batch_rule, chose its batch.
+_RULE_OF_CHOICE = {run_pb2.BATCH_CHOICE_GIVEN: "given", run_pb2.BATCH_CHOICE_SEARCHED: "largest"}
+
+
+def batch_rule(config: run_pb2.Config) -> str:
+    """How the run's batch was chosen: Config.batch_rule ("steps", "largest", "given",
+    "quick"); for a record of schema 1, "given" or "largest" as its batch_choice says
+    (--batch N or the largest-batch search); "" when neither says."""
+    return config.batch_rule or _RULE_OF_CHOICE.get(config.batch_choice, "")
+
+
+def largest_batch_per_gpu(run: run_pb2.Run) -> int:
+    """The memory answer: the largest batch per GPU the run's search confirmed; for a
+    record of schema 1 whose batch was searched, that batch itself (the search's
+    answer); 0 when there was no search."""
+    found = run.result.largest_batch_per_gpu
+    cfg = run.config
+    if not found and not cfg.batch_rule and cfg.batch_choice == run_pb2.BATCH_CHOICE_SEARCHED:
+        return cfg.batch_per_gpu
+    return found
+
+
 def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
     """The runs-table row of a (validated) run; received_at is filled in at commit."""
     cfg, res = run.config, run.result
@@ -85,4 +107,6 @@ def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
         "outlier_score": 0.0,
         "record": blob,
         "settings": record.settings_label(cfg),
+        "batch_rule": batch_rule(cfg),
+        "largest_batch_per_gpu": largest_batch_per_gpu(run),
     }

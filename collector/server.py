@@ -79,7 +79,7 @@ def create_server(
         options=server_options(max_message_bytes, share_port=False),
     )
     collector_pb2_grpc.add_CollectorServicer_to_server(CollectorService(store), server)
-    collector_pb2_grpc.add_AdminServicer_to_server(AdminService(tokens), server)
+    collector_pb2_grpc.add_AdminServicer_to_server(AdminService(tokens, store), server)
     add_health_and_reflection(server)
     return server, listen(server, host, port, tls)
 

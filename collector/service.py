@@ -16,10 +16,11 @@ import grpc
 from gpubench.collector import compare, validation
 from gpubench.collector.auth import Caller, TokenBook, current_caller
 from gpubench.collector.errors import MixedRuns, RunConflict, TokenExists
+from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.rows import ack_message
 from gpubench.collector.store import CompareQuery, RunFilter, Store, TokenRow
 
-from gpubench import record
+from gpubench import SCHEMA_VERSION, __version__, record
 from gpubench.errors import AccessDenied, GpubenchError, InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, collector_pb2_grpc
 
@@ -86,7 +87,7 @@ def _check_limit(field: str, value: int, default: int, most: int) -> int:
 
 
 class CollectorService(collector_pb2_grpc.CollectorServicer):
-    """Runs: submit, read, list, delete, compare, leaderboard."""
+    """Runs: submit, read, list, delete, compare, leaderboard; and an agent's preflight."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -96,6 +97,16 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
         caller = _caller()
         validation.validate(request.run)
         return ack_message(self._store.submit(request.run, caller.name))
+
+    @_translating_errors
+    def CheckAccess(self, request, context):  # noqa: N802
+        # The gate let the call through only with a valid token (collector.auth), and
+        # every valid token may submit runs.
+        caller = _caller()
+        return collector_pb2.CheckAccessResponse(
+            token_name=caller.name, may_submit=True, admin=caller.admin,
+            collector_version=__version__, schema_version=SCHEMA_VERSION,
+        )
 
     @_translating_errors
     def GetRun(self, request, context):  # noqa: N802
@@ -145,6 +156,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
                 f"with '+' in this order: kernels, {options};"
                 " e.g. \"kernels+data-on-device\")",
             )
+        _check_choice("batch_rule", request.batch_rule, validation.BATCH_RULES)
         query = CompareQuery(
             model=request.model,
             precision=request.precision,
@@ -152,6 +164,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             image_size=request.image_size,
             train_images=request.train_images,
             settings=request.settings,
+            batch_rule=request.batch_rule,
             benchmark_version=request.benchmark_version,
             gpu_names=tuple(request.gpu_names),
             include_outliers=request.include_outliers,
@@ -218,6 +231,7 @@ def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResp
                 is_baseline=g.is_baseline,
                 outliers_excluded=f.outliers_excluded,
                 memory_total_bytes=round(f.memory_total_bytes or 0),
+                largest_batch_per_gpu_max=f.largest_batch_per_gpu_max,
             )
         )
     return collector_pb2.CompareResponse(
@@ -231,6 +245,7 @@ def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResp
         image_size=result.image_size,
         train_images=result.train_images,
         settings=result.settings,
+        batch_rule=result.batch_rule,
     )
 
 
@@ -243,11 +258,24 @@ def token_message(row: TokenRow) -> collector_pb2.Token:
     return token
 
 
-class AdminService(collector_pb2_grpc.AdminServicer):
-    """Token administration on a live collector (admin tokens only; see collector.auth)."""
+def quarantined_message(run: QuarantinedRun) -> collector_pb2.QuarantinedRun:
+    """A run held in quarantine as the wire's QuarantinedRun (without its record)."""
+    message = collector_pb2.QuarantinedRun(
+        run_id=run.run_id, submitter=run.submitter, reason=run.reason,
+        content_sha256=run.content_sha256,
+    )
+    message.received_at.FromDatetime(run.received_at)
+    message.quarantined_at.FromDatetime(run.quarantined_at)
+    return message
 
-    def __init__(self, tokens: TokenBook) -> None:
+
+class AdminService(collector_pb2_grpc.AdminServicer):
+    """Token and quarantine administration on a live collector (admin tokens only; see
+    collector.auth)."""
+
+    def __init__(self, tokens: TokenBook, store: Store) -> None:
         self._tokens = tokens
+        self._store = store
 
     @_translating_errors
     def CreateToken(self, request, context):  # noqa: N802
@@ -264,3 +292,23 @@ class AdminService(collector_pb2_grpc.AdminServicer):
     def RevokeToken(self, request, context):  # noqa: N802
         row = self._tokens.revoke(request.name)
         return collector_pb2.RevokeTokenResponse(token=token_message(row))
+
+    @_translating_errors
+    def ListQuarantine(self, request, context):  # noqa: N802
+        return collector_pb2.ListQuarantineResponse(
+            runs=[quarantined_message(r) for r in self._store.quarantined()]
+        )
+
+    @_translating_errors
+    def RetryQuarantine(self, request, context):  # noqa: N802
+        stored, refused = self._store.retry_quarantined(list(request.run_ids))
+        return collector_pb2.RetryQuarantineResponse(
+            stored=stored, refused=[quarantined_message(r) for r in refused]
+        )
+
+    @_translating_errors
+    def DropQuarantine(self, request, context):  # noqa: N802
+        dropped = self._store.drop_quarantined(list(request.run_ids))
+        return collector_pb2.DropQuarantineResponse(
+            dropped=[quarantined_message(r) for r in dropped]
+        )

@@ -20,6 +20,14 @@ from the future instead.)
 Outlier flags and the per-group figures Compare reads (table group_figures) are
 recomputed for the groups a change touched: after deletes and imports at once,
 after submissions at most every RESCORE_INTERVAL_S, and always before a read.
+
+A run the database refuses (a value its column cannot hold) must not hold up the
+runs after it: when a bulk insert is refused, the rows the database refuses are
+found by bisection (collector.quarantine) and kept in the quarantine table with the
+reason, the others are stored, and an error is logged. `gpubench-collector
+quarantine list | retry | drop` deals with them; nothing acknowledged leaves the
+quarantine but by that command, and a journal entry that cannot be stored (not even
+read) never keeps the store from opening.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from gpubench.collector import migrations
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.errors import DatabaseLocked, RunConflict, SchemaTooNew, TokenExists
 from gpubench.collector.intake import Journal, JournalEntry, KnownRuns, journal_folder
+from gpubench.collector.quarantine import QuarantinedRun, first_line, insert_sorting_out
 from gpubench.collector.rows import Ack, run_row, utc_now
 
 from gpubench import record
@@ -56,10 +65,11 @@ OUTLIER_THRESHOLD = 3.5
 # The columns that decide which runs are "the same GPU configuration" for outliers,
 # in the order of group_figures' first columns. train_images: a smoke run on a subset
 # of the images (agent --limit-images) is not timed like a full run; settings: nor is a
-# run computed or fed differently (record.settings_label: "keras", "kernels", ...).
+# run computed or fed differently (record.settings_label: "keras", "kernels", ...);
+# batch_rule: nor one whose batch was chosen by another rule ("steps", "largest", ...).
 OUTLIER_GROUP = (
     "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
-    "settings", "benchmark_version",
+    "settings", "batch_rule", "benchmark_version",
 )
 # The protocol's training set: 80% of the benchmark's 2136 images. The leaderboard ranks
 # only runs of it; a smoke run with --limit-images trains on fewer.
@@ -113,6 +123,8 @@ RUN_COLUMNS = pa.schema(
         ("outlier_score", pa.float64()),
         ("record", pa.binary()),
         ("settings", pa.string()),
+        ("batch_rule", pa.string()),
+        ("largest_batch_per_gpu", pa.int32()),
     ]
 )
 
@@ -153,6 +165,7 @@ class CompareQuery:
     image_size: int = 0
     train_images: int = 0  # training images per epoch
     settings: str = ""  # record.settings_label: "keras", "kernels+data-on-device", ...
+    batch_rule: str = ""  # how the batch was chosen: "steps", "largest", "given", "quick"
     benchmark_version: str = ""
     gpu_names: tuple[str, ...] = ()  # exact, case-insensitive
     include_outliers: bool = False
@@ -192,6 +205,7 @@ def _usable_cores() -> int:
 # The runs table's column types in DuckDB's words, for the insert below.
 _SQL_TYPES = {
     pa.string(): "VARCHAR", pa.timestamp("us"): "TIMESTAMP", pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
     pa.float64(): "DOUBLE", pa.uint64(): "UBIGINT", pa.bool_(): "BOOLEAN", pa.binary(): "BLOB",
 }
 # Inserts a batch given as one list per column: a single parameterised statement, which
@@ -238,11 +252,17 @@ class Store:
             self._journal = Journal(journal_folder(self.path))
             self._replay_journal()
             self._known = KnownRuns(
-                r for (r,) in self._conn.execute("SELECT run_id FROM runs").fetchall()
+                r for (r,) in self._conn.execute(
+                    "SELECT run_id FROM runs UNION ALL SELECT run_id FROM quarantine"
+                ).fetchall()
             )
         except BaseException:
             self._conn.close()  # release the file: nothing else may use it now
             raise
+        held = self.quarantine_count()
+        if held:
+            log.warning("%s: %d acknowledged run(s) held in quarantine, refused by the "
+                        "database; see `gpubench-collector quarantine list`", self.path, held)
         # Acknowledged runs in the journal, not yet in DuckDB: run_id -> row. Guarded by
         # _intake (which the flusher also waits on), taken after _write_lock if both are.
         self._pending: dict[str, dict[str, Any]] = {}
@@ -514,17 +534,19 @@ class Store:
                     self._intake.wait(FLUSH_INTERVAL_S)
 
     def _flush(self) -> None:
-        """Insert every pending run into DuckDB in one commit, then drop their journal.
+        """Insert every pending run into DuckDB in one commit (those it refuses into
+        quarantine), then drop their journal.
 
-        Called with _write_lock held. Raises the database's error; the runs then stay
-        pending (and journaled) for the next try.
+        Called with _write_lock held. Raises an error that is not about the rows (the
+        disk, the database itself); the runs then stay pending (and journaled) for the
+        next try.
         """
         with self._intake:
             if not self._pending:
                 return
             rows = list(self._pending.values())
             sealed = self._journal.seal()  # every pending run is in these segments
-        self._insert(rows)
+        self._store_rows(rows)
         with self._intake:
             for row in rows:
                 if self._pending.get(row["run_id"]) is row:
@@ -536,10 +558,19 @@ class Store:
         self.flushes += 1
         self.flushed_runs += len(rows)
 
+    def _store_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Insert rows into the runs table; the rows the database refuses go to quarantine.
+
+        Raises an error that is not about the rows (the disk, the database itself); the
+        rows inserted before it stay, and inserting them again keeps them as stored.
+        """
+        refused = insert_sorting_out(rows, self._insert, _refused_by_database)
+        if refused:
+            self._quarantine([(row, _refusal_reason(row, exc)) for row, exc in refused])
+
     def _insert(self, rows: list[dict[str, Any]]) -> None:
         """Insert rows in one statement (it commits by itself, atomically and durably:
         no BEGIN and COMMIT statements, about a tenth of a small commit's CPU)."""
-        self._dirty_groups.update(_group_key(r) for r in rows if r["status"] == "ok")
         columns = [[r[name] for r in rows] for name in RUN_COLUMNS.names]
         con = self._cursor()
         try:
@@ -550,18 +581,52 @@ class Store:
             log.warning("%d run(s) to insert; some were stored already and are kept as stored",
                         len(rows))
             con.execute(_INSERT_ROWS.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1), columns)
+        # Only groups that gained runs: a refused row's values may not even fit a query.
+        self._dirty_groups.update(_group_key(r) for r in rows if r["status"] == "ok")
+
+    def _quarantine(
+        self, refused: list[tuple[dict[str, Any], str]], *, announce: bool = True
+    ) -> None:
+        """Keep acknowledged runs the database refused (row or journal fields, and the
+        reason) in the quarantine table, and tell the operator (unless `announce` is
+        off: a retry answers its caller instead)."""
+        now = utc_now()
+        self._cursor().executemany(
+            "INSERT OR REPLACE INTO quarantine VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [[_text(row["run_id"]), _text(row["submitter"]), row["received_at"],
+              _text(row["content_sha256"]), row["record"], _text(reason), now]
+             for row, reason in refused],
+        )
+        for row, reason in refused if announce else ():
+            log.error(
+                "%s: run %s (submitter %s, acknowledged %s UTC) is held in quarantine, refused "
+                "by the database: %s. Once the cause is fixed, `gpubench-collector quarantine "
+                "retry %s` stores it; `gpubench-collector quarantine drop %s` drops it",
+                self.path, row["run_id"], row["submitter"], row["received_at"], reason,
+                row["run_id"], row["run_id"],
+            )
 
     def _replay_journal(self) -> None:
-        """Store the runs a previous process acknowledged but did not insert (a crash)."""
+        """Store the runs a previous process acknowledged but did not insert (a crash);
+        an entry the database refuses, or whose record cannot even be read, goes to
+        quarantine instead of keeping the store from opening."""
         entries = self._journal.read_leftovers()
         if entries:
-            rows = {}
+            rows: dict[str, dict[str, Any]] = {}
+            unreadable: dict[str, tuple[dict[str, Any], str]] = {}
             for entry in entries:
-                row = run_row(run_pb2.Run.FromString(entry.record), entry.submitter)
-                row.update(received_at=entry.received_at, content_sha256=entry.content_sha256,
-                           record=entry.record)
-                rows.setdefault(entry.run_id, row)
-            self._insert(list(rows.values()))
+                if entry.run_id in rows or entry.run_id in unreadable:
+                    continue
+                try:
+                    rows[entry.run_id] = _stored_row(entry.record, entry.submitter,
+                                                     entry.received_at, entry.content_sha256)
+                except Exception as exc:  # a record no run can be made of: kept as it is
+                    fields = _acknowledged(entry.run_id, entry.submitter, entry.received_at,
+                                           entry.content_sha256, entry.record)
+                    unreadable[entry.run_id] = (fields, f"unreadable record: {first_line(exc)}")
+            self._store_rows(list(rows.values()))
+            if unreadable:
+                self._quarantine(list(unreadable.values()))
             self._rescore_dirty()
             log.info("%s: stored %d acknowledged run(s) from %s", self.path, len(rows),
                      self._journal.folder)
@@ -598,12 +663,15 @@ class Store:
 
     @staticmethod
     def _stored_acks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, Ack]:
+        """The first acknowledgements of runs stored, or held in quarantine."""
         if len(run_ids) == 1:  # a point lookup uses the primary-key index
             where, params = "run_id = ?", run_ids
         else:
             where, params = "list_contains(?, run_id)", [run_ids]
         rows = con.execute(
-            f"SELECT run_id, received_at, content_sha256 FROM runs WHERE {where}", params
+            f"SELECT run_id, received_at, content_sha256 FROM runs WHERE {where} UNION ALL "
+            f"SELECT run_id, received_at, content_sha256 FROM quarantine WHERE {where}",
+            params * 2,
         ).fetchall()
         return {r[0]: Ack(r[0], r[1], r[2]) for r in rows}
 
@@ -684,11 +752,17 @@ class Store:
     # -- reading runs -----------------------------------------------------------------------
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
-        """The stored run, or NotFound."""
-        rows = self._scored().execute(
+        """The stored run, or NotFound (which says so of a run held in quarantine)."""
+        con = self._scored()
+        rows = con.execute(
             f"SELECT {_STORED_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
         ).fetchall()
         if not rows:
+            held = con.execute("SELECT reason FROM quarantine WHERE run_id = ?",
+                               [run_id]).fetchall()
+            if held:
+                raise NotFound(f"run_id {run_id}: acknowledged but held in quarantine, not "
+                               f"stored (the database refused it: {held[0][0]})")
             raise NotFound(f"run_id {run_id}: no such run")
         return _stored_run(rows[0])
 
@@ -755,8 +829,9 @@ class Store:
                 epoch2_min_seconds, epoch2_max_seconds, train_images_per_second_median,
                 max_batch_per_gpu, max_global_batch, peak_memory_median_bytes,
                 memory_total_bytes, energy_per_epoch_median_joules, images_per_joule_median,
+                largest_batch_per_gpu_max,
                 [benchmark_version], [backend], [precision], [image_size], [train_images],
-                [settings]
+                [settings], [batch_rule]
             FROM group_figures WHERE with_outliers = ? AND {' AND '.join(clauses)}
             """,
             [query.include_outliers, *params],
@@ -776,7 +851,8 @@ class Store:
                 list(DISTINCT precision) FILTER (WHERE keep),
                 list(DISTINCT image_size) FILTER (WHERE keep),
                 list(DISTINCT train_images) FILTER (WHERE keep),
-                list(DISTINCT settings) FILTER (WHERE keep)
+                list(DISTINCT settings) FILTER (WHERE keep),
+                list(DISTINCT batch_rule) FILTER (WHERE keep)
             FROM (SELECT *, (? OR NOT outlier) AS keep FROM runs
                   WHERE status = 'ok' AND epoch2_seconds IS NOT NULL
                     AND {' AND '.join(clauses)})
@@ -816,6 +892,79 @@ class Store:
         """
         rows = self._scored().execute(sql, [*params, *params, limit]).fetchall()
         return [LeaderboardRow(*r) for r in rows]
+
+    # -- quarantine -------------------------------------------------------------------------
+
+    def quarantine_count(self) -> int:
+        """How many acknowledged runs the database refused and quarantine holds."""
+        return self._cursor().execute("SELECT count(*) FROM quarantine").fetchall()[0][0]
+
+    def quarantined(self, run_ids: Sequence[str] = ()) -> list[QuarantinedRun]:
+        """The runs held in quarantine (those of `run_ids`; empty: every one), oldest
+        first. NotFound names a run_id quarantine does not hold."""
+        sql = f"SELECT {_QUARANTINE_COLUMNS} FROM quarantine"
+        params: list[Any] = []
+        if run_ids:
+            sql += " WHERE list_contains(?, run_id)"
+            params.append(list(run_ids))
+        rows = self._cursor().execute(sql + " ORDER BY received_at, run_id", params).fetchall()
+        held = [QuarantinedRun(*r) for r in rows]
+        missing = sorted(set(run_ids) - {q.run_id for q in held})
+        if missing:
+            raise NotFound(f"run_id {', '.join(missing)}: not in quarantine")
+        return held
+
+    def retry_quarantined(
+        self, run_ids: Sequence[str] = ()
+    ) -> tuple[list[str], list[QuarantinedRun]]:
+        """Try again to store runs held in quarantine (those of `run_ids`; empty: every
+        one), after the cause is fixed. The runs stored leave quarantine; returns their
+        run_ids, and the runs still refused with the database's new reason."""
+        with self._write_lock:
+            con = self._cursor()
+            names = ", ".join(("run_id", "submitter", "received_at", "content_sha256", "record"))
+            sql = f"SELECT {names} FROM quarantine"
+            params: list[Any] = []
+            if run_ids:
+                self.quarantined(run_ids)  # NotFound for any not held
+                sql += " WHERE list_contains(?, run_id)"
+                params.append(list(run_ids))
+            rows: list[dict[str, Any]] = []
+            refused: list[tuple[dict[str, Any], str]] = []
+            for held in con.execute(sql, params).fetchall():
+                try:
+                    rows.append(_stored_row(held[4], *held[1:4]))
+                except Exception as exc:  # still no run can be made of it
+                    refused.append((_acknowledged(*held), f"unreadable record: {first_line(exc)}"))
+            refused += [(row, _refusal_reason(row, exc)) for row, exc in
+                        insert_sorting_out(rows, self._insert, _refused_by_database)]
+            still = {row["run_id"] for row, _ in refused}
+            stored = [row["run_id"] for row in rows if row["run_id"] not in still]
+            if stored:
+                con.execute("DELETE FROM quarantine WHERE list_contains(?, run_id)", [stored])
+                log.warning("%s: stored %d run(s) from quarantine: %s", self.path, len(stored),
+                            ", ".join(stored))
+            if refused:
+                self._quarantine(refused, announce=False)
+            if self._dirty_groups:
+                self._rescore_dirty()
+            return stored, self.quarantined(sorted(still)) if still else []
+
+    def drop_quarantined(self, run_ids: Sequence[str]) -> list[QuarantinedRun]:
+        """Delete runs from quarantine for good (each named: there is no "all"); returns
+        what was dropped. NotFound names a run_id quarantine does not hold."""
+        if not run_ids:
+            raise InvalidRecord("run_ids", "name the runs to drop (quarantine list shows them)")
+        with self._write_lock:
+            dropped = self.quarantined(run_ids)
+            self._cursor().execute(
+                "DELETE FROM quarantine WHERE list_contains(?, run_id)", [list(run_ids)]
+            )
+        for run in dropped:
+            log.warning("%s: dropped run %s (submitter %s, acknowledged %s UTC) from "
+                        "quarantine; it was never stored", self.path, run.run_id,
+                        run.submitter, run.received_at)
+        return dropped
 
     # -- tokens -----------------------------------------------------------------------------
 
@@ -874,7 +1023,56 @@ class Store:
 
 
 _STORED_COLUMNS = "run_id, record, submitter, received_at, outlier, outlier_score, content_sha256"
+_QUARANTINE_COLUMNS = "run_id, submitter, received_at, quarantined_at, reason, content_sha256"
 _TOKEN_COLUMNS = "name, admin, created_at, revoked, last_used_at, secret_sha256"
+# Errors that say the database refuses a row's values (a number past its column's type,
+# text it cannot encode, a missing value), as opposed to the database or the disk
+# failing; Python's own come from converting the values for the statement.
+_ROW_REFUSALS = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputException,
+                 TypeError, ValueError, OverflowError)
+# The range of each integer column type, to say which value did not fit.
+_COLUMN_RANGES = {pa.int32(): (-(2**31), 2**31 - 1), pa.uint64(): (0, 2**64 - 1)}
+
+
+def _refused_by_database(error: BaseException) -> bool:
+    """Whether an insert failed because of the rows' values (not the database itself)."""
+    return isinstance(error, _ROW_REFUSALS)
+
+
+def _refusal_reason(row: dict[str, Any], error: BaseException) -> str:
+    """What the database said of a row it refused, and the columns it cannot hold (its
+    message does not name them)."""
+    misfits = []
+    for column in RUN_COLUMNS:
+        value = row.get(column.name)
+        limits = _COLUMN_RANGES.get(column.type)
+        if limits and isinstance(value, int) and not limits[0] <= value <= limits[1]:
+            misfits.append(f"{column.name} {value} does not fit {_SQL_TYPES[column.type]}")
+    reason = first_line(error)
+    return f"{reason} ({'; '.join(misfits)})" if misfits else reason
+
+
+def _text(value: str) -> str:
+    """Text any VARCHAR holds (a lone surrogate, which DuckDB refuses, escaped)."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _stored_row(
+    blob: bytes, submitter: str, received_at: datetime, content_sha256: str
+) -> dict[str, Any]:
+    """The runs-table row of an acknowledged run, as it was acknowledged (its record's
+    bytes and hash as journaled, not serialised again)."""
+    row = run_row(run_pb2.Run.FromString(blob), submitter)
+    row.update(received_at=received_at, content_sha256=content_sha256, record=blob)
+    return row
+
+
+def _acknowledged(
+    run_id: str, submitter: str, received_at: datetime, content_sha256: str, record: bytes
+) -> dict[str, Any]:
+    """What quarantine keeps of an acknowledged run no row can be made of."""
+    return {"run_id": run_id, "submitter": submitter, "received_at": received_at,
+            "content_sha256": content_sha256, "record": record}
 
 
 def _stored_run(row: Sequence[Any]) -> collector_pb2.StoredRun:
@@ -902,7 +1100,8 @@ _FIGURES = """
     median(peak_memory_bytes) FILTER (WHERE keep),
     median(memory_total_bytes) FILTER (WHERE keep),
     median(energy_per_epoch_joules) FILTER (WHERE keep),
-    median(images_per_joule) FILTER (WHERE keep)
+    median(images_per_joule) FILTER (WHERE keep),
+    max(largest_batch_per_gpu) FILTER (WHERE keep)
 """
 
 
@@ -922,7 +1121,7 @@ def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
     clauses, params = _equal_where_set(
         query,
         ("model", "precision", "backend", "benchmark_version", "image_size", "train_images",
-         "settings"),
+         "settings", "batch_rule"),
     )
     if query.gpu_names:
         clauses.append("list_contains(?, lower(gpu_name))")
@@ -937,10 +1136,11 @@ def _group_figures(r: Sequence[Any]) -> GroupFigures:
         train_images_per_second_median=r[7], max_batch_per_gpu=r[8] or 0,
         max_global_batch=r[9] or 0, peak_memory_median_bytes=r[10],
         memory_total_bytes=r[11], energy_per_epoch_median_joules=r[12],
-        images_per_joule_median=r[13], benchmark_versions=tuple(sorted(r[14] or ())),
-        backends=tuple(sorted(r[15] or ())), precisions=tuple(sorted(r[16] or ())),
-        image_sizes=tuple(sorted(r[17] or ())), train_images=tuple(sorted(r[18] or ())),
-        settings=tuple(sorted(r[19] or ())),
+        images_per_joule_median=r[13], largest_batch_per_gpu_max=r[14] or 0,
+        benchmark_versions=tuple(sorted(r[15] or ())), backends=tuple(sorted(r[16] or ())),
+        precisions=tuple(sorted(r[17] or ())), image_sizes=tuple(sorted(r[18] or ())),
+        train_images=tuple(sorted(r[19] or ())), settings=tuple(sorted(r[20] or ())),
+        batch_rules=tuple(sorted(r[21] or ())),
     )
 
 

@@ -3,6 +3,13 @@
 Every problem is collected (not just the first) and named by its field path, e.g.
 "run.config.batch_per_gpu: must be >= 1, got 0". `validate` raises one
 `InvalidRun` carrying them all; its message shows the first few.
+
+A run is acknowledged once validated, before DuckDB has it, so whatever passes here
+must fit the runs table's columns (32-bit INTEGERs among them). The rules below
+check what is missing and what must agree; a last pass walks the record's
+descriptor and bounds every field: each number by its range in NUMBER_LIMITS (the
+one table of ranges), each enum to its known values, each text to MESSAGE
+characters at most. A field added to run.proto is never left unbounded.
 """
 
 from __future__ import annotations
@@ -11,7 +18,11 @@ import math
 import re
 import uuid
 from collections.abc import Iterable, Sized
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
 
 from gpubench import SCHEMA_VERSION, record
 from gpubench.errors import InvalidRecord
@@ -37,25 +48,112 @@ MAX_IMAGE_SIZE = 4096
 # No GPU has a terabyte of memory yet; a figure above this is a unit mistake.
 MAX_MEMORY_BYTES = 2**40
 MAX_SECONDS = 30 * 24 * 3600.0
+# Images in a data set, a split or an epoch (ImageNet-21k has 14 million); the runs
+# table keeps train_images in a 32-bit INTEGER, which this stays far under.
+MAX_IMAGES = 100_000_000
+# Images in one GPU's batch; times MAX_GPUS (the global batch) still far under 2**31.
+MAX_BATCH = 1 << 20
+# A host's memory: the largest servers have tens of TiB.
+MAX_HOST_MEMORY_BYTES = 2**50
+MAX_CPU_CORES = 100_000
+# NVML's GPU index; a host has a few dozen GPUs at most.
+MAX_GPU_INDEX = 1023
+# One GPU's power limit; a run's power is that of all its GPUs.
+MAX_GPU_WATTS = 10_000.0
+MAX_WATTS = MAX_GPUS * MAX_GPU_WATTS
+MAX_JOULES = MAX_WATTS * MAX_SECONDS
+MAX_TEMPERATURE_C = 200.0  # silicon is long dead before this
+MAX_CLOCK_MHZ = 100_000.0
+MAX_IMAGES_PER_SECOND = 1e9
+# Cross-entropy of a softmax clipped at Keras's epsilon stays under about 16.
+MAX_LOSS = 1e6
+# Telemetry samples behind an epoch's figures: 100 a second for MAX_SECONDS.
+MAX_SAMPLES = int(100 * MAX_SECONDS)
+# A run's seed: the protocol's is 12; refused from 2**31 on like the other counts.
+MAX_SEED = 2**31 - 1
+# How batch_per_gpu was chosen (Config.batch_rule), and what a batch-size trial was
+# (BatchTrial.kind); both may be empty (records of schema 1).
+BATCH_RULES = ("steps", "largest", "given", "quick")
+TRIAL_KINDS = ("probe", "confirm", "run")
+
+# Every number of a run record, by field (relative to the package gpubench.v1): the
+# least and the most it may be. The lows are 0 for counts that may be absent; the
+# rules below say where an absent (0) value is refused. Limits are far beyond any real
+# run and inside what the runs table's columns hold (INTEGER for image_size,
+# gpu_count, batch_per_gpu, global_batch, train_images, schema_version and
+# largest_batch_per_gpu; UBIGINT for bytes; DOUBLE for figures).
+NUMBER_LIMITS: dict[str, tuple[float, float]] = {
+    "Run.schema_version": (0, SCHEMA_VERSION),
+    "Host.cpu_cores": (0, MAX_CPU_CORES),
+    "Host.ram_bytes": (0, MAX_HOST_MEMORY_BYTES),
+    "Gpu.index": (0, MAX_GPU_INDEX),
+    "Gpu.memory_total_bytes": (0, MAX_MEMORY_BYTES),
+    "Gpu.power_limit_watts": (0, MAX_GPU_WATTS),
+    "Gpu.pcie_generation": (0, 16),
+    "Gpu.pcie_width": (0, 64),  # lanes; PCIe's widest link is x32
+    "Config.image_size": (0, MAX_IMAGE_SIZE),
+    "Config.batch_per_gpu": (0, MAX_BATCH),
+    "Config.global_batch": (0, MAX_BATCH * MAX_GPUS),
+    "Config.gpu_count": (0, MAX_GPUS),
+    "Config.epochs": (0, MAX_EPOCHS),
+    "Config.image_count": (0, MAX_IMAGES),
+    "Config.validation_split": (0, 0.99),
+    "Config.train_images": (0, MAX_IMAGES),
+    "Config.validation_images": (0, MAX_IMAGES),
+    "Config.seed": (0, MAX_SEED),
+    "Config.memory_limit_bytes": (0, MAX_MEMORY_BYTES),
+    "BatchTrial.batch": (0, MAX_BATCH),
+    "BatchTrial.peak_memory_bytes": (0, MAX_MEMORY_BYTES),
+    "BatchTrial.seconds": (0, MAX_SECONDS),
+    "BatchTrial.reserved_peak_bytes": (0, MAX_MEMORY_BYTES),
+    "Epoch.number": (0, MAX_EPOCHS),
+    "Epoch.wall_seconds": (0, MAX_SECONDS),
+    "Epoch.train_seconds": (0, MAX_SECONDS),
+    "Epoch.validation_seconds": (0, MAX_SECONDS),
+    "Epoch.energy_joules": (0, MAX_JOULES),
+    "Epoch.mean_power_watts": (0, MAX_WATTS),
+    "Epoch.max_power_watts": (0, MAX_WATTS),
+    "Epoch.max_temperature_c": (0, MAX_TEMPERATURE_C),
+    "Epoch.mean_sm_clock_mhz": (0, MAX_CLOCK_MHZ),
+    "Epoch.mean_gpu_utilization": (0, 100),
+    "Epoch.loss": (0, MAX_LOSS),
+    "Epoch.accuracy": (0, 1),
+    "Epoch.val_loss": (0, MAX_LOSS),
+    "Epoch.val_accuracy": (0, 1),
+    "Epoch.samples": (0, MAX_SAMPLES),
+    "GpuMemory.gpu_index": (0, MAX_GPU_INDEX),
+    "GpuMemory.allocator_peak_bytes": (0, MAX_MEMORY_BYTES),
+    "GpuMemory.process_peak_bytes": (0, MAX_MEMORY_BYTES),
+    "GpuMemory.device_peak_bytes": (0, MAX_MEMORY_BYTES),
+    "GpuMemory.memory_total_bytes": (0, MAX_MEMORY_BYTES),
+    "Result.measured_epoch": (0, MAX_EPOCHS),
+    "Result.epoch2_seconds": (0, MAX_SECONDS),
+    # Epoch 1 minus epoch 2: a run whose first epoch was the faster one is refused.
+    "Result.startup_seconds": (0, MAX_SECONDS),
+    "Result.train_images_per_second": (0, MAX_IMAGES_PER_SECOND),
+    "Result.step_time_median_seconds": (0, MAX_SECONDS),
+    "Result.step_time_cv": (0, 1000),
+    "Result.energy_per_epoch_joules": (0, MAX_JOULES),
+    "Result.mean_power_watts": (0, MAX_WATTS),
+    "Result.max_power_watts": (0, MAX_WATTS),
+    "Result.max_temperature_c": (0, MAX_TEMPERATURE_C),
+    "Result.mean_sm_clock_mhz": (0, MAX_CLOCK_MHZ),
+    "Result.idle_temperature_c": (0, MAX_TEMPERATURE_C),
+    "Result.idle_wait_seconds": (0, MAX_SECONDS),
+    "Result.largest_batch_per_gpu": (0, MAX_BATCH),
+    "Result.search_seconds": (0, MAX_SECONDS),
+}
+# A number NUMBER_LIMITS forgot (a test keeps the table complete): what a 32-bit
+# INTEGER column holds.
+DEFAULT_NUMBER_LIMITS = (0, 2**31 - 1)
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
-RUN_STATUSES = frozenset(run_pb2.RunStatus.values())
 # Fields checked alike, by message.
 GPU_TEXTS = ("driver_version", "cuda_version", "compute_capability", "ecc_mode",
              "persistence_mode")
 SOFTWARE_TEXTS = ("backend_version", "keras_version", "python_version", "cuda_runtime_version",
                   "cudnn_version")
-# Durations: from 0 to MAX_SECONDS. startup_seconds (epoch 1 minus epoch 2) is held to
-# that too, so a run whose first epoch was the faster one is refused.
-RESULT_SECONDS = ("epoch2_seconds", "startup_seconds", "step_time_median_seconds",
-                  "idle_wait_seconds")
-RESULT_FIGURES = ("train_images_per_second", "step_time_cv", "energy_per_epoch_joules",
-                  "mean_power_watts", "max_power_watts", "max_temperature_c",
-                  "mean_sm_clock_mhz", "idle_temperature_c")
-EPOCH_SECONDS = ("wall_seconds", "train_seconds", "validation_seconds")
-EPOCH_FIGURES = ("energy_joules", "mean_power_watts", "max_power_watts", "max_temperature_c",
-                 "mean_sm_clock_mhz", "loss", "val_loss")
 
 
 class InvalidRun(InvalidRecord):
@@ -103,31 +201,6 @@ class _Checker:
         elif value not in allowed:
             self.fail(name, f"unknown {value[:SHORT]!r} (one of {', '.join(allowed)})")
 
-    def number(
-        self, name: str, value: float, *, low: float = 0.0, high: float = math.inf,
-        positive: bool = False,
-    ) -> None:
-        if -math.inf < value < math.inf and low <= value <= high and (value > 0 or not positive):
-            return  # the usual case, in one comparison chain (NaN fails it)
-        if math.isnan(value) or math.isinf(value):
-            self.fail(name, f"must be a finite number, got {value}")
-        elif positive and value <= 0:
-            self.fail(name, f"must be > 0, got {value:g}")
-        elif value < low:
-            self.fail(name, f"must be >= {low:g}, got {value:g}")
-        elif value > high:
-            self.fail(name, f"must be <= {high:g}, got {value:g}")
-
-    def numbers(
-        self, at: str, message: object, names: tuple[str, ...], *, high: float = math.inf
-    ) -> None:
-        """`number` (>= 0, at most `high`) for each of `message`'s fields `names`; the path
-        `at.name` is only formatted for a field that fails."""
-        for name in names:
-            value = getattr(message, name)
-            if not 0.0 <= value <= high or value == math.inf:  # NaN fails the first test
-                self.number(f"{at}.{name}", value, high=high)
-
     def count(self, name: str, items: Sized, limit: int) -> None:
         n = len(items)
         if n > limit:
@@ -144,6 +217,7 @@ def problems(run: run_pb2.Run, *, now: datetime | None = None) -> list[tuple[str
     _software(c, run.software)
     _config(c, run)
     _result(c, run, gpu_memory)
+    _bounds(c, run, RUN_BOUNDS, "run", {name for name, _ in c.problems})
     return c.problems
 
 
@@ -195,8 +269,6 @@ def _host(c: _Checker, host: run_pb2.Host) -> None:
     c.text("run.host.container_image_digest", host.container_image_digest, LONG)
     if host.hostname_hash and not _HEX64.match(host.hostname_hash):
         c.fail("run.host.hostname_hash", "must be a sha256 hex digest (64 lowercase hex digits)")
-    if host.cpu_cores > 100_000:
-        c.fail("run.host.cpu_cores", f"must be <= 100000, got {host.cpu_cores}")
 
 
 def _gpus(c: _Checker, run: run_pb2.Run) -> dict[int, int]:
@@ -215,7 +287,6 @@ def _gpus(c: _Checker, run: run_pb2.Run) -> dict[int, int]:
         c.texts(at, gpu, GPU_TEXTS, SHORT)
         if gpu.uuid_hash and not _HEX64.match(gpu.uuid_hash):
             c.fail(f"{at}.uuid_hash", "must be a sha256 hex digest (64 lowercase hex digits)")
-        c.number(f"{at}.power_limit_watts", gpu.power_limit_watts, high=10_000)
         if gpu.index in memory:
             c.fail(f"{at}.index", f"GPU index {gpu.index} is listed twice")
         memory[gpu.index] = gpu.memory_total_bytes
@@ -233,7 +304,7 @@ def _config(c: _Checker, run: run_pb2.Run) -> None:
     c.choice("run.config.precision", cfg.precision, record.PRECISIONS)
     if cfg.pipeline:
         c.choice("run.config.pipeline", cfg.pipeline, record.PIPELINES)
-    if not 1 <= cfg.image_size <= MAX_IMAGE_SIZE:
+    if cfg.image_size < 1:
         c.fail("run.config.image_size", f"must be 1..{MAX_IMAGE_SIZE}, got {cfg.image_size}")
     if cfg.batch_per_gpu < 1:
         c.fail("run.config.batch_per_gpu", f"must be >= 1, got {cfg.batch_per_gpu}")
@@ -253,23 +324,20 @@ def _config(c: _Checker, run: run_pb2.Run) -> None:
     c.text("run.config.dataset_name", cfg.dataset_name, NAME)
     c.text("run.config.dataset_fingerprint", cfg.dataset_fingerprint, SHORT)
     c.text("run.config.weights", cfg.weights, NAME)
-    c.number("run.config.validation_split", cfg.validation_split, high=0.99)
     if cfg.train_images > cfg.image_count > 0:
         c.fail(
             "run.config.train_images",
             f"{cfg.train_images} is more than the dataset's {cfg.image_count} images",
         )
+    if cfg.batch_rule:
+        c.choice("run.config.batch_rule", cfg.batch_rule, BATCH_RULES)
 
 
 def _result(c: _Checker, run: run_pb2.Run, gpu_memory: dict[int, int]) -> None:
     res = run.result
     if res.status == run_pb2.RUN_STATUS_UNSPECIFIED:
         c.fail("run.result.status", "missing")
-    elif res.status not in RUN_STATUSES:
-        c.fail("run.result.status", f"unknown value {res.status}")
     c.text("run.result.error_message", res.error_message, MESSAGE)
-    c.numbers("run.result", res, RESULT_SECONDS, high=MAX_SECONDS)
-    c.numbers("run.result", res, RESULT_FIGURES)
     c.count("run.result.epochs", res.epochs, MAX_EPOCHS)
     numbers: set[int] = set()
     for i, epoch in enumerate(res.epochs[:MAX_EPOCHS]):
@@ -279,10 +347,6 @@ def _result(c: _Checker, run: run_pb2.Run, gpu_memory: dict[int, int]) -> None:
         elif epoch.number in numbers:
             c.fail(f"{at}.number", f"epoch {epoch.number} is listed twice")
         numbers.add(epoch.number)
-        c.numbers(at, epoch, EPOCH_SECONDS, high=MAX_SECONDS)
-        c.numbers(at, epoch, EPOCH_FIGURES)
-        c.numbers(at, epoch, ("mean_gpu_utilization",), high=100)
-        c.numbers(at, epoch, ("accuracy", "val_accuracy"), high=1)
         c.texts(at, epoch, ("energy_source",), SHORT)
     if res.status == run_pb2.RUN_STATUS_OK:
         if res.measured_epoch == 0:
@@ -292,7 +356,7 @@ def _result(c: _Checker, run: run_pb2.Run, gpu_memory: dict[int, int]) -> None:
                 "run.result.epochs",
                 f"an OK run must include its measured epoch {res.measured_epoch}",
             )
-        if res.epoch2_seconds <= 0 and math.isfinite(res.epoch2_seconds):
+        if res.epoch2_seconds == 0:  # below 0 the bounds pass says so
             c.fail("run.result.epoch2_seconds", "must be > 0 for an OK run")
     c.count("run.result.memory", res.memory, MAX_GPUS)
     for i, mem in enumerate(res.memory[:MAX_GPUS]):
@@ -318,5 +382,126 @@ def _result(c: _Checker, run: run_pb2.Run, gpu_memory: dict[int, int]) -> None:
         at = f"run.result.batch_trials[{i}]"
         if trial.batch < 1:
             c.fail(f"{at}.batch", f"must be >= 1, got {trial.batch}")
-        c.number(f"{at}.seconds", trial.seconds, high=MAX_SECONDS)
         c.text(f"{at}.message", trial.message, LONG)
+        if trial.kind:
+            c.choice(f"{at}.kind", trial.kind, TRIAL_KINDS)
+
+
+# The field types the bounds pass tells apart.
+_FLOAT_TYPES = frozenset({FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT})
+_INTEGER_TYPES = frozenset({
+    FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_INT32,
+    FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_UINT32,
+    FieldDescriptor.TYPE_SFIXED32, FieldDescriptor.TYPE_SFIXED64, FieldDescriptor.TYPE_SINT32,
+    FieldDescriptor.TYPE_SINT64,
+})
+_TEXT_TYPES = frozenset({FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES})
+# Messages checked as a whole by the rules above (created_at: a valid time, 2020 to now).
+_CHECKED_WHOLE = frozenset({"google.protobuf.Timestamp"})
+
+
+@dataclass
+class Bounds:
+    """The bounds of one message type's fields: numbers (name, least, most, integer),
+    enums (name, known values), texts (name, most characters), messages (name, their
+    bounds). Repeated fields are listed apart, so that the common case (a single
+    value) costs one getattr and one comparison."""
+
+    numbers: list[tuple[str, float, float, bool]] = field(default_factory=list)
+    enums: list[tuple[str, frozenset[int]]] = field(default_factory=list)
+    texts: list[tuple[str, int]] = field(default_factory=list)
+    messages: list[tuple[str, Bounds]] = field(default_factory=list)
+    repeated: Bounds | None = None
+
+
+def _is_repeated(descriptor: FieldDescriptor) -> bool:
+    # `label` is gone from newer protobuf releases, `is_repeated` new in them.
+    if hasattr(descriptor, "is_repeated"):
+        return bool(descriptor.is_repeated)
+    return descriptor.label == FieldDescriptor.LABEL_REPEATED
+
+
+def number_limits(descriptor: FieldDescriptor) -> tuple[float, float]:
+    """A numeric field's (least, most), from NUMBER_LIMITS or DEFAULT_NUMBER_LIMITS."""
+    name = descriptor.full_name.removeprefix(descriptor.file.package + ".")
+    return NUMBER_LIMITS.get(name, DEFAULT_NUMBER_LIMITS)
+
+
+def message_bounds(descriptor: Descriptor) -> Bounds:
+    """The bounds of every field of a message type and of the messages in it."""
+    single, repeated = Bounds(), Bounds()
+    for f in descriptor.fields:
+        bounds = repeated if _is_repeated(f) else single
+        if f.type == FieldDescriptor.TYPE_MESSAGE:
+            if f.message_type.full_name not in _CHECKED_WHOLE:
+                bounds.messages.append((f.name, message_bounds(f.message_type)))
+        elif f.type == FieldDescriptor.TYPE_ENUM:
+            bounds.enums.append((f.name, frozenset(f.enum_type.values_by_number)))
+        elif f.type in _INTEGER_TYPES or f.type in _FLOAT_TYPES:
+            low, high = number_limits(f)
+            bounds.numbers.append((f.name, low, high, f.type in _INTEGER_TYPES))
+        elif f.type in _TEXT_TYPES:
+            bounds.texts.append((f.name, MESSAGE))
+        # bool: any value fits
+    single.repeated = repeated
+    return single
+
+
+RUN_BOUNDS = message_bounds(run_pb2.Run.DESCRIPTOR)
+# Items of a repeated field the bounds pass looks at: more are refused by count anyway.
+_LISTED = max(MAX_GPUS, MAX_EPOCHS, MAX_TRIALS, MAX_WARNINGS)
+
+
+def _bounds(c: _Checker, message: Message, bounds: Bounds, at: str, failed: set[str]) -> None:
+    """Bound every field of `message` (path `at`); a field the rules above refused
+    already (its path in `failed`) is not named twice. A path is only formatted for a
+    field that fails (every submission passes here)."""
+    for name, low, high, integer in bounds.numbers:
+        value = getattr(message, name)
+        if not low <= value <= high:  # NaN and the infinities fail it too
+            _fail(c, failed, f"{at}.{name}", _number_problem(value, low, high, integer))
+    for name, known in bounds.enums:
+        value = getattr(message, name)
+        if value not in known:
+            _fail(c, failed, f"{at}.{name}", f"unknown value {value}")
+    for name, limit in bounds.texts:
+        value = getattr(message, name)
+        if len(value) > limit:
+            _fail(c, failed, f"{at}.{name}", f"longer than {limit} characters ({len(value)})")
+    for name, inner in bounds.messages:
+        _bounds(c, getattr(message, name), inner, f"{at}.{name}", failed)
+    each = bounds.repeated
+    if each is None:
+        return
+    for name, low, high, integer in each.numbers:
+        for i, value in enumerate(getattr(message, name)[:_LISTED]):
+            if not low <= value <= high:
+                _fail(c, failed, f"{at}.{name}[{i}]", _number_problem(value, low, high, integer))
+    for name, known in each.enums:
+        for i, value in enumerate(getattr(message, name)[:_LISTED]):
+            if value not in known:
+                _fail(c, failed, f"{at}.{name}[{i}]", f"unknown value {value}")
+    for name, limit in each.texts:
+        for i, value in enumerate(getattr(message, name)[:_LISTED]):
+            if len(value) > limit:
+                _fail(c, failed, f"{at}.{name}[{i}]",
+                      f"longer than {limit} characters ({len(value)})")
+    for name, inner in each.messages:
+        for i, value in enumerate(getattr(message, name)[:_LISTED]):
+            _bounds(c, value, inner, f"{at}.{name}[{i}]", failed)
+
+
+def _fail(c: _Checker, failed: set[str], name: str, problem: str) -> None:
+    if name not in failed:
+        c.fail(name, problem)
+
+
+def _number_problem(value: float, low: float, high: float, integer: bool) -> str:
+    if not integer:
+        if math.isnan(value) or math.isinf(value):
+            return f"must be a finite number, got {value}"
+        return f"must be <= {high:g}, got {value:g}" if value > high else (
+            f"must be >= {low:g}, got {value:g}")
+    # Integers exactly: past a float's digits, :g would round them.
+    return f"must be <= {high:.0f}, got {value}" if value > high else (
+        f"must be >= {low:.0f}, got {value}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,17 @@ class RequestLimited(RequestRefused):
     """
 
     retryable = True
+
+
+@dataclass(frozen=True)
+class TokenAccess:
+    """What a collector says of the client's token (`Client.check_access`)."""
+
+    token_name: str
+    may_submit: bool  # SubmitRun would accept the token
+    admin: bool
+    collector_version: str  # the collector's gpubench version
+    schema_version: int  # the newest run record revision the collector reads
 
 
 # gRPC's RESOURCE_EXHAUSTED for a message over the receiver's size limit.
@@ -120,6 +132,11 @@ def translate_error(
             f"{detail} (collector at {address})"
             if detail
             else f"the collector at {address} has no {subject or 'such thing'}"
+        )
+    elif code == grpc.StatusCode.UNIMPLEMENTED:
+        exc = RequestRefused(
+            f"the collector at {address} does not offer {what} (a collector older than "
+            f"this gpubench {__version__}?){suffix}"
         )
     elif code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE.search(detail):
         # Sending the same message again cannot help.
@@ -237,6 +254,24 @@ class Client:
         except ValueError as exc:
             # grpc raises ValueError on a closed channel and on malformed metadata.
             raise GpubenchError(f"collector at {self.address}: {exc}") from None
+
+    # -- access -----------------------------------------------------------------------
+
+    def check_access(self) -> TokenAccess:
+        """Whether the collector answers and accepts this client's token for writing: a
+        cheap call for a preflight before any training.
+
+        Raises AccessDenied for a missing, wrong or revoked token (even where the
+        collector lets anyone read), CollectorUnavailable (retryable) when the collector
+        cannot be reached or does not answer in time.
+        """
+        response = self._call(self._collector.CheckAccess, collector_pb2.CheckAccessRequest(),
+                              "checking access")
+        return TokenAccess(
+            token_name=response.token_name, may_submit=response.may_submit,
+            admin=response.admin, collector_version=response.collector_version,
+            schema_version=response.schema_version,
+        )
 
     # -- runs -----------------------------------------------------------------------
 
@@ -365,6 +400,7 @@ class Client:
         benchmark_version: str | None = None,
         train_images: int | None = None,
         settings: str | None = None,
+        batch_rule: str | None = None,
     ) -> collector_pb2.CompareResponse:
         """The collector's raw comparison; see `compare` for the arguments."""
         request = collector_pb2.CompareRequest(
@@ -374,6 +410,7 @@ class Client:
             image_size=image_size or 0,
             train_images=train_images or 0,
             settings=settings or "",
+            batch_rule=batch_rule or "",
             benchmark_version=benchmark_version or "",
             gpu_names=list(gpus),
             baseline_gpu=baseline or "",
@@ -397,6 +434,7 @@ class Client:
         benchmark_version: str | None = None,
         train_images: int | None = None,
         settings: str | None = None,
+        batch_rule: str | None = None,
     ) -> pd.DataFrame:
         """Compare GPU configurations on one model: one row per GPU configuration,
         fastest first.
@@ -406,9 +444,10 @@ class Client:
         differ in precision, backend, image size, training images per epoch
         (`train_images`: a smoke run's subset against the full data set), settings (how
         the network was computed and fed: "keras" for Keras's own code path, "kernels"
-        for the torch backend's own kernels, "kernels+data-on-device", ...) or benchmark
-        version are refused unless `allow_mixed`; each of those arguments pins one
-        value. Outlier runs are left out unless `include_outliers`.
+        for the torch backend's own kernels, "kernels+data-on-device", ...), batch rule
+        (`batch_rule`: how the batch was chosen, "steps", "largest", "given" or "quick")
+        or benchmark version are refused unless `allow_mixed`; each of those arguments
+        pins one value. Outlier runs are left out unless `include_outliers`.
 
         Columns: see `gpubench.tables.compare_frame`; `df.attrs` holds the raw
         response ("response"), "baseline", "warnings" and what the runs share.
@@ -426,6 +465,7 @@ class Client:
             benchmark_version=benchmark_version,
             train_images=train_images,
             settings=settings,
+            batch_rule=batch_rule,
         )
         return tables.compare_frame(response)
 
@@ -465,3 +505,29 @@ class Client:
             self._admin.RevokeToken, request, f"revoking token {name!r}", f"token {name!r}"
         )
         return response.token
+
+    # -- quarantine (admin) ---------------------------------------------------------
+
+    def list_quarantine(self) -> list[collector_pb2.QuarantinedRun]:
+        """Runs the collector acknowledged but its database refused to store, oldest first."""
+        response = self._call(
+            self._admin.ListQuarantine, collector_pb2.ListQuarantineRequest(),
+            "listing the quarantine",
+        )
+        return list(response.runs)
+
+    def retry_quarantine(
+        self, run_ids: Sequence[str] = ()
+    ) -> collector_pb2.RetryQuarantineResponse:
+        """Try again to store quarantined runs (empty: every one); the response lists the
+        runs stored and those still refused, with the database's reason."""
+        request = collector_pb2.RetryQuarantineRequest(run_ids=list(run_ids))
+        return self._call(self._admin.RetryQuarantine, request, "retrying the quarantine",
+                          "run in quarantine")
+
+    def drop_quarantine(self, run_ids: Sequence[str]) -> list[collector_pb2.QuarantinedRun]:
+        """Delete quarantined runs for good (each named); returns what was dropped."""
+        request = collector_pb2.DropQuarantineRequest(run_ids=list(run_ids))
+        response = self._call(self._admin.DropQuarantine, request,
+                              "dropping runs from the quarantine", "run in quarantine")
+        return list(response.dropped)

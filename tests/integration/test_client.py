@@ -142,6 +142,20 @@ def test_compare_refuses_mixed_runs_unless_asked(client: Client, make_run: Any) 
     assert client.compare("B0", precision="mixed_float16").iloc[0]["epoch2_median_s"] == 9.0
 
 
+def test_compare_pins_a_batch_rule(client: Client, make_run: Any) -> None:
+    client.submit_run(make_run(gpu_name=T4, batch_per_gpu=128, config__batch_rule="steps",
+                               result__largest_batch_per_gpu=200))
+    client.submit_run(make_run(gpu_name=T4, batch_per_gpu=200, epoch2_seconds=15.0,
+                               config__batch_rule="largest", result__largest_batch_per_gpu=200))
+    with pytest.raises(RequestRefused, match="batch_rule .*--batch-rule"):
+        client.compare("B0")
+    reply = client.compare_response("B0", batch_rule="largest")
+    assert reply.batch_rule == "largest"
+    assert [(g.max_batch_per_gpu, g.largest_batch_per_gpu_max) for g in reply.groups] == [
+        (200, 200)]
+    assert client.compare("B0", batch_rule="steps").iloc[0]["max_batch_per_gpu"] == 128
+
+
 def test_compare_unknown_baseline_is_not_found(client: Client, make_run: Any) -> None:
     client.submit_run(make_run(gpu_name=T4))
     with pytest.raises(NotFound, match="GTX 1070"):

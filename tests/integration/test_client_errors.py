@@ -165,3 +165,34 @@ def test_tls_with_the_collectors_ca(collector_factory: Any, make_run: Any, tmp_p
                 CollectorUnavailable, match=f"cannot reach the collector at {secure.address}"
             ):
                 client.get_run(run.run_id)
+
+
+def test_check_access_of_an_unreachable_collector_is_retryable(closed_port: int) -> None:
+    address = f"127.0.0.1:{closed_port}"
+    with Client(address, "gpb_any") as client:
+        with pytest.raises(CollectorUnavailable, match=f"cannot reach the collector at {address}"
+                           ) as caught:
+            client.check_access()
+    assert caught.value.exit_code == ExitCode.UNAVAILABLE and is_retryable(caught.value)
+
+
+def test_a_collector_without_check_access_is_said_to_be_older() -> None:
+    """A server that knows no gpubench service at all answers UNIMPLEMENTED, as a
+    collector from before CheckAccess does for that call."""
+    from concurrent import futures
+
+    import grpc
+    from grpc_health.v1 import health, health_pb2_grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with Client(f"127.0.0.1:{port}", "gpb_any") as client:
+            with pytest.raises(RequestRefused, match="does not offer checking access .*older"
+                               ) as caught:
+                client.check_access()
+        assert caught.value.status_code == "UNIMPLEMENTED" and not is_retryable(caught.value)
+    finally:
+        server.stop(None).wait()

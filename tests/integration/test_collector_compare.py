@@ -70,6 +70,7 @@ def test_compare_figures_match_hand_computed_values(populated) -> None:
     collector, _ = populated
     reply = compare(collector, model="B0", backend="tensorflow")
     assert reply.baseline == "1x Tesla T4"  # the slowest
+    assert reply.batch_rule == "given"  # runs of schema 1 with --batch N
     assert (reply.benchmark_version, reply.backend, reply.precision, reply.image_size,
             reply.train_images) == ("1", "tensorflow", "float32", 224, 1709)
     ada, h200, t4 = reply.groups  # fastest first
@@ -216,6 +217,55 @@ def test_runs_computed_differently_are_kept_apart(populated) -> None:
         compare(collector, model="B0", settings="channels-first+kernels")
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "settings: unknown 'channels-first+kernels'" in caught.value.details()
+
+
+def searched_run(rule: str, batch: int, largest: int, **fields):
+    """A run of schema 2 whose batch `rule` chose `batch`, its search confirming `largest`."""
+    return make_run(batch_per_gpu=batch, config__batch_rule=rule,
+                    result__largest_batch_per_gpu=largest, **fields)
+
+
+def test_runs_of_different_batch_rules_are_kept_apart(collector) -> None:
+    stub, md = collector.collector_stub(), collector.metadata()
+    # On a T4: the steps rule's 128 (the speed answer) and the largest batch that fits.
+    steps = [searched_run("steps", 128, largest, gpu_name=T4, epoch2_seconds=s)
+             for s, largest in ((17.0, 200), (17.2, 208), (17.4, 200))]
+    largest = [searched_run("largest", batch, batch, gpu_name=T4, epoch2_seconds=s)
+               for s, batch in ((15.0, 200), (15.2, 208))]
+    on_h200 = searched_run("steps", 256, 1024, gpu_name=H200, epoch2_seconds=5.0)
+    for run in [*steps, *largest, on_h200]:
+        stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=md)
+
+    with pytest.raises(grpc.RpcError) as caught:
+        compare(collector, model="B0")
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert ("the B0 runs differ in batch_rule (largest, steps; pin one with --batch-rule); "
+            "or compare them anyway with allow_mixed (--allow-mixed)") == caught.value.details()
+
+    pinned = compare(collector, model="B0", batch_rule="steps", baseline_gpu=T4)
+    assert pinned.batch_rule == "steps"
+    h200, t4 = pinned.groups
+    assert (t4.gpu_name, t4.runs, t4.max_batch_per_gpu, t4.largest_batch_per_gpu_max) == (
+        T4, 3, 128, 208)
+    assert t4.epoch2_median_seconds == pytest.approx(17.2)
+    assert (h200.largest_batch_per_gpu_max, h200.speedup) == (1024, pytest.approx(17.2 / 5.0))
+    [fits] = compare(collector, model="B0", batch_rule="largest").groups
+    assert (fits.runs, fits.max_batch_per_gpu, fits.largest_batch_per_gpu_max) == (2, 208, 208)
+    assert fits.epoch2_median_seconds == pytest.approx(15.1)
+    # The faster runs of the largest batch are no outliers of the steps rule's.
+    assert not any(stub.GetRun(pb.GetRunRequest(run_id=r.run_id), metadata=md).outlier
+                   for r in largest)
+
+    mixed = compare(collector, model="B0", allow_mixed=True)
+    assert mixed.batch_rule == "mixed"
+    t4 = next(g for g in mixed.groups if g.gpu_name == T4)
+    assert (t4.runs, t4.largest_batch_per_gpu_max) == (5, 208)
+
+    with pytest.raises(grpc.RpcError) as caught:
+        compare(collector, model="B0", batch_rule="biggest")
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "batch_rule: unknown 'biggest' (one of steps, largest, given, quick)" in (
+        caught.value.details())
 
 
 def test_bad_compare_requests(populated) -> None:

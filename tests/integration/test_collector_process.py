@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import grpc
@@ -311,3 +312,79 @@ def test_serve_refuses_plaintext_off_loopback(tmp_path: Path) -> None:
     assert "plaintext is only allowed on a loopback address" in done.stderr
     assert "Traceback" not in done.stderr
     assert not local_admin.credential_path(tmp_path / "c.duckdb").exists()
+
+
+def _poisoned_journal(db: Path) -> tuple[str, str]:
+    """A database whose journal holds, as a crash leaves it, a run the database refuses
+    (3e9 training images, let in by an older validation) and a good one; their run_ids."""
+    from gpubench.collector.intake import Journal, JournalEntry, journal_folder
+
+    Store(db).close()
+    poisoned = make_run(config__train_images=3_000_000_000, config__image_count=0)
+    good = make_run()
+    journal = Journal(journal_folder(db))
+    for run in (poisoned, good):
+        journal.append([JournalEntry(run.run_id, "old-agent", datetime(2026, 1, 1),
+                                     record.content_sha256(run),
+                                     run.SerializeToString(deterministic=True))])
+    journal.close()
+    return poisoned.run_id, good.run_id
+
+
+def test_quarantine_commands_list_retry_and_drop(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    poisoned, good = _poisoned_journal(db)
+    listed = cli("quarantine", "list", "--db", str(db))  # opening stores the journal
+    assert poisoned in listed.stdout and "does not fit INTEGER" in listed.stdout
+    assert good not in listed.stdout and "1 run(s) in quarantine" in listed.stderr
+    assert "held in quarantine" in listed.stderr  # the warning on opening, and the log line
+
+    retried = cli("quarantine", "retry", "--db", str(db), check=False)
+    assert retried.returncode == 1
+    assert f"still refused {poisoned}" in retried.stdout and "stay in quarantine" in retried.stderr
+
+    nothing = cli("quarantine", "drop", "--db", str(db), check=False)
+    assert nothing.returncode == 2  # a run_id is required: there is no "drop all"
+    unknown = cli("quarantine", "drop", "00000000-0000-4000-8000-000000000000", "--db", str(db),
+                  check=False)
+    assert unknown.returncode == 5 and "not in quarantine" in unknown.stderr
+
+    dropped = cli("quarantine", "drop", poisoned, "--db", str(db))
+    assert f"dropped {poisoned} (submitter old-agent" in dropped.stdout
+    assert "not stored anywhere" in dropped.stderr
+    assert "no runs in quarantine" in cli("quarantine", "list", "--db", str(db)).stderr
+    store = Store(db)
+    try:
+        assert store.count() == 1 and store.get(good).submitter == "old-agent"
+    finally:
+        store.close()
+
+
+def test_a_poisoned_journal_stops_no_command_and_quarantine_works_live(
+    serve, tmp_path: Path
+) -> None:
+    """Each of these replays the journal on opening; none may fail because of one entry."""
+    db = tmp_path / "c.duckdb"
+    poisoned, good = _poisoned_journal(db)
+    listed = cli("token", "list", "--db", str(db))
+    assert "held in quarantine" in listed.stderr  # the operator is told, the command works
+    admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
+    later = tmp_path / "later.json"
+    later.write_text(record.to_json(make_run(model="B3")))
+    cli("import", str(later), "--db", str(db))
+    served = serve(db)
+    stub = served.stub()
+    stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin), timeout=10)
+    assert stub.GetRun(pb.GetRunRequest(run_id=good), metadata=bearer(admin), timeout=10)
+
+    # While it serves, the commands go through it.
+    assert poisoned in cli("quarantine", "list", "--db", str(db)).stdout
+    assert cli("quarantine", "retry", poisoned, "--db", str(db), check=False).returncode == 1
+    assert f"dropped {poisoned}" in cli("quarantine", "drop", poisoned, "--db", str(db)).stdout
+    served.process.send_signal(signal.SIGTERM)
+    assert served.process.wait(30) == 0
+    store = Store(db)
+    try:
+        assert store.count() == 3 and store.quarantine_count() == 0
+    finally:
+        store.close()

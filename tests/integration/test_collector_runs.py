@@ -77,6 +77,35 @@ def test_an_invalid_run_is_invalid_argument_naming_the_field(collector) -> None:
     assert collector.store.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"config__train_images": 3_000_000_000, "config__image_count": 0},
+         "run.config.train_images: must be <= 100000000, got 3000000000"),
+        ({"config__batch_per_gpu": 3_000_000_000, "config__global_batch": 3_000_000_000},
+         "run.config.batch_per_gpu: must be <= 1048576, got 3000000000"),
+        ({"config__batch_per_gpu": 1_500_000_000, "config__global_batch": 3_000_000_000,
+          "gpu_count": 2}, "run.config.global_batch: must be <= 67108864, got 3000000000"),
+    ],
+    ids=["train_images", "batch_per_gpu", "global_batch"],
+)
+def test_counts_past_a_32_bit_column_are_refused_before_the_acknowledgement(
+    collector, fields, named
+) -> None:
+    """3e9 training images or a batch of 3e9 would fit the record but not the runs
+    table: refused at once, and the runs after them are stored and read as usual."""
+    with pytest.raises(grpc.RpcError) as caught:
+        submit(collector, make_run(**fields))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert named in caught.value.details()
+    later = make_run()
+    submit(collector, later)
+    assert collector.collector_stub().GetRun(
+        pb.GetRunRequest(run_id=later.run_id), metadata=collector.metadata(), timeout=10
+    ).run == later
+    assert collector.store.count() == 1
+
+
 def test_get_of_an_unknown_run_is_not_found(collector) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         collector.collector_stub().GetRun(

@@ -16,6 +16,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from factories import make_run
 from gpubench.collector import store as store_module
@@ -241,5 +242,150 @@ def test_replaying_a_run_that_is_stored_already_keeps_the_stored_one(
         assert store.get(run.run_id).received_at.ToDatetime() == first.received_at
         assert store.submit(run, "lab") == first
         assert store.get(later.run_id).content_sha256 == record.content_sha256(later)
+    finally:
+        store.close()
+
+
+# -- a run the database refuses: quarantine, never a wedged flusher -------------------------
+
+def _poisoned(**fields: object):
+    """A run validation now refuses (3e9 training images), as an older collector let in:
+    acknowledged from the journal, but past the runs table's INTEGER column."""
+    fields = {"config__train_images": 3_000_000_000, "config__image_count": 0, **fields}
+    return make_run(**fields)
+
+
+def test_a_run_the_database_refuses_does_not_hold_up_the_runs_after_it(
+    tmp_path: Path, held: None
+) -> None:
+    db = tmp_path / "c.duckdb"
+    store = Store(db)
+    try:
+        poisoned = _poisoned()
+        first = store.submit(poisoned, "lab")  # acknowledged: the journal has it
+        runs = [make_run(label=str(i)) for i in range(5)]
+        for run in runs:
+            store.submit(run, "lab")
+        assert store.count() == 5  # the read stores what is pending, around the refused run
+        assert store.get(runs[-1].run_id).run == runs[-1]
+        [held_run] = store.quarantined()
+        assert (held_run.run_id, held_run.submitter, held_run.received_at) == (
+            poisoned.run_id, "lab", first.received_at)
+        assert "train_images 3000000000 does not fit INTEGER" in held_run.reason
+        with pytest.raises(NotFound, match="held in quarantine"):
+            store.get(poisoned.run_id)
+        # Later runs go on being stored, and the flusher has nothing left.
+        later = make_run(label="later")
+        store.submit(later, "lab")
+        assert store.count() == 6 and not store._pending
+        # Resubmitted, the refused run gets its first acknowledgement (it is not lost).
+        assert store.submit(poisoned, "lab") == first
+        with pytest.raises(RunConflict):
+            store.submit(_poisoned(run_id=poisoned.run_id, label="edited"), "lab")
+    finally:
+        store.close()
+    assert _segments(db) == []  # nothing acknowledged is left behind in the journal
+    store = Store(db)
+    try:
+        assert store.count() == 6
+        assert [r.run_id for r in store.quarantined()] == [poisoned.run_id]
+    finally:
+        store.close()
+
+
+def test_the_flusher_quarantines_a_refused_run_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(store_module, "FLUSH_ROWS", 10**6)
+    monkeypatch.setattr(store_module, "FLUSH_INTERVAL_S", 0.05)
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        poisoned = _poisoned(config__batch_per_gpu=3_000_000_000,
+                             config__global_batch=3_000_000_000)
+        store.submit(poisoned, "lab")
+        for i in range(3):
+            store.submit(make_run(label=str(i)), "lab")
+        # No read: the flusher thread itself stores the three and sets the fourth aside.
+        assert _wait_for(lambda: store.flushed_runs == 4)
+        assert store.quarantine_count() == 1 and not store._pending
+        assert _wait_for(lambda: not store._dirty_groups)
+    finally:
+        store.close()
+    [logged] = [r for r in caplog.records if r.levelname == "ERROR"]
+    message = logged.getMessage()
+    assert poisoned.run_id in message and "held in quarantine" in message
+    assert "batch_per_gpu 3000000000 does not fit INTEGER" in message
+    assert f"gpubench-collector quarantine retry {poisoned.run_id}" in message
+
+
+def test_a_quarantined_run_is_stored_by_retry_once_the_cause_is_fixed_or_dropped(
+    tmp_path: Path, held: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        wide = _poisoned(status="out_of_memory")  # 3e9 training images
+        huge = make_run(status="out_of_memory", config__batch_per_gpu=3_000_000_000,
+                        config__global_batch=3_000_000_000)
+        store.submit(wide, "lab")
+        store.submit(huge, "lab")
+        assert store.count() == 0 and store.quarantine_count() == 2
+        before = {r.run_id: r for r in store.quarantined()}
+
+        # Nothing fixed yet: both are refused again, with the time of this try.
+        stored, refused = store.retry_quarantined()
+        assert stored == [] and {r.run_id for r in refused} == {wide.run_id, huge.run_id}
+        assert all(r.quarantined_at >= before[r.run_id].quarantined_at for r in refused)
+
+        # The fix for one of them, as a release with a wider column would bring it: the
+        # column and the insert's type of it.
+        store._cursor().execute("ALTER TABLE runs ALTER train_images TYPE BIGINT")
+        columns = store_module.RUN_COLUMNS
+        wider = columns.set(columns.get_field_index("train_images"),
+                            pa.field("train_images", pa.int64()))
+        monkeypatch.setattr(store_module, "RUN_COLUMNS", wider)
+        monkeypatch.setattr(store_module, "_INSERT_ROWS", store_module.insert_rows_sql(wider))
+        stored, refused = store.retry_quarantined([wide.run_id])
+        assert (stored, refused) == ([wide.run_id], [])
+        assert store.get(wide.run_id).run == wide
+        assert store.get(wide.run_id).received_at.ToDatetime() == before[wide.run_id].received_at
+        assert [r.run_id for r in store.quarantined()] == [huge.run_id]
+
+        with pytest.raises(NotFound, match=wide.run_id):  # not in quarantine any more
+            store.drop_quarantined([wide.run_id])
+        [dropped] = store.drop_quarantined([huge.run_id])
+        assert dropped.run_id == huge.run_id and "batch_per_gpu" in dropped.reason
+        assert store.quarantined() == [] and store.count() == 1
+    finally:
+        store.close()
+
+
+def test_a_journal_holding_a_poisoned_entry_opens_fine(tmp_path: Path) -> None:
+    """What a crash leaves: a good run, one the database refuses, and one whose record
+    cannot even be read. Opening stores the first and quarantines the others."""
+    db = tmp_path / "c.duckdb"
+    Store(db).close()
+    good, poisoned = make_run(), _poisoned()
+    leftover = Journal(journal_folder(db))
+    for run in (poisoned, good):
+        leftover.append([JournalEntry(run.run_id, "lab", datetime(2026, 1, 1),
+                                      record.content_sha256(run),
+                                      run.SerializeToString(deterministic=True))])
+    garbled = "00000000-0000-4000-8000-00000000000a"
+    leftover.append([JournalEntry(garbled, "lab", datetime(2026, 1, 2), "ab" * 32,
+                                  b"\xff\xff\xff not a run")])
+    leftover.close()
+    store = Store(db)
+    try:
+        assert store.count() == 1 and store.get(good.run_id).run == good
+        reasons = {r.run_id: r.reason for r in store.quarantined()}
+        assert "train_images 3000000000 does not fit INTEGER" in reasons[poisoned.run_id]
+        assert reasons[garbled].startswith("unreadable record:")
+        assert store.retry_quarantined([garbled])[0] == []  # and stays so when retried
+    finally:
+        store.close()
+    assert _segments(db) == []
+    store = Store(db)  # and again: nothing left to replay, the quarantine kept
+    try:
+        assert store.count() == 1 and store.quarantine_count() == 2
     finally:
         store.close()

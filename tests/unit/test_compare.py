@@ -150,3 +150,23 @@ def test_no_runs_is_an_empty_comparison_with_a_warning() -> None:
 def test_ties_on_the_slowest_pick_a_stable_baseline() -> None:
     a, b = group("A", 1, 10.0), group("B", 1, 10.0)
     assert compare.choose_baseline([a, b]).gpu_name == compare.choose_baseline([b, a]).gpu_name
+
+
+def test_runs_of_different_batch_rules_are_refused_naming_batch_rule() -> None:
+    # The largest batch that fits trains faster than the steps rule's smaller one.
+    steps = replace(T4, batch_rules=("steps",), largest_batch_per_gpu_max=3)
+    largest = replace(GTX, batch_rules=("largest",), largest_batch_per_gpu_max=2)
+    with pytest.raises(MixedRuns) as caught:
+        compare.compare("B7", [steps, largest])
+    message = str(caught.value)
+    assert "differ in batch_rule (largest, steps; pin one with --batch-rule)" in message
+    assert message.endswith("or compare them anyway with allow_mixed (--allow-mixed)")
+    assert "settings" not in message
+    assert compare.compare("B7", [steps, largest], allow_mixed=True).batch_rule == "mixed"
+    assert compare.compare("B7", [steps]).batch_rule == "steps"
+
+
+def test_runs_that_do_not_say_how_their_batch_was_chosen_are_named_unrecorded() -> None:
+    with pytest.raises(MixedRuns, match=r"batch_rule \(unrecorded, given; pin one with "):
+        compare.compare("B7", [replace(T4, batch_rules=("",)),
+                               replace(GTX, batch_rules=("given",))])

@@ -117,19 +117,22 @@ def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     store = Store(db)
     store.submit_many([make_run(epoch2_seconds=s) for s in (16.0, 17.0, 19.0)], "lab")
-    # As a database from before the figures existed: no table, no settings column, no
-    # record of either.
-    store._cursor().execute("DROP TABLE group_figures")
-    store._cursor().execute("ALTER TABLE runs DROP COLUMN settings")
+    # As a database from before the figures existed: no table, no settings or batch rule
+    # columns, no record of them.
+    for statement in ("DROP TABLE group_figures", "ALTER TABLE runs DROP COLUMN settings",
+                      "ALTER TABLE runs DROP COLUMN batch_rule",
+                      "ALTER TABLE runs DROP COLUMN largest_batch_per_gpu"):
+        store._cursor().execute(statement)
     store._cursor().execute(
-        "DELETE FROM schema_migrations WHERE name IN "
-        "('0003_group_figures', '0004_group_figures_by_train_images', '0005_settings')"
+        "DELETE FROM schema_migrations WHERE name IN ('0003_group_figures', "
+        "'0004_group_figures_by_train_images', '0005_settings', '0007_batch_rule')"
     )
     store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-3:] == [
-            "0003_group_figures", "0004_group_figures_by_train_images", "0005_settings"]
+        assert store.applied_migrations()[-4:] == [
+            "0003_group_figures", "0004_group_figures_by_train_images", "0005_settings",
+            "0007_batch_rule"]
         [t4] = store.compare_groups(CompareQuery(model="B0"))
         assert (t4.gpu_name, t4.runs, t4.epoch2_median_seconds) == ("Tesla T4", 3, 17.0)
     finally:
@@ -146,20 +149,41 @@ GROUP_BEFORE_SETTINGS = (
     "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
     "benchmark_version",
 )
+# ... and before the batch rule was (migration 0005's).
+GROUP_BEFORE_BATCH_RULE = (
+    "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
+    "settings", "benchmark_version",
+)
+# The runs table's columns each migration added.
+COLUMNS_ADDED = {"0005_settings": ("settings",),
+                 "0007_batch_rule": ("batch_rule", "largest_batch_per_gpu")}
+# group_figures' last figure column, added by migration 0007.
+LAST_FIGURE = "    max(largest_batch_per_gpu) FILTER (WHERE keep)\n"
 
 
 def _as_an_older_collector(
     patch: pytest.MonkeyPatch, migrations_applied: int, outlier_group: tuple[str, ...]
 ) -> None:
     """The store as a collector that knew only the first `migrations_applied` migrations
-    (no runs.settings column before 0005) and keyed its outlier groups by
-    `outlier_group`."""
-    patch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:migrations_applied])
+    (no runs.settings column before 0005, no batch rule before 0007) and keyed its
+    outlier groups by `outlier_group`. The quarantine table, which this store's code
+    reads, is there too."""
+    known = migrations.MIGRATIONS[:migrations_applied]
+    quarantine = next(m for m in migrations.MIGRATIONS if m.name == "0006_quarantine")
+    patch.setattr(migrations, "MIGRATIONS",
+                  known if quarantine in known else (*known, quarantine))
     patch.setattr(store_module, "OUTLIER_GROUP", outlier_group)
-    columns = store_module.RUN_COLUMNS.remove(
-        store_module.RUN_COLUMNS.get_field_index("settings"))
+    columns = store_module.RUN_COLUMNS
+    for migration, added in COLUMNS_ADDED.items():
+        if migration not in {m.name for m in known}:
+            for name in added:
+                columns = columns.remove(columns.get_field_index(name))
     patch.setattr(store_module, "RUN_COLUMNS", columns)
     patch.setattr(store_module, "_INSERT_ROWS", store_module.insert_rows_sql(columns))
+    if "0007_batch_rule" not in {m.name for m in known}:
+        figures = store_module._FIGURES.replace(",\n" + LAST_FIGURE, "\n")
+        assert figures != store_module._FIGURES
+        patch.setattr(store_module, "_FIGURES", figures)
 
 
 def _smoke_run(seconds: float) -> object:
@@ -188,8 +212,8 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-2:] == [
-            "0004_group_figures_by_train_images", "0005_settings"]
+        assert store.applied_migrations()[-3:] == [
+            "0004_group_figures_by_train_images", "0005_settings", "0007_batch_rule"]
         # The smoke run is alone in its group now: no outlier, score 0.
         stored = store.get(smoke.run_id)
         assert (stored.outlier, stored.outlier_score) == (False, 0.0)
@@ -251,7 +275,7 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-1] == "0005_settings"
+        assert store.applied_migrations()[-2:] == ["0005_settings", "0007_batch_rule"]
         settings = dict(store._cursor().execute("SELECT run_id, settings FROM runs").fetchall())
         assert {settings[r.run_id] for r in keras} == {"keras"}
         assert [settings[r.run_id] for r in kernels] == ["kernels", "kernels"]
@@ -285,3 +309,79 @@ def test_the_row_names_the_settings_the_run_used() -> None:
     assert run_row(_kernels_run(4.0), "lab")["settings"] == "kernels"
     two = make_run(backend="torch", config__fused_batchnorm=True, config__data_on_device=True)
     assert run_row(two, "lab")["settings"] == "fused-batchnorm+data-on-device"
+
+
+def _searched_by_schema_1(seconds: float, batch: int) -> object:
+    """A run of schema 1: its batch found by the largest-batch search (--batch auto),
+    before batch_rule and largest_batch_per_gpu existed."""
+    return make_run(epoch2_seconds=seconds, batch_per_gpu=batch, schema_version=1,
+                    config__batch_choice=run_pb2.BATCH_CHOICE_SEARCHED)
+
+
+def _by_rule(rule: str, seconds: float, batch: int, largest: int = 0) -> object:
+    """A run of schema 2 whose batch was chosen by `rule`."""
+    return make_run(epoch2_seconds=seconds, batch_per_gpu=batch, config__batch_rule=rule,
+                    result__largest_batch_per_gpu=largest)
+
+
+def test_the_row_says_how_the_batch_was_chosen_and_the_memory_answer() -> None:
+    def columns(run: object) -> tuple[str, int]:
+        row = run_row(run, "lab")
+        return row["batch_rule"], row["largest_batch_per_gpu"]
+
+    assert columns(make_run(batch_per_gpu=128)) == ("given", 0)  # schema 1, --batch 128
+    assert columns(_searched_by_schema_1(12.0, 200)) == ("largest", 200)
+    assert columns(_by_rule("steps", 14.0, 128, largest=200)) == ("steps", 200)
+    assert columns(_by_rule("largest", 12.0, 200, largest=200)) == ("largest", 200)
+    unsaid = make_run(config__batch_choice=run_pb2.BATCH_CHOICE_UNSPECIFIED)
+    assert columns(unsaid) == ("", 0)
+
+
+def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_groups_by_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "c.duckdb"
+    given = [make_run(epoch2_seconds=s, batch_per_gpu=128) for s in (17.0, 17.1, 17.2, 17.3)]
+    searched = [_searched_by_schema_1(9.0, 200), _searched_by_schema_1(9.4, 208)]
+    steps = _by_rule("steps", 17.15, 128, largest=216)
+    unsaid = make_run(epoch2_seconds=17.2,
+                      config__batch_choice=run_pb2.BATCH_CHOICE_UNSPECIFIED)
+    # The database as a collector with migrations 0001-0006 wrote it: one group for all.
+    with monkeypatch.context() as old:
+        _as_an_older_collector(old, 6, GROUP_BEFORE_BATCH_RULE)
+        store = Store(db)
+        store.submit_many([*given, *searched, steps, unsaid], "lab")
+        assert all(store.get(r.run_id).outlier for r in searched)  # 8 s faster: outliers
+        store.close()
+    store = Store(db)
+    try:
+        assert store.applied_migrations()[-1] == "0007_batch_rule"
+        found = {r: (rule, largest) for r, rule, largest in store._cursor().execute(
+            "SELECT run_id, batch_rule, largest_batch_per_gpu FROM runs").fetchall()}
+        assert {found[r.run_id] for r in given} == {("given", 0)}
+        assert [found[r.run_id] for r in searched] == [("largest", 200), ("largest", 208)]
+        assert found[steps.run_id] == ("steps", 216)
+        assert found[unsaid.run_id] == ("", 0)
+        # Each rule is its own group now: the searched runs are no outliers of the given.
+        assert not any(store.get(r.run_id).outlier for r in searched)
+        [largest] = store.compare_groups(CompareQuery(model="B0", batch_rule="largest"))
+        assert (largest.runs, largest.outliers_excluded, largest.batch_rules) == (
+            2, 0, ("largest",))
+        assert (largest.max_batch_per_gpu, largest.largest_batch_per_gpu_max) == (208, 208)
+        [fixed] = store.compare_groups(CompareQuery(model="B0", batch_rule="given"))
+        assert (fixed.runs, fixed.largest_batch_per_gpu_max) == (4, 0)
+        assert fixed.epoch2_median_seconds == pytest.approx(17.15)
+        groups = store.compare_groups(CompareQuery(model="B0"))
+        assert sorted(g.batch_rules for g in groups) == [
+            ("",), ("given",), ("largest",), ("steps",)]
+        rows = store._cursor().execute(
+            "SELECT batch_rule, runs, largest_batch_per_gpu_max FROM group_figures "
+            "WHERE NOT with_outliers ORDER BY ALL"
+        ).fetchall()
+        assert rows == [("", 1, 0), ("given", 4, 0), ("largest", 2, 208), ("steps", 1, 216)]
+        # Mixed on purpose, the figures come from the runs: the memory answer of them all.
+        [both] = store.compare_groups(CompareQuery(model="B0", allow_mixed=True))
+        assert (both.runs, both.largest_batch_per_gpu_max) == (8, 216)
+        assert both.batch_rules == ("", "given", "largest", "steps")
+    finally:
+        store.close()

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+import re
+import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from factories import make_run
+from google.protobuf.descriptor import FieldDescriptor
 from gpubench.collector import validation
 from gpubench.collector.validation import InvalidRun
 
@@ -212,3 +216,188 @@ def test_peak_memory_is_checked_against_the_listed_gpu_when_memory_total_is_abse
     assert [f for f, _ in validation.problems(run)] == [
         "run.result.memory[0].allocator_peak_bytes"
     ]
+
+
+# -- every field bounded: a run acknowledged is a run the database can hold ------------------
+
+# The largest value each protobuf scalar type can carry on the wire.
+TYPE_MAXIMUM = {
+    FieldDescriptor.TYPE_UINT32: 2**32 - 1,
+    FieldDescriptor.TYPE_UINT64: 2**64 - 1,
+    FieldDescriptor.TYPE_INT32: 2**31 - 1,
+    FieldDescriptor.TYPE_INT64: 2**63 - 1,
+    FieldDescriptor.TYPE_DOUBLE: sys.float_info.max,
+}
+# The runs table's 32-bit INTEGER columns and the fields they are read from.
+INTEGER_COLUMNS = {
+    "schema_version": "Run.schema_version",
+    "image_size": "Config.image_size",
+    "gpu_count": "Config.gpu_count",
+    "batch_per_gpu": "Config.batch_per_gpu",
+    "global_batch": "Config.global_batch",
+    "train_images": "Config.train_images",
+}
+
+
+def _full_run() -> run_pb2.Run:
+    """A realistic run with at least one entry in every repeated field."""
+    run = make_run(config__batch_rule="largest", config__memory_limit_bytes=16 * GIB)
+    run.result.batch_trials.add(batch=128, fits=True, peak_memory_bytes=12 * GIB, seconds=40.0,
+                                reserved_peak_bytes=13 * GIB, kind="probe")
+    run.result.throttle_reasons.append("sw_power_cap")
+    run.result.warnings.append("epoch 1 ran hot")
+    run.result.largest_batch_per_gpu = 128
+    run.result.search_seconds = 95.0
+    return run
+
+
+def _leaf_fields(
+    descriptor: Any = run_pb2.Run.DESCRIPTOR, at: str = "run", parents: tuple = ()
+) -> list[tuple[str, tuple, Any]]:
+    """(field path, the path's parts, the field descriptor) for every scalar field of a
+    Run, through every message in it (the first entry of repeated ones)."""
+    found = []
+    for field in descriptor.fields:
+        repeated = validation._is_repeated(field)
+        path = f"{at}.{field.name}[0]" if repeated else f"{at}.{field.name}"
+        parts = (*parents, (field.name, repeated))
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            found += _leaf_fields(field.message_type, path, parts)
+        else:
+            found.append((path, parts, field))
+    return found
+
+
+def _set_leaf(run: run_pb2.Run, parts: tuple, value: object) -> None:
+    target = run
+    for name, repeated in parts[:-1]:
+        target = getattr(target, name)[0] if repeated else getattr(target, name)
+    name, repeated = parts[-1]
+    if repeated:
+        getattr(target, name)[0] = value
+    else:
+        setattr(target, name, value)
+
+
+NUMBERS = [(path, parts, f) for path, parts, f in _leaf_fields()
+           if f.type in TYPE_MAXIMUM]
+TEXTS = [(path, parts, f) for path, parts, f in _leaf_fields()
+         if f.type == FieldDescriptor.TYPE_STRING]
+ENUMS = [(path, parts, f) for path, parts, f in _leaf_fields()
+         if f.type == FieldDescriptor.TYPE_ENUM]
+
+
+def test_the_full_run_is_valid_and_the_walk_finds_every_kind_of_field() -> None:
+    assert validation.problems(_full_run()) == []
+    types = {f.type for _, _, f in _leaf_fields()}
+    # A field of another type would need a row in TYPE_MAXIMUM (or a rule of its own).
+    assert types <= {*TYPE_MAXIMUM, FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_ENUM,
+                     FieldDescriptor.TYPE_BOOL}
+    assert len(NUMBERS) >= 60 and "run.result.batch_trials[0].reserved_peak_bytes" in {
+        p for p, _, _ in NUMBERS}
+
+
+def test_every_number_has_a_limit_of_its_own() -> None:
+    """A field added to run.proto gets a limit chosen for it, not the fallback."""
+    named = {
+        f.full_name.removeprefix("gpubench.v1.") for _, _, f in NUMBERS
+        if not f.full_name.startswith("google.protobuf.")
+    }
+    assert named == set(validation.NUMBER_LIMITS)
+
+
+def test_every_limit_fits_the_column_it_is_stored_in() -> None:
+    for column, name in INTEGER_COLUMNS.items():
+        low, high = validation.NUMBER_LIMITS[name]
+        assert 0 <= low and high < 2**31, column
+    assert validation.NUMBER_LIMITS["Result.largest_batch_per_gpu"][1] < 2**31
+    for name, (_, high) in validation.NUMBER_LIMITS.items():
+        assert high < 2**63, name  # UBIGINT holds 2**64 - 1; a BIGINT 2**63 - 1
+
+
+@pytest.mark.parametrize(("path", "parts", "field"), NUMBERS, ids=[p for p, _, _ in NUMBERS])
+def test_every_number_at_its_types_maximum_is_refused_naming_it(
+    path: str, parts: tuple, field: Any
+) -> None:
+    run = _full_run()
+    _set_leaf(run, parts, TYPE_MAXIMUM[field.type])
+    # created_at's seconds and nanos are checked as one time.
+    named = "run.created_at" if path.startswith("run.created_at.") else path
+    found = validation.problems(run)
+    assert any(name == named for name, _ in found), found
+    with pytest.raises(InvalidRun, match=re.escape(named)):
+        validation.validate(run)
+
+
+@pytest.mark.parametrize(
+    ("path", "parts"),
+    [(p, parts) for p, parts, f in NUMBERS if f.type == FieldDescriptor.TYPE_DOUBLE],
+    ids=[p for p, _, f in NUMBERS if f.type == FieldDescriptor.TYPE_DOUBLE],
+)
+def test_every_figure_refuses_nan_infinity_and_negatives(path: str, parts: tuple) -> None:
+    for value, words in ((math.nan, "finite"), (math.inf, "finite"), (-math.inf, "finite"),
+                         (-1.0, "must be >= 0")):
+        run = _full_run()
+        _set_leaf(run, parts, value)
+        assert any(name == path and words in why for name, why in validation.problems(run))
+
+
+@pytest.mark.parametrize(("path", "parts"), [(p, parts) for p, parts, _ in TEXTS],
+                         ids=[p for p, _, _ in TEXTS])
+def test_every_text_is_bounded(path: str, parts: tuple) -> None:
+    run = _full_run()
+    _set_leaf(run, parts, "x" * 100_000)
+    assert any(name == path for name, _ in validation.problems(run))
+
+
+@pytest.mark.parametrize(("path", "parts"), [(p, parts) for p, parts, _ in ENUMS],
+                         ids=[p for p, _, _ in ENUMS])
+def test_every_enum_refuses_values_it_does_not_define(path: str, parts: tuple) -> None:
+    run = _full_run()
+    _set_leaf(run, parts, 99)
+    assert (path, "unknown value 99") in validation.problems(run)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"config__train_images": 3_000_000_000, "config__image_count": 0},
+         ["run.config.train_images"]),
+        ({"config__batch_per_gpu": 3_000_000_000, "config__global_batch": 3_000_000_000},
+         ["run.config.batch_per_gpu", "run.config.global_batch"]),
+        ({"config__batch_per_gpu": 1_500_000_000, "config__global_batch": 3_000_000_000,
+          "gpu_count": 2}, ["run.config.batch_per_gpu", "run.config.global_batch"]),
+        ({"config__image_count": 3_000_000_000}, ["run.config.image_count"]),
+        ({"config__epochs": 3_000_000_000}, ["run.config.epochs"]),
+        ({"config__image_size": 3_000_000_000}, ["run.config.image_size"]),
+    ],
+    ids=["train_images", "batch_per_gpu", "global_batch", "image_count", "epochs",
+         "image_size"],
+)
+def test_counts_a_32_bit_column_cannot_hold_are_refused(fields: dict, named: list) -> None:
+    found = validation.problems(make_run(**fields))
+    assert [name for name, why in found if "must be <=" in why] == named, found
+
+
+def test_the_limits_are_far_above_a_real_run() -> None:
+    run = make_run(gpu_name="NVIDIA H200", gpu_count=8, model="B7", batch_per_gpu=4096,
+                   config__image_count=1_281_167, config__train_images=1_024_934,
+                   config__validation_images=256_233, config__epochs=90)
+    assert validation.problems(run) == []
+
+
+@pytest.mark.parametrize("rule", ["", *validation.BATCH_RULES])
+def test_the_batch_rules(rule: str) -> None:
+    assert validation.problems(make_run(config__batch_rule=rule)) == []
+
+
+def test_an_unknown_batch_rule_or_trial_kind_is_refused() -> None:
+    run = make_run(config__batch_rule="biggest")
+    run.result.batch_trials.add(batch=64, fits=True, kind="guess")
+    found = dict(validation.problems(run))
+    assert found["run.config.batch_rule"].startswith("unknown 'biggest' (one of steps,")
+    assert found["run.result.batch_trials[0].kind"].startswith("unknown 'guess' (one of probe,")
+    for kind in ("", *validation.TRIAL_KINDS):
+        run.result.batch_trials[0].kind = kind
+        run.config.batch_rule = "largest"
+        assert validation.problems(run) == []
