@@ -117,6 +117,16 @@ def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def compat_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--no-compat-check."""
+    return click.option(
+        "--no-compat-check", "skip_compat", is_flag=True,
+        help="Start the workload without first checking its framework builds against the "
+             "GPU and driver (for setups the check cannot see, such as NVIDIA's CUDA "
+             "forward-compatibility package on a data-centre GPU).",
+    )(command)
+
+
 def _client_factory(collector: str, token: str | None, ca: Path | None,
                     timeout: float) -> Callable[[], Any]:
     def make() -> Any:
@@ -164,7 +174,9 @@ def main() -> None:
 @click.option("--gpus", type=click.IntRange(min=0), default=None,
               help="GPUs to train on (0: CPU only) [default: 1, or 0 without a GPU].")
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
-              help="Keras backend of the workload [default: the workload's, tensorflow].")
+              help="Keras backend of the workload [default: $KERAS_BACKEND, else on a GPU the "
+                   "first of torch, tensorflow, jax whose build runs on it; on the CPU the "
+                   "workload's, tensorflow].")
 @click.option("--data", metavar="synthetic|DIR", default=None,
               help="Rock-paper-scissors images (a folder with one sub-folder per class), or "
                    "'synthetic' [default: the workload's].")
@@ -207,6 +219,7 @@ def main() -> None:
               help="Run the workload in a child process, or in the workload image.")
 @click.option("--image", default="gpubench-workload:latest", show_default=True,
               help="The workload image (--runner docker).")
+@compat_option
 @collector_options
 @click.option("--offline", is_flag=True, help="Do not send anything; keep runs in the spool.")
 @spool_option
@@ -231,7 +244,8 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
         jit_compile: bool | None, cuda_graphs: bool | None, data_on_device: bool | None,
         batched_augmentation: bool | None, fused_batchnorm: bool | None,
         channels_first: bool | None, runner: str,
-        image: str, collector: str | None, token: str | None, ca: Path | None, offline: bool,
+        image: str, skip_compat: bool, collector: str | None, token: str | None,
+        ca: Path | None, offline: bool,
         spool_dir: Path | None, sample_hz: float, trace_path: Path | None,
         idle_timeout: float, idle_temperature: float, label: str, as_json: bool) -> int:
     """Run the benchmark: each model in turn, then a summary (and a comparison with
@@ -272,6 +286,7 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
     try:
         gpu_count = _gpu_count(gpus, inventory, display)
         chosen = _make_runner(runner, image, gpu_count)
+        backend = _check_builds(chosen, inventory, gpu_count, backend, display, skip_compat)
         spool = Spool(spool_dir)
         retry = RetryPolicy()
         if not offline:
@@ -358,6 +373,76 @@ def _make_runner(kind: str, image: str, gpu_count: int) -> Any:
     return LocalRunner(shlex.split(command) if command else None)
 
 
+# Seconds the workload may take to say what it was built for (a CUDA build of torch is
+# imported to read its architecture list; a container starts first under docker).
+PROBE_TIMEOUT = 120.0
+
+
+def _check_builds(runner: Any, inventory: Any, gpu_count: int, backend: str | None,
+                  display: Any, skip: bool) -> str | None:
+    """The backend to run: the workload's framework builds checked against the GPUs the
+    run uses (agent/compat.py), at the cost of one short child process. Raises
+    GpubenchError (exit 2) saying why nothing runs there and what to install; leaves
+    `backend` as given on a CPU-only run, with --no-compat-check, or when the workload
+    cannot answer (an image older than the check)."""
+    if gpu_count == 0:
+        return backend  # the CPU runs every build
+    if skip:
+        display.note("--no-compat-check: the workload's builds are not checked against "
+                     "the GPU", style="yellow")
+        return backend
+    from gpubench.agent import compat
+    from gpubench.agent.workload.options import environment_backend
+
+    asked, asked_by = backend, "--backend"
+    if asked is None and environment_backend():
+        asked = environment_backend()
+        asked_by = f"KERAS_BACKEND={asked}"
+    try:
+        builds = compat.parse_probe_output(_probe_output(runner))
+    except Exception as exc:  # noqa: BLE001 - not knowing is no reason to stop the run
+        display.note(f"the workload could not say what it was built for ({exc}); its "
+                     "builds are not checked against the GPU", style="yellow")
+        return backend
+    gpus = [compat.Gpu(gpu.name, gpu.compute_capability, gpu.driver_version,
+                       gpu.cuda_version) for gpu in inventory.gpus[:gpu_count]]
+    where = (f"in the image {runner.image}" if runner.name == "docker"
+             else f"in the workload's Python ({runner.command[0]})")
+    choice = compat.choose(gpus, builds, asked=asked, asked_by=asked_by, where=where,
+                           runner=runner.name)
+    display.note(choice.line)
+    return choice.backend
+
+
+def _probe_output(runner: Any) -> str:
+    """What `probe --json` prints where the runner runs the workload."""
+    import subprocess
+
+    if runner.name == "docker":
+        return _probe_in_image(runner)
+    done = subprocess.run([*runner.command, "probe", "--json"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [""])[-1]
+        raise RuntimeError(f"`probe --json` exited with {done.returncode}: {last}")
+    return done.stdout
+
+
+def _probe_in_image(runner: Any, client: Any = None) -> str:
+    """`probe --json` in the runner's image: one short container, removed after. It gets
+    no GPU: the probe only reads files. `client` is a docker client (default: the
+    runner's, which says plainly when there is no engine)."""
+    client = client if client is not None else runner._client()
+    try:
+        image = client.images.get(runner.image)
+        output = client.containers.run(image.id, [*runner.command, "probe", "--json"],
+                                       environment=dict(runner.environment), remove=True,
+                                       stdout=True, stderr=False)
+    finally:
+        client.close()
+    return output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
+
+
 def _exit_code(outcome: Any) -> int:
     from gpubench.errors import AccessDenied
 
@@ -431,7 +516,8 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
 @click.option("--gpus", type=click.IntRange(min=0), default=None,
               help="GPUs (0: the CPU) [default: 1, or 0 without a GPU].")
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
-              help="Keras backend of the workload [default: the workload's].")
+              help="Keras backend of the workload [default: $KERAS_BACKEND, else on a GPU the "
+                   "first of torch, tensorflow, jax whose build runs on it].")
 @click.option("--image-size", type=click.IntRange(min=32), default=None,
               help="Pixels per side [default: the model's native size].")
 @click.option("--limit-images", type=click.IntRange(min=10), default=None,
@@ -442,12 +528,13 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
               show_default=True, help="Run the workload in a child process, or in its image.")
 @click.option("--image", default="gpubench-workload:latest", show_default=True,
               help="The workload image (--runner docker).")
+@compat_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @handles_errors
 def largest_batch(models: list[str], limits: tuple[str, ...], precision: str,
                   gpus: int | None, backend: str | None, image_size: int | None,
                   limit_images: int | None, search_budget: float | None, runner: str,
-                  image: str, as_json: bool) -> int:
+                  image: str, skip_compat: bool, as_json: bool) -> int:
     """Only the batch search: the largest batch each model trains at on this GPU, or on
     a GPU of each --memory-limit. Nothing is trained to the end, recorded or sent."""
     from gpubench.agent.display import RunDisplay
@@ -461,10 +548,12 @@ def largest_batch(models: list[str], limits: tuple[str, ...], precision: str,
     if nvml is not None:
         nvml.close()
     gpu_count = _gpu_count(gpus, inventory, display)
+    chosen = _make_runner(runner, image, gpu_count)
+    backend = _check_builds(chosen, inventory, gpu_count, backend, display, skip_compat)
     requests = [SearchRequest(model=model, limits=sizes, precision=precision, gpus=gpu_count,  # type: ignore[arg-type]
                               backend=backend, image_size=image_size, limit_images=limit_images,
                               search_budget=search_budget) for model in models]
-    found, failed = search_models(_make_runner(runner, image, gpu_count), requests, display)
+    found, failed = search_models(chosen, requests, display)
     if as_json:
         import json
 

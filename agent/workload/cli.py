@@ -285,6 +285,29 @@ def models(as_json: bool, backend: str, image_size: int | None) -> None:
     Console().print(table)
 
 
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the agent's form).")
+def probe(as_json: bool) -> None:
+    """What the installed backends were built for: version, CUDA version and GPU
+    architectures of torch, TensorFlow and JAX, and Keras's version. Touches no GPU."""
+    from gpubench.agent.workload.probe import probe as read_builds
+
+    found = read_builds()
+    if as_json:
+        click.echo(json.dumps(found, separators=(",", ":")))
+        return
+    for name, build in found["backends"].items():
+        cuda = f"CUDA {build['cuda']}" if build["cuda"] else "no CUDA (a CPU build)"
+        archs = " ".join(build["archs"])
+        line = f"{name:<11} {build['version']:<16} {cuda}" + (f": {archs}" if archs else "")
+        click.echo(line + (f" [{build['plugin']}]" if build.get("plugin") else ""))
+        if build.get("error"):
+            click.echo(f"{'':<11} {build['error']}")
+    if not found["backends"]:
+        click.echo("no backend installed (torch, tensorflow, jax)")
+    click.echo(f"keras {found['keras'] or 'not installed'}, Python {found['python']}")
+
+
 @main.command("make-data")
 @click.option("--limit-images", type=click.IntRange(min=1, max=2136), default=2136,
               show_default=True, help="Generate images 0..N-1 of the synthetic set.")

@@ -211,10 +211,15 @@ def graphs_apply(settings: RunSettings) -> bool:
             and settings.precision != "mixed_float16" and not settings.replicas_on_cpu)
 
 
+def environment_backend() -> str | None:
+    """The backend KERAS_BACKEND names, if it names a supported one; else None."""
+    chosen = os.environ.get("KERAS_BACKEND", "").strip().lower()
+    return chosen if chosen in BACKENDS else None
+
+
 def default_backend() -> str:
     """KERAS_BACKEND if it names a supported backend, else TensorFlow (the protocol's)."""
-    chosen = os.environ.get("KERAS_BACKEND", "").strip().lower()
-    return chosen if chosen in BACKENDS else "tensorflow"
+    return environment_backend() or "tensorflow"
 
 
 def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:

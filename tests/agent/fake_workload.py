@@ -6,7 +6,9 @@ the documented event stream (agent/events.py) quickly, without a framework.
 FAKE_WORKLOAD_MODE picks the behaviour: ok (default), crash, oom-event, oom-exit,
 sigkill, hang, ignore-sigint, ignore-all, noisy. FAKE_WORKLOAD_PIDFILE, when set, gets
 this process's pid (and its helper child's, for `hang`) one per line.
-FAKE_WORKLOAD_EPOCH_SECONDS sets each epoch's length (default 0.3).
+FAKE_WORKLOAD_EPOCH_SECONDS sets each epoch's length (default 0.3). `probe` prints the
+probe answer recorded on the GPU machine (tests/data/probe-h200.json), or the file
+FAKE_WORKLOAD_PROBE names.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import sys
 import time
 
 STEPS = 4
+RECORDED_PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                              "probe-h200.json")
 
 
 def emit(kind: str, **fields: object) -> None:
@@ -61,6 +65,10 @@ def main() -> int:
     args, _ = parser.parse_known_args()
     mode = os.environ.get("FAKE_WORKLOAD_MODE", "ok")
     seconds = float(os.environ.get("FAKE_WORKLOAD_EPOCH_SECONDS", "0.3"))
+    if args.command == "probe":
+        with open(os.environ.get("FAKE_WORKLOAD_PROBE") or RECORDED_PROBE) as handle:
+            print(json.dumps(json.load(handle)))
+        return 0
     if args.command == "models":
         print(json.dumps({"B0": 4053414, "B3": 10788146, "B7": 64105370}))
         return 0
