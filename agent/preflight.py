@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpubench import SCHEMA_VERSION
 from gpubench.errors import AccessDenied, CollectorUnavailable, GpubenchError
 
 
@@ -44,7 +45,13 @@ def check_collector(client_factory: Callable[[], Any], address: str, spool: Path
             raise
         return Preflight(True, f"the collector at {address} cannot check the token before the "
                                "run (an older collector): a refused token shows after it")
-    if not access.can_submit:
+    if not access.may_submit:
         raise AccessDenied(f"the collector at {address} does not take runs from token "
                            f"{access.token_name!r}; nothing was run")
+    if access.schema_version < SCHEMA_VERSION:
+        raise GpubenchError(
+            f"the collector at {address} (gpubench {access.collector_version}) reads run "
+            f"records up to schema {access.schema_version}; this agent writes schema "
+            f"{SCHEMA_VERSION}: upgrade the collector, or run with --offline and push later; "
+            "nothing was run")
     return Preflight(True, f"collector {address}: token {access.token_name!r} may submit runs")

@@ -67,18 +67,21 @@ bare() {  # bare NAME ARGS...: `gpubench-agent run --offline ARGS`, nothing else
   local name=$1; shift
   local start=$(date +%s.%N)
   echo "== $name: gpubench-agent run --offline $*" | tee -a "$WORK/commands.txt"
-  gpubench-agent run --offline --spool "$WORK/spool" --label "h200 $name" \
-    --trace "$WORK/logs/$name.trace.jsonl" --json "$@" \
+  # As a person types it: no KERAS_BACKEND, the agent picks the backend that runs.
+  env -u KERAS_BACKEND python3 -m gpubench.agent.cli run --offline --spool "$WORK/spool" \
+    --label "h200 $name" --trace "$WORK/logs/$name.trace.jsonl" --json "$@" \
     >"$WORK/logs/$name.json" 2>"$WORK/logs/$name.log"
   local code=$?
   echo "   exit $code after $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$start" "$(date +%s.%N)") s" | tee -a "$WORK/commands.txt"
   tail -n 4 "$WORK/logs/$name.log"
+  return $code
 }
 largest() {  # largest NAME ARGS...: `gpubench-agent largest-batch ARGS --json`
   local name=$1; shift
   local start=$(date +%s)
   echo "== $name: gpubench-agent largest-batch $*" | tee -a "$WORK/commands.txt"
-  gpubench-agent largest-batch --json "$@" >"$WORK/$name.json" 2>"$WORK/logs/$name.log"
+  env -u KERAS_BACKEND python3 -m gpubench.agent.cli largest-batch --json "$@" \
+    >"$WORK/$name.json" 2>"$WORK/logs/$name.log"
   echo "   exit $? after $(( $(date +%s) - start )) s" | tee -a "$WORK/commands.txt"
   tail -n 3 "$WORK/logs/$name.log"
 }
@@ -120,7 +123,9 @@ for step in "$@"; do
     warm-tests)  python3 -m pytest -q -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
                    "$ROOT/tests/gpu/test_warm_trials.py" >"$WORK/warm-tests.txt" 2>&1
                  tail -n 5 "$WORK/warm-tests.txt" ;;
-    default)     bare default ;;  # the whole default suite: B0, B3, B7, --batch auto
+    # The whole default suite: B0, B3, B7, --batch auto. Should the backend check
+    # refuse the machine (exit 2), the same run with the backend named.
+    default)     bare default; [ $? -eq 2 ] && bare default-torch --backend torch ;;
     quick)       bare quick --quick ;;
     repeat-b0)   for i in 1 2 3; do bare "default-b0-$i" --models B0; done ;;
     largest-limits) largest largest-limits --memory-limit 8GiB,16GiB,48GiB ;;

@@ -130,7 +130,10 @@ def test_unreachable_collector_exits_3_then_push_sends(tmp_path, fake_workload_c
     done = agent(["run", "--models", "B0", "--collector", "127.0.0.1:9", "--token", "t"], env,
                  timeout=300)
     assert done.returncode == 3, done.stderr
-    assert "cannot reach the collector" in done.stderr
+    # Said before the benchmark, with the folder the run waits in; then it runs.
+    before, _, after = done.stderr.partition("B0: ok")
+    assert "cannot reach the collector" in before
+    assert f"the runs will wait in {tmp_path / 'spool'}" in before
     status = json.loads(agent(["status", "--json"], env).stdout)
     assert status["counts"]["pending"] == 1
     [row] = status["runs"]
@@ -142,6 +145,44 @@ def test_unreachable_collector_exits_3_then_push_sends(tmp_path, fake_workload_c
     assert json.loads(agent(["status", "--json"], env).stdout)["counts"]["sent"] == 1
     with Client(collector.address, collector.admin_token) as client:
         assert client.get_run(row["file"].removesuffix(".json")).submitter == "lab"
+
+
+@pytest.mark.parametrize("how", ["wrong", "revoked", "none"])
+def test_a_refused_token_stops_the_run_before_any_training(tmp_path, fake_workload_command,
+                                                           collector, how: str) -> None:
+    env = agent_env(tmp_path, fake_workload_command)
+    token = {"wrong": "gpb_not-a-token", "none": None}.get(how)
+    if how == "revoked":
+        token = collector.make_token("gone")
+        with Client(collector.address, collector.admin_token) as client:
+            client.revoke_token("gone")
+    args = ["run", "--models", "B0,B3,B7", "--collector", collector.address]
+    began = time.monotonic()
+    done = agent(args + (["--token", token] if token else []), env)
+    assert done.returncode == 4, done.stderr
+    assert time.monotonic() - began < 30
+    assert "did not accept the token" in done.stderr and "nothing was run" in done.stderr
+    assert "B0:" not in done.stderr  # no model started
+    assert not (tmp_path / "spool" / "pending").exists() or not any(
+        (tmp_path / "spool" / "pending").iterdir())
+
+
+def test_an_accepted_token_is_said_before_the_run(tmp_path, fake_workload_command,
+                                                  collector) -> None:
+    env = agent_env(tmp_path, fake_workload_command)
+    done = agent(["run", "--models", "B0", "--batch", "8", "--collector", collector.address,
+                  "--token", collector.make_token("lab")], env)
+    assert done.returncode == 0, done.stderr
+    first = done.stderr.index(f"collector {collector.address}: token 'lab' may submit runs")
+    assert first < done.stderr.index("B0: ok")
+
+
+def test_offline_wins_over_an_exported_collector(tmp_path, fake_workload_command) -> None:
+    env = agent_env(tmp_path, fake_workload_command, GPUBENCH_COLLECTOR="127.0.0.1:9")
+    done = agent(["run", "--models", "B0", "--batch", "8", "--offline"], env)
+    assert done.returncode == 0, done.stderr
+    given = agent(["run", "--models", "B0", "--offline", "--collector", "127.0.0.1:9"], env)
+    assert given.returncode == 2 and "choose one" in given.stderr
 
 
 def test_a_run_the_collector_refuses_is_moved_aside(tmp_path, fake_workload_command,
