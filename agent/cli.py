@@ -143,9 +143,9 @@ def main() -> None:
     """Run the standard gpubench benchmark (Keras EfficientNet B0/B3/B7) on this host,
     with GPU telemetry, and send the results to a collector.
 
-    Exit codes: 0 all ok, 1 a run failed or ran out of memory, 2 bad flags, 3 the
-    collector could not be reached (runs stay in the spool), 4 token refused,
-    130 interrupted (Ctrl-C).
+    Exit codes: 0 all ok, 1 a run failed or ran out of memory, 2 bad flags or no
+    framework build that runs on this GPU, 3 the collector could not be reached (runs
+    stay in the spool), 4 token refused, 130 interrupted (Ctrl-C).
     """
 
 

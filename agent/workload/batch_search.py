@@ -33,9 +33,9 @@ from gpubench.errors import GpubenchError
 # ran 60 / 16 / 1), far enough apart for the line's slope.
 PROBES = {"B0": (16, 64), "B3": (8, 32), "B7": (2, 8)}
 # The share of the card the prediction leaves free. It covers what a trial does not
-# hold: allocator fragmentation over an epoch, the prefetched batches, CUDA graphs'
-# pools. On an H200 the real runs held 7.5-8.5% more than the probes' line predicted
-# at their batch (docs/results/h200-default-run.md), so the largest batch keeps 12% free.
+# hold: validation, the epoch's short last batch, fragmentation over an epoch, the
+# prefetched batches, CUDA graphs' pools. On an H200 the real runs held 9.2-10.9% more
+# than their trial at the same batch (docs/results/h200-default-run.md).
 HEADROOM = 0.12
 # After a failed confirm, the next candidate is this share of the failed batch (then
 # bisection): the line is usually close, so a small step down usually fits.
