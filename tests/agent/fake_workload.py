@@ -83,7 +83,7 @@ def main() -> int:
         helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     write_pids(os.getpid(), *([helper.pid] if helper else []))
 
-    searched = args.batch == "auto"
+    searched = args.batch in ("auto", "largest")
     batch = 16 if searched else int(args.batch)
     if searched:
         emit("batch_trial", batch=32, fits=False, peak_memory_bytes=0, seconds=0.1,
@@ -110,6 +110,12 @@ def main() -> int:
         emit("error", status="out_of_memory", message="OOM when allocating tensor of shape "
              "[16,32,112,112] on /job:localhost/replica:0/task:0/device:GPU:0")
         return 3
+    if mode == "error-escapes":  # a framework's coloured error text
+        sys.stderr.write("\x1b[31mTraceback in red\x1b[0m\n")
+        emit("error", status="error",
+             message="\x1b[1mValueError\x1b[0m: Exception encountered when calling "
+                     "\x1b[1mPad.call()\x1b[0m.\x1b]0;title\x07")
+        return 1
     if mode == "oom-exit":
         sys.stderr.write("ResourceExhaustedError: out of memory\n")
         return 3

@@ -185,6 +185,42 @@ def test_offline_wins_over_an_exported_collector(tmp_path, fake_workload_command
     assert given.returncode == 2 and "choose one" in given.stderr
 
 
+def test_escape_codes_stay_out_of_the_record_and_the_console(tmp_path,
+                                                            fake_workload_command) -> None:
+    env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="error-escapes")
+    done = agent(["run", "--models", "B0", "--batch", "8", "--offline", "--json"], env)
+    assert done.returncode == 1, done.stderr
+    [data] = json.loads(done.stdout)
+    message = data["result"]["error_message"]
+    assert message == "ValueError: Exception encountered when calling Pad.call()."
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert "ValueError: Exception encountered when calling Pad.call()." in done.stderr
+
+
+def test_quick_runs_b0_at_the_articles_t4_batch(tmp_path, fake_workload_command) -> None:
+    env = agent_env(tmp_path, fake_workload_command)
+    done = agent(["run", "--quick", "--offline", "--json"], env)
+    assert done.returncode == 0, done.stderr
+    [data] = json.loads(done.stdout)
+    config = data["config"]
+    assert (config["model"], config["batch_per_gpu"], config["batch_rule"]) == ("B0", 128, "quick")
+    assert config["batch_choice"] == "BATCH_CHOICE_GIVEN" and "batch_trials" not in data["result"]
+    for clash in (["--models", "B3"], ["--batch", "64"], ["--precision", "mixed_bfloat16"]):
+        refused = agent(["run", "--quick", "--offline", *clash], env)
+        assert refused.returncode == 2 and "--quick sets" in refused.stderr, clash
+
+
+def test_a_searched_batch_records_its_rule_and_the_largest(tmp_path,
+                                                           fake_workload_command) -> None:
+    env = agent_env(tmp_path, fake_workload_command)
+    for flag, rule in (("auto", "steps"), ("largest", "largest")):
+        done = agent(["run", "--models", "B0", "--batch", flag, "--offline", "--json"], env)
+        assert done.returncode == 0, done.stderr
+        [data] = json.loads(done.stdout)
+        assert data["config"]["batch_rule"] == rule
+        assert data["config"]["batch_choice"] == "BATCH_CHOICE_SEARCHED"
+
+
 def test_a_run_the_collector_refuses_is_moved_aside(tmp_path, fake_workload_command,
                                                     collector) -> None:
     env = agent_env(tmp_path, fake_workload_command)
