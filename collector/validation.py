@@ -125,6 +125,7 @@ NUMBER_LIMITS: dict[str, tuple[float, float]] = {
     "GpuMemory.allocator_peak_bytes": (0, MAX_MEMORY_BYTES),
     "GpuMemory.process_peak_bytes": (0, MAX_MEMORY_BYTES),
     "GpuMemory.device_peak_bytes": (0, MAX_MEMORY_BYTES),
+    "GpuMemory.allocator_reserved_peak_bytes": (0, MAX_MEMORY_BYTES),
     "GpuMemory.memory_total_bytes": (0, MAX_MEMORY_BYTES),
     "Result.measured_epoch": (0, MAX_EPOCHS),
     "Result.epoch2_seconds": (0, MAX_SECONDS),
@@ -142,6 +143,7 @@ NUMBER_LIMITS: dict[str, tuple[float, float]] = {
     "Result.idle_wait_seconds": (0, MAX_SECONDS),
     "Result.largest_batch_per_gpu": (0, MAX_BATCH),
     "Result.search_seconds": (0, MAX_SECONDS),
+    "Result.total_seconds": (0, MAX_SECONDS),
 }
 # A number NUMBER_LIMITS forgot (a test keeps the table complete): what a 32-bit
 # INTEGER column holds.
