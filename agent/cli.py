@@ -103,6 +103,48 @@ def spool_option(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+def _options(*options: Callable[..., Any]) -> Callable[..., Any]:
+    """Apply click options in the order written (the first is listed first in --help)."""
+
+    def apply(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+# What `run` and `largest-batch` both ask of the workload, and where it runs.
+PRECISION_OPTION = click.option(
+    "--precision", type=click.Choice(PRECISIONS), default="float32", show_default=True,
+    help="Training precision (float32 is the protocol's).")
+HARDWARE_OPTIONS = _options(
+    click.option("--gpus", type=click.IntRange(min=0), default=None,
+                 help="GPUs to train on (0: CPU only) [default: 1, or 0 without a GPU]."),
+    click.option("--backend", type=click.Choice(BACKENDS), default=None,
+                 help="Keras backend of the workload [default: $KERAS_BACKEND, else on a GPU "
+                      "the first of torch, tensorflow, jax whose build runs on it; on the CPU "
+                      "the workload's, tensorflow]."),
+)
+SIZE_OPTIONS = _options(
+    click.option("--image-size", type=click.IntRange(min=32), default=None,
+                 help="Pixels per side fed to the network [default: the model's native "
+                      "size]."),
+    click.option("--limit-images", type=click.IntRange(min=10), default=None,
+                 help="Use only this many images (quick checks; not comparable)."),
+)
+SEARCH_BUDGET_OPTION = click.option(
+    "--search-budget", type=click.FloatRange(min=1), default=None,
+    help="Seconds the batch search may take per model [default: the workload's, 120].")
+RUNNER_OPTIONS = _options(
+    click.option("--runner", type=click.Choice(("local", "docker")), default="local",
+                 show_default=True,
+                 help="Run the workload in a child process, or in the workload image."),
+    click.option("--image", default="gpubench-workload:latest", show_default=True,
+                 help="The workload image (--runner docker)."),
+)
+
+
 def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--collector, --token, --ca."""
     for option in reversed((
@@ -166,26 +208,15 @@ def main() -> None:
 @click.option("--memory-limit", metavar="SIZE", callback=_size,
               help="Behave as a GPU of this size, e.g. 16GiB (torch: the allocator's share "
                    "of the card; TensorFlow: a logical device limit): would it fit there?")
-@click.option("--search-budget", type=click.FloatRange(min=1), default=None,
-              help="Seconds the batch search may take per model [default: the workload's, "
-                   "120].")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="float32", show_default=True,
-              help="Training precision (float32 is the protocol's).")
-@click.option("--gpus", type=click.IntRange(min=0), default=None,
-              help="GPUs to train on (0: CPU only) [default: 1, or 0 without a GPU].")
-@click.option("--backend", type=click.Choice(BACKENDS), default=None,
-              help="Keras backend of the workload [default: $KERAS_BACKEND, else on a GPU the "
-                   "first of torch, tensorflow, jax whose build runs on it; on the CPU the "
-                   "workload's, tensorflow].")
+@SEARCH_BUDGET_OPTION
+@PRECISION_OPTION
+@HARDWARE_OPTIONS
 @click.option("--data", metavar="synthetic|DIR", default=None,
               help="Rock-paper-scissors images (a folder with one sub-folder per class), or "
                    "'synthetic' [default: the workload's].")
 @click.option("--epochs", type=click.IntRange(min=2), default=None,
               help="Epochs to train (epoch 2 is the measured one) [default: 2].")
-@click.option("--image-size", type=click.IntRange(min=32), default=None,
-              help="Pixels per side fed to the network [default: the model's native size].")
-@click.option("--limit-images", type=click.IntRange(min=10), default=None,
-              help="Use only this many images (quick checks; not comparable).")
+@SIZE_OPTIONS
 @click.option("--pipeline", type=click.Choice(PIPELINES), default=None,
               help="Input pipeline: images decoded once into memory, or as the protocol's "
                    "scripts read them [default: the workload's].")
@@ -214,11 +245,7 @@ def main() -> None:
               help="torch backend: lay images and activations out as (channels, height, "
                    "width), torch's own order [default: the workload's: channels first with "
                    "torch, else channels last as the protocol].")
-@click.option("--runner", type=click.Choice(("local", "docker")), default="local",
-              show_default=True,
-              help="Run the workload in a child process, or in the workload image.")
-@click.option("--image", default="gpubench-workload:latest", show_default=True,
-              help="The workload image (--runner docker).")
+@RUNNER_OPTIONS
 @compat_option
 @collector_options
 @click.option("--offline", is_flag=True, help="Do not send anything; keep runs in the spool.")
@@ -509,25 +536,13 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
 @click.option("--models", default="B0,B3,B7", show_default=True, callback=_models,
               help="Comma list of the models to search, in order.")
 @click.option("--memory-limit", "limits", metavar="SIZE", multiple=True,
-              help="Search as a GPU of this size too, e.g. 16GiB (repeat, or give a comma "
-                   "list: 8GiB,16GiB,48GiB) [default: the whole card only].")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="float32", show_default=True,
-              help="Training precision.")
-@click.option("--gpus", type=click.IntRange(min=0), default=None,
-              help="GPUs (0: the CPU) [default: 1, or 0 without a GPU].")
-@click.option("--backend", type=click.Choice(BACKENDS), default=None,
-              help="Keras backend of the workload [default: $KERAS_BACKEND, else on a GPU the "
-                   "first of torch, tensorflow, jax whose build runs on it].")
-@click.option("--image-size", type=click.IntRange(min=32), default=None,
-              help="Pixels per side [default: the model's native size].")
-@click.option("--limit-images", type=click.IntRange(min=10), default=None,
-              help="Use only this many images (quick checks).")
-@click.option("--search-budget", type=click.FloatRange(min=1), default=None,
-              help="Seconds each search may take [default: the workload's, 120].")
-@click.option("--runner", type=click.Choice(("local", "docker")), default="local",
-              show_default=True, help="Run the workload in a child process, or in its image.")
-@click.option("--image", default="gpubench-workload:latest", show_default=True,
-              help="The workload image (--runner docker).")
+              help="Search as a GPU of this size, e.g. 16GiB (repeat, or give a comma "
+                   "list: 8GiB,16GiB,48GiB) [default: the whole card].")
+@PRECISION_OPTION
+@HARDWARE_OPTIONS
+@SIZE_OPTIONS
+@SEARCH_BUDGET_OPTION
+@RUNNER_OPTIONS
 @compat_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @handles_errors
