@@ -183,6 +183,7 @@ def _search_options(func: Callable) -> Callable:
 def run(**given: Any) -> None:
     """Train one model and report every epoch and the result as events."""
     from gpubench.agent.workload import runner
+    from gpubench.agent.workload.failure import report_failure
     from gpubench.agent.workload.stream import claim_stdout
 
     events = claim_stdout()
@@ -191,7 +192,7 @@ def run(**given: Any) -> None:
     try:
         settings = RunSettings(batch=batch, batch_rule=rule, **given)
     except GpubenchError as exc:
-        sys.exit(runner.report_failure(events, exc))
+        sys.exit(report_failure(events, exc))
     sys.exit(runner.run(settings, events))
 
 
@@ -203,7 +204,7 @@ def run(**given: Any) -> None:
 def trial(batch: int, kind: str, **given: Any) -> None:
     """Internal: train a few steps at one batch size and print one batch_trial event."""
     from gpubench.agent.workload import trials
-    from gpubench.agent.workload.runner import report_failure
+    from gpubench.agent.workload.failure import report_failure
     from gpubench.agent.workload.stream import claim_stdout
 
     events = claim_stdout()
@@ -232,13 +233,14 @@ def search(limits: tuple[int, ...], **given: Any) -> None:
     """Only the batch search: the largest batch that fits, for each --limit; one
     search_done event each, no training."""
     from gpubench.agent.workload import runner
+    from gpubench.agent.workload.failure import report_failure
     from gpubench.agent.workload.stream import claim_stdout
 
     events = claim_stdout()
     try:
         settings = RunSettings(**given)
     except GpubenchError as exc:
-        sys.exit(runner.report_failure(events, exc))
+        sys.exit(report_failure(events, exc))
     sys.exit(runner.search_only(settings, limits, events))
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +20,11 @@ from typing import Any, Protocol
 
 from gpubench.agent.events import EventWriter
 from gpubench.agent.workload import backend, batch_search, data, synthetic, trials
+from gpubench.agent.workload.failure import report_failure
 from gpubench.agent.workload.memory import MemoryReport
+from gpubench.agent.workload.network import prepare_network
 from gpubench.agent.workload.options import (
-    EXIT_ERROR,
     EXIT_OK,
-    EXIT_OUT_OF_MEMORY,
     MEASURED_EPOCH,
     PROTOCOL_PARAMETERS,
     RULE_LARGEST,
@@ -35,9 +34,6 @@ from gpubench.agent.workload.options import (
     RunSettings,
 )
 
-from gpubench.errors import GpubenchError
-
-MESSAGE_LIMIT = 2000  # characters of an error message put in the event
 GRAPH_MEMORY_NOTE = ("CUDA graphs: the allocator peak covers the whole run, not only the "
                      "measured epoch (a graph's replays do not pass through the allocator)")
 
@@ -353,68 +349,6 @@ def train(
         parameters=counts,
     )
     return EXIT_OK
-
-
-def prepare_network(settings: RunSettings, *, weights: str = "none",
-                    classes: int = 3) -> tuple[Any, Any]:
-    """The protocol's model as `settings` compute it: precision and image layout set,
-    built, compiled, torch's kernels in place and its steps as they will run. Returns
-    the model and the CUDA graphs' statistics (None when the steps run eagerly)."""
-    from gpubench.agent.workload import model as net
-
-    net.set_precision(settings.precision)
-    net.set_data_format(settings.channels_first)
-    network = net.build(settings.model, settings.size, weights, classes=classes)
-    net.compile_for_training(network, jit_compile=settings.jit_compile)
-    _fast_kernels(settings, network)
-    return network, _torch_steps(settings, network)
-
-
-def _torch_steps(settings: RunSettings, network: Any) -> Any:
-    """torch on a GPU: keep the host from waiting inside a step (torch_async) and,
-    with --cuda-graphs, replay the steps as CUDA graphs. Returns the graphs'
-    statistics (cuda_graphs.GraphStats), or None when the steps run eagerly."""
-    if settings.backend != "torch" or settings.gpus == 0:
-        return None
-    from gpubench.agent.workload import torch_async
-
-    torch_async.keep_host_ahead(network)
-    if not settings.cuda_graphs:
-        return None
-    from gpubench.agent.workload import cuda_graphs
-
-    return cuda_graphs.use_cuda_graphs(network)
-
-
-def _fast_kernels(settings: RunSettings, network: Any) -> None:
-    """The torch-only replacements that compute the protocol's layers in fewer kernels."""
-    if settings.batched_augmentation:
-        from gpubench.agent.workload import augment
-
-        augment.batch_affine_transforms(network)
-    if settings.fused_batchnorm:
-        from gpubench.agent.workload import batchnorm
-
-        batchnorm.fuse_batch_normalization(network)
-
-
-def report_failure(events: EventWriter, exc: BaseException) -> int:
-    """One `error` event for `exc`, and the exit code that goes with it."""
-    if isinstance(exc, KeyboardInterrupt):
-        events.emit("error", status="interrupted", message="interrupted")
-        return 130
-    if isinstance(exc, batch_search.NoBatchFits) or (
-        not isinstance(exc, GpubenchError) and backend.is_out_of_memory(exc)
-    ):
-        events.emit("error", status="out_of_memory",
-                    message=backend.error_line(exc)[:MESSAGE_LIMIT])
-        return EXIT_OUT_OF_MEMORY
-    if isinstance(exc, GpubenchError):
-        events.emit("error", status="error", message=str(exc)[:MESSAGE_LIMIT])
-        return exc.exit_code
-    traceback.print_exc()  # a bug: keep the whole story on stderr
-    events.emit("error", status="error", message=f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT])
-    return EXIT_ERROR
 
 
 def _cap_address_space_for_tests() -> None:

@@ -68,7 +68,7 @@ class WarmTrials:
     def _prepare(self) -> Any:
         if self._network is None:
             import keras
-            from gpubench.agent.workload.runner import prepare_network
+            from gpubench.agent.workload.network import prepare_network
 
             began = time.monotonic()
             keras.utils.set_random_seed(self.settings.seed)
@@ -207,7 +207,7 @@ class ProcessTrials:
 def trial_main(settings: RunSettings, batch: int, kind: str, events: EventWriter) -> int:
     """The `trial` command: one trial in this process, told as one batch_trial event."""
     from gpubench.agent.workload import memory
-    from gpubench.agent.workload.runner import report_failure
+    from gpubench.agent.workload.failure import report_failure
 
     try:
         if settings.trial_address_space:

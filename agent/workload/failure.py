@@ -1,0 +1,32 @@
+"""How a workload process tells a failure: one `error` event and its exit code."""
+
+from __future__ import annotations
+
+import traceback
+
+from gpubench.agent.events import EventWriter
+from gpubench.agent.workload import backend, batch_search
+from gpubench.agent.workload.options import EXIT_ERROR, EXIT_OUT_OF_MEMORY
+
+from gpubench.errors import GpubenchError
+
+MESSAGE_LIMIT = 2000  # characters of an error message put in the event
+
+
+def report_failure(events: EventWriter, exc: BaseException) -> int:
+    """One `error` event for `exc`, and the exit code that goes with it."""
+    if isinstance(exc, KeyboardInterrupt):
+        events.emit("error", status="interrupted", message="interrupted")
+        return 130
+    if isinstance(exc, batch_search.NoBatchFits) or (
+        not isinstance(exc, GpubenchError) and backend.is_out_of_memory(exc)
+    ):
+        events.emit("error", status="out_of_memory",
+                    message=backend.error_line(exc)[:MESSAGE_LIMIT])
+        return EXIT_OUT_OF_MEMORY
+    if isinstance(exc, GpubenchError):
+        events.emit("error", status="error", message=str(exc)[:MESSAGE_LIMIT])
+        return exc.exit_code
+    traceback.print_exc()  # a bug: keep the whole story on stderr
+    events.emit("error", status="error", message=f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT])
+    return EXIT_ERROR
