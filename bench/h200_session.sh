@@ -127,6 +127,10 @@ for step in "$@"; do
     # refuse the machine (exit 2), the same run with the backend named.
     default)     bare default; [ $? -eq 2 ] && bare default-torch --backend torch ;;
     quick)       bare quick --quick ;;
+    # The default run at the fast settings, one model a step (evidence after each).
+    fast-default-b0) bare fast-default --models B0 --precision mixed_bfloat16 --data-on-device ;;
+    fast-default-b3) bare fast-default --models B3 --precision mixed_bfloat16 --data-on-device ;;
+    fast-default-b7) bare fast-default --models B7 --precision mixed_bfloat16 --data-on-device ;;
     repeat-b0)   for i in 1 2 3; do bare "default-b0-$i" --models B0; done ;;
     largest-limits) largest largest-limits --memory-limit 8GiB,16GiB,48GiB ;;
     gpus2-b0)    agent gpus2-b0 --models B0 --batch 128 --gpus 2 ;;
