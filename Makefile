@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LOG := $(VENV)/install.log
+SHOW_LOG = { tail -n 40 $(LOG); echo "install failed: the whole log is $(LOG)"; exit 1; }
 PYTEST_ARGS ?=
 
 .PHONY: help install proto test test-docker test-gpu demo bench lint clean
@@ -17,13 +19,21 @@ help:
 	@echo "make proto        regenerate the wire code from protos/"
 	@echo "make lint         ruff"
 
+# Each step says what it does; pip's own output goes to $(LOG), shown when a step fails.
 $(STAMP): pyproject.toml setup.py
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q grpcio-tools
-	$(PY) -c "import setup; setup.generate_wire_code()"
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	@echo "setting up $(VENV) from PyPI (about a minute the first time; log: $(LOG))"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@: > $(LOG)
+	@echo "  [1/4] pip, setuptools, wheel"
+	@$(PY) -m pip install --upgrade pip setuptools wheel >>$(LOG) 2>&1 || $(SHOW_LOG)
+	@echo "  [2/4] grpcio-tools (the protobuf compiler)"
+	@$(PY) -m pip install grpcio-tools >>$(LOG) 2>&1 || $(SHOW_LOG)
+	@echo "  [3/4] the wire code from protos/"
+	@$(PY) -c "import setup; setup.generate_wire_code()" >>$(LOG) 2>&1 || $(SHOW_LOG)
+	@echo "  [4/4] gpubench and what it needs: TensorFlow, torch, DuckDB... (the long step)"
+	@$(PY) -m pip install -e '.[dev]' >>$(LOG) 2>&1 || $(SHOW_LOG)
+	@touch $(STAMP)
+	@echo "  $(VENV) is ready"
 
 install: $(STAMP)
 
