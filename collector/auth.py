@@ -121,13 +121,19 @@ class TokenBook:
     """Token administration and lookup, with a cache in front of the store.
 
     Every token change while the collector runs goes through this object (the
-    Admin service), so the cache never serves a revoked token.
+    Admin service; a multi-process collector's front-ends keep no tokens, they
+    forward every call's token to the owner, which holds the one TokenBook), so the
+    cache never serves a revoked token. A lookup racing a change must not write the
+    row it read before the change into the cache after the change cleared it: each
+    change bumps a generation, and a lookup caches its row only if the generation
+    is still the one it saw before reading the store.
     """
 
     def __init__(self, store: Store, *, local_admin_secret: str | None = None) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._by_hash: dict[str, TokenRow] = {}
+        self._generation = 0  # bumped by every token change, after the store has it
         self._used: dict[str, datetime] = {}
         self._flushed_at = time.monotonic()
         self._local_hash = secret_hash(local_admin_secret) if local_admin_secret else None
@@ -137,8 +143,7 @@ class TokenBook:
         check_token_name(name)
         secret = new_secret()
         row = self._store.create_token(name, secret_hash(secret), admin)
-        with self._lock:  # a replaced (revoked) token of the same name must not linger
-            self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
+        self._forget(name)  # a replaced (revoked) token of the same name must not linger
         return row, secret
 
     def list(self) -> list[TokenRow]:
@@ -149,9 +154,15 @@ class TokenBook:
     def revoke(self, name: str) -> TokenRow:
         """Revoke a token by name (NotFound if absent)."""
         row = self._store.revoke_token(name)
-        with self._lock:
-            self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
+        self._forget(name)
         return row
+
+    def _forget(self, name: str) -> None:
+        """Drop `name` from the cache once the store has its change; lookups that read
+        the store before now do not cache what they read."""
+        with self._lock:
+            self._generation += 1
+            self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
 
     def identify(self, secret: str) -> Caller | None:
         """The caller a secret belongs to; None for unknown or revoked secrets."""
@@ -160,12 +171,17 @@ class TokenBook:
             return Caller(LOCAL_ADMIN, True)
         with self._lock:
             row = self._by_hash.get(digest)
+            generation = self._generation
         if row is None:
             row = self._store.token_by_secret_hash(digest)
             if row is None:
                 return None
             with self._lock:
-                self._by_hash[digest] = row
+                # A change since the read (a revoke) has cleared the cache: the row
+                # read may predate it and must not be cached over it. This call still
+                # gets the row, like any call that began before the revoke returned.
+                if self._generation == generation:
+                    self._by_hash[digest] = row
         if row.revoked:
             return None
         self._note_use(row.name)

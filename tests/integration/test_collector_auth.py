@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import grpc
 import pytest
 from factories import make_run
@@ -168,3 +172,37 @@ def test_a_message_over_the_size_limit_is_refused(collector_factory) -> None:
     code, _ = code_of(stub.SubmitRun, pb.SubmitRunRequest(run=big), metadata=collector.metadata())
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert collector.store.count() == 1
+
+
+# Each trial a fresh token, its first uses (cache misses) racing its revocation.
+REVOKE_TRIALS = 150
+REVOKE_RACERS = 6
+
+
+def test_a_revoke_racing_the_first_uses_of_a_token_always_wins(collector) -> None:
+    stub, admin = collector.collector_stub(), collector.admin_stub()
+    still_valid = []
+    with ThreadPoolExecutor(REVOKE_RACERS) as pool:
+        for trial in range(REVOKE_TRIALS):
+            name = f"racer-{trial}"
+            token = collector.make_token(name)
+            start = threading.Barrier(REVOKE_RACERS + 1)
+
+            def use(token: str = token, start: threading.Barrier = start) -> None:
+                start.wait()
+                with contextlib.suppress(grpc.RpcError):  # before or after the revoke
+                    stub.CheckAccess(pb.CheckAccessRequest(), metadata=bearer(token), timeout=10)
+
+            racing = [pool.submit(use) for _ in range(REVOKE_RACERS)]
+            start.wait()
+            admin.RevokeToken(pb.RevokeTokenRequest(name=name), metadata=collector.metadata())
+            for future in racing:
+                future.result()
+            # The revoke has returned: from now on the token must be refused, everywhere.
+            try:
+                stub.CheckAccess(pb.CheckAccessRequest(), metadata=bearer(token), timeout=10)
+            except grpc.RpcError as refused:
+                assert refused.code() == grpc.StatusCode.UNAUTHENTICATED
+            else:
+                still_valid.append(name)
+    assert not still_valid, f"revoked tokens still accepted: {still_valid}"
