@@ -32,10 +32,12 @@ from enum import Enum
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
 from gpubench.collector.store import Store, TokenRow, utc_now
-from gpubench.collector.transport import Refusal
+from gpubench.collector.transport import Refusal, parse_request
 
 from gpubench.errors import InvalidRecord
+from gpubench.v1 import collector_pb2
 
 TOKEN_PREFIX = "gpb_"
 # Token names become run submitters: keep them printable and short.
@@ -108,6 +110,13 @@ METHODS: dict[str, Access] = {
     "/gpubench.v1.Admin/DropQuarantine": Access.ADMIN,
 }
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+def request_class_of(method: str) -> type:
+    """The request message class of a Collector or Admin method (its full gRPC path)."""
+    service, _, name = method.lstrip("/").rpartition("/")
+    descriptor = collector_pb2.DESCRIPTOR.services_by_name[service.rpartition(".")[2]]
+    return message_factory.GetMessageClass(descriptor.methods_by_name[name].input_type)
 
 
 def access_of(method: str) -> Access:
@@ -280,15 +289,18 @@ class Gate:
         return caller
 
     def guarded(
-        self, behavior: Callable[[Any, grpc.ServicerContext], Any], access: Access
-    ) -> Callable[[Any, grpc.ServicerContext], Any]:
-        """`behavior` (a servicer method) with the token check in front, the caller set
-        for it in `current_caller`. A refusal becomes `context.abort`."""
+        self, behavior: Callable[[Any, grpc.ServicerContext], Any], access: Access,
+        request_class: type,
+    ) -> Callable[[bytes, grpc.ServicerContext], Any]:
+        """`behavior` (a servicer method) taking its request as bytes, with the token
+        check in front and only then the request parsed (a `request_class`); the caller
+        set for it in `current_caller`. A refusal becomes `context.abort`."""
 
-        def checked(request: Any, context: grpc.ServicerContext) -> Any:
+        def checked(data: bytes, context: grpc.ServicerContext) -> Any:
             secret = bearer_secret(context.invocation_metadata())
             try:
                 caller = self.check(access, secret)
+                request = parse_request(request_class, data)
             except Refusal as refused:
                 context.abort(refused.code, refused.details)
             reset = current_caller.set(caller)
@@ -301,7 +313,13 @@ class Gate:
 
 
 class AuthInterceptor(grpc.ServerInterceptor):
-    """Checks every call's token against what its method needs, before the servicer runs."""
+    """Checks every call's token against what its method needs, before its request is
+    parsed and the servicer runs.
+
+    The interceptor sees a call's metadata before gRPC reads its request: it swaps
+    the method's handler for one that takes the request as bytes and parses it only
+    after the token check (`Gate.guarded`).
+    """
 
     def __init__(self, gate: Gate) -> None:
         self._gate = gate
@@ -319,10 +337,10 @@ class AuthInterceptor(grpc.ServerInterceptor):
             access = access_of(method)
             if handler is None or access is Access.OPEN or handler.unary_unary is None:
                 return handler
-            # Made once per method: the handler with the token check in front.
+            # Made once per method: the handler with the token check in front, and the
+            # request left as bytes (no request_deserializer) until the check passed.
             checked = self._checked[method] = grpc.unary_unary_rpc_method_handler(
-                self._gate.guarded(handler.unary_unary, access),
-                request_deserializer=handler.request_deserializer,
+                self._gate.guarded(handler.unary_unary, access, request_class_of(method)),
                 response_serializer=handler.response_serializer,
             )
         return checked

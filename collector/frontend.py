@@ -2,10 +2,11 @@
 
 Started by the owner (collector.owner) as `python -m gpubench.collector.frontend`,
 its settings as JSON on stdin. It serves every Collector and Admin method, health
-and reflection on the shared host:port. SubmitRun is validated and turned into
-its runs-table row here (the CPU-heavy, stateless part); the owner checks the
-token, stores the row and answers after the commit. Every other method is
-forwarded as its request bytes and answered by the owner.
+and reflection on the shared host:port. SubmitRun is parsed, validated and turned
+into its runs-table row here (the CPU-heavy, stateless part), once the owner has
+accepted its token; the owner checks the token again, stores the row and answers
+after the commit. Every other method is forwarded as its request bytes and
+answered by the owner, which checks the token before it parses them.
 
 It is one asyncio loop (grpc.aio): a call waiting for the owner holds no thread,
 and no call or reply is handed from one thread to another, which costs a
@@ -28,6 +29,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Client
 from pathlib import Path
@@ -43,6 +45,7 @@ from gpubench.collector.transport import (
     TlsFiles,
     add_health_and_reflection_aio,
     listen,
+    parse_request,
     server_options,
 )
 
@@ -57,6 +60,10 @@ _SHORT, _LONG = struct.Struct("!i"), struct.Struct("!Q")
 # Connections to the owner at most (each one a file descriptor on both sides); more
 # concurrent calls wait for one. As many as a single-process collector has handler threads.
 MAX_LINKS = DEFAULT_WORKERS
+# How long a token the owner accepted lets this front-end parse submissions before it
+# asks again (s), and how many such tokens it remembers.
+ACCEPTED_TTL_S = 10.0
+ACCEPTED_MOST = 4096
 
 
 def _frame(data: bytes) -> bytes:
@@ -145,20 +152,57 @@ def _authorization(context: grpc.aio.ServicerContext) -> str | None:
     return None
 
 
+class AcceptedTokens:
+    """The authorization entries the owner accepted lately, so that a front-end asks
+    the owner before parsing a submission only once in a while per token.
+
+    Only a filter against parsing garbage from strangers: the owner checks the token
+    of every submission again (a token revoked meanwhile is refused there), so this
+    needs no news of revocations.
+    """
+
+    def __init__(self, ttl_s: float = ACCEPTED_TTL_S, most: int = ACCEPTED_MOST) -> None:
+        self._ttl_s = ttl_s
+        self._most = most
+        self._until: dict[str, float] = {}
+
+    def __contains__(self, authorization: str | None) -> bool:
+        until = self._until.get(authorization) if authorization is not None else None
+        return until is not None and time.monotonic() < until
+
+    def add(self, authorization: str) -> None:
+        """Remember that the owner accepted `authorization` just now."""
+        if len(self._until) >= self._most:  # many tokens at once: start over, asking again
+            self._until.clear()
+        self._until[authorization] = time.monotonic() + self._ttl_s
+
+
 class Handlers:
-    """The gRPC handlers of a front-end: SubmitRun prepared here, the rest forwarded."""
+    """The gRPC handlers of a front-end: SubmitRun prepared here, the rest forwarded.
+
+    Every handler takes the request as bytes: a submission is parsed only after the
+    owner has accepted its token, a forwarded call is parsed by the owner after the
+    token check.
+    """
 
     def __init__(self, owner: OwnerClient) -> None:
         self._owner = owner
+        self._accepted = AcceptedTokens()
 
     async def submit_run(
-        self, request: collector_pb2.SubmitRunRequest, context: grpc.aio.ServicerContext
+        self, data: bytes, context: grpc.aio.ServicerContext
     ) -> collector_pb2.SubmitRunResponse:
-        """Validate, make the row, let the owner check the token and store it."""
-        problems = validation.problems(request.run)
-        row = None if problems else run_row(request.run, "")
+        """Check the token, then parse, validate and make the row; the owner checks the
+        token (and the rate limit) again and stores it."""
+        authorization = _authorization(context)
         try:
-            ack: Ack = await self._owner.ask("submit", _authorization(context), row, problems)
+            if authorization not in self._accepted:
+                await self._owner.ask("auth", authorization)
+                self._accepted.add(authorization)
+            request = parse_request(collector_pb2.SubmitRunRequest, data)
+            problems = validation.problems(request.run)
+            row = None if problems else run_row(request.run, "")
+            ack: Ack = await self._owner.ask("submit", authorization, row, problems)
         except Refusal as refused:
             await context.abort(refused.code, refused.details)
         return ack_message(ack)
@@ -187,7 +231,6 @@ class Handlers:
                 if full == "/gpubench.v1.Collector/SubmitRun":
                     methods[method.name] = grpc.unary_unary_rpc_method_handler(
                         self.submit_run,
-                        request_deserializer=collector_pb2.SubmitRunRequest.FromString,
                         response_serializer=collector_pb2.SubmitRunResponse.SerializeToString,
                     )
                 else:  # bytes in, bytes out: the owner parses and serialises

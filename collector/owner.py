@@ -17,9 +17,11 @@ messages are the same.
 Wire format, one pickle per message. A front-end opens a control connection,
 then a pool of connections, each carrying one request at a time:
   control:            ("hello", index, pid), then ("ready", port) or ("failed", message)
-  front-end -> owner: ("submit", authorization, row, problems),
+  front-end -> owner: ("auth", authorization), before a front-end parses a submission
+                      of a token it has not seen accepted lately,
+                      ("submit", authorization, row, problems),
                       ("call", method, request bytes, authorization)
-  owner -> front-end: (True, Ack | response bytes) or (False, (code, details))
+  owner -> front-end: (True, None | Ack | response bytes) or (False, (code, details))
 """
 
 from __future__ import annotations
@@ -89,8 +91,8 @@ class Dispatcher:
     def __init__(self, store: Store, gate: Gate) -> None:
         self._store = store
         self._gate = gate
-        # Full method name -> (request message class, servicer method behind the gate).
-        self._methods: dict[str, tuple[type, Callable[[Any, Any], Any]]] = {}
+        # Full method name -> the servicer method behind the gate, taking request bytes.
+        self._methods: dict[str, Callable[[bytes, Any], Any]] = {}
         services = {
             "Collector": CollectorService(store),
             "Admin": AdminService(gate.tokens, store),
@@ -99,10 +101,17 @@ class Dispatcher:
             descriptor = collector_pb2.DESCRIPTOR.services_by_name[name]
             for method in descriptor.methods:
                 full = f"/{descriptor.full_name}/{method.name}"
-                self._methods[full] = (
+                self._methods[full] = self._gate.guarded(
+                    getattr(servicer, method.name), access_of(full),
                     message_factory.GetMessageClass(method.input_type),
-                    self._gate.guarded(getattr(servicer, method.name), access_of(full)),
                 )
+
+    def authenticate(self, authorization: str | None) -> None:
+        """A front-end's check of a token before it parses a submission: raises Refusal
+        unless the token may write (without using up a submission of the rate limit;
+        `submit` checks the token again and takes one)."""
+        secret = bearer_secret(() if authorization is None else (("authorization", authorization),))
+        self._gate.check(Access.WRITE, secret)
 
     def submit(
         self, authorization: str | None, row: dict[str, Any] | None,
@@ -125,12 +134,11 @@ class Dispatcher:
 
     def call(self, method: str, request: bytes, authorization: str | None) -> bytes:
         """Any other method: the servicer's answer, serialised; raises Refusal."""
-        found = self._methods.get(method)
-        if found is None:  # front-ends only forward the methods they registered
+        behavior = self._methods.get(method)
+        if behavior is None:  # front-ends only forward the methods they registered
             raise Refusal(grpc.StatusCode.UNIMPLEMENTED, f"method {method} not implemented")
-        request_class, behavior = found
-        reply = behavior(request_class.FromString(request), ForwardedContext(authorization))
-        return reply.SerializeToString()
+        # The token is checked before the bytes are parsed (Gate.guarded).
+        return behavior(request, ForwardedContext(authorization)).SerializeToString()
 
 
 def _outcome(run: Callable[[], Any]) -> tuple[bool, Any]:
@@ -236,6 +244,9 @@ class _Hub:
                 _reply(connection, False, (refused.code, refused.details))
                 return
             future.add_done_callback(lambda done: _reply(connection, *_outcome(done.result)))
+        elif kind == "auth":  # ("auth", authorization): before a front-end parses a run
+            _, authorization = message
+            _reply(connection, *_outcome(lambda: self._dispatcher.authenticate(authorization)))
         elif kind == "call":
             _, method, request, authorization = message
             self._calls.submit(self._answer_call, connection, method, request, authorization)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -42,6 +43,23 @@ class Refusal(Exception):
         super().__init__(details)
         self.code = code
         self.details = details
+
+
+def parse_request(message_class: Any, data: bytes) -> Any:
+    """`data` parsed as a `message_class` request; Refusal (INVALID_ARGUMENT) when it is
+    not one.
+
+    Servers take requests as bytes and parse them here, only once the call's token
+    has been checked: nobody without a token makes the collector parse anything, and
+    bytes that are no message answer INVALID_ARGUMENT rather than gRPC's INTERNAL.
+    """
+    try:
+        return message_class.FromString(data)
+    except DecodeError as exc:
+        raise Refusal(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"request: not a valid {message_class.DESCRIPTOR.full_name} message ({exc})",
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -206,3 +206,33 @@ def test_a_revoke_racing_the_first_uses_of_a_token_always_wins(collector) -> Non
             else:
                 still_valid.append(name)
     assert not still_valid, f"revoked tokens still accepted: {still_valid}"
+
+
+# Not a protobuf message: 0xff starts a field of wire type 7, which does not exist.
+GARBAGE = b"\xff" * 4 + bytes(range(256)) * 64
+
+
+def raw_call(collector, method: str):
+    """`method` called with raw bytes (identity serialisers), as any program could."""
+    return collector.channel().unary_unary(
+        method, request_serializer=None, response_deserializer=None
+    )
+
+
+@pytest.mark.parametrize("method", ["SubmitRun", "ListRuns", "CheckAccess"])
+def test_garbage_without_a_token_is_refused_before_it_is_parsed(collector, method) -> None:
+    call = raw_call(collector, f"/gpubench.v1.Collector/{method}")
+    code, detail = code_of(call, GARBAGE, timeout=10)
+    assert code == grpc.StatusCode.UNAUTHENTICATED, detail
+    assert "no token" in detail
+    code, detail = code_of(call, GARBAGE, metadata=bearer("gpb_not-a-real-token"), timeout=10)
+    assert code == grpc.StatusCode.UNAUTHENTICATED, detail
+
+
+@pytest.mark.parametrize("method", ["SubmitRun", "ListRuns", "CheckAccess"])
+def test_garbage_with_a_valid_token_is_invalid_argument(collector, method) -> None:
+    call = raw_call(collector, f"/gpubench.v1.Collector/{method}")
+    code, detail = code_of(call, GARBAGE, metadata=collector.metadata(), timeout=10)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, detail
+    assert "request" in detail and "not a valid" in detail
+    assert collector.store.count() == 0
