@@ -47,6 +47,7 @@ from gpubench.collector.transport import (
     listen,
     parse_request,
     server_options,
+    set_serving_aio,
 )
 
 from gpubench.errors import GpubenchError
@@ -78,7 +79,8 @@ class OwnerClient:
     A connection is opened with multiprocessing's handshake (the owner's authkey),
     then read and written by the loop; a call takes an idle one or opens another,
     up to MAX_LINKS.
-    A control connection carries hello/ready/failed; its end means the owner is gone.
+    A control connection carries hello/ready/failed, and the owner's health news; its
+end means the owner is gone.
     """
 
     def __init__(self, address: str, authkey: bytes) -> None:
@@ -92,13 +94,19 @@ class OwnerClient:
         """Send a control message (hello, ready, failed)."""
         self._control.send_bytes(pickle.dumps(message, PICKLE))
 
-    def watch(self, loop: asyncio.AbstractEventLoop, gone: asyncio.Event) -> None:
-        """Set `gone` (in `loop`) when the owner's control connection closes."""
+    def watch(
+        self, loop: asyncio.AbstractEventLoop, gone: asyncio.Event,
+        on_health: Callable[[bool], None],
+    ) -> None:
+        """Set `gone` (in `loop`) when the owner's control connection closes; call
+        `on_health(serving)` (in this watching thread) for each ("health", serving)."""
 
         def wait() -> None:
             with contextlib.suppress(EOFError, OSError):
                 while True:
-                    self._control.recv_bytes()  # the owner sends nothing: this is its end
+                    message = pickle.loads(self._control.recv_bytes())
+                    if message[0] == "health":
+                        on_health(message[1])
             loop.call_soon_threadsafe(gone.set)
 
         threading.Thread(target=wait, name="owner-watch", daemon=True).start()
@@ -256,7 +264,7 @@ async def serve(config: dict[str, Any]) -> int:
         handlers=Handlers(owner).generic_handlers(),
         options=server_options(config["max_message_bytes"], share_port=True),
     )
-    await add_health_and_reflection_aio(server)
+    health = await add_health_and_reflection_aio(server)
     try:
         port = listen(server, config["host"], config["port"], tls)
     except GpubenchError as exc:
@@ -264,7 +272,8 @@ async def serve(config: dict[str, Any]) -> int:
         return 1
     await server.start()
     owner.tell("ready", port)
-    owner.watch(loop, gone)
+    owner.watch(loop, gone, lambda serving: asyncio.run_coroutine_threadsafe(
+        set_serving_aio(health, serving), loop))
     # Wake on a signal or on the owner's connection closing, whichever comes first.
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(gone.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

@@ -16,7 +16,9 @@ messages are the same.
 
 Wire format, one pickle per message. A front-end opens a control connection,
 then a pool of connections, each carrying one request at a time:
-  control:            ("hello", index, pid), then ("ready", port) or ("failed", message)
+  control:            ("hello", index, pid), then ("ready", port) or ("failed", message);
+                      owner -> front-end: ("health", serving) whenever the store's
+                      writes stop or start being durable (a full disk)
   front-end -> owner: ("auth", authorization), before a front-end parses a submission
                       of a token it has not seen accepted lately,
                       ("submit", authorization, row, problems),
@@ -89,6 +91,7 @@ class Dispatcher:
     """Answers what front-ends forward, with the code a single-process collector runs."""
 
     def __init__(self, store: Store, gate: Gate) -> None:
+        self.store = store
         self._store = store
         self._gate = gate
         # Full method name -> the servicer method behind the gate, taking request bytes.
@@ -156,8 +159,12 @@ def _outcome(run: Callable[[], Any]) -> tuple[bool, Any]:
 
 
 def _reply(connection: Connection, ok: bool, payload: Any) -> None:
+    _tell(connection, (ok, payload))
+
+
+def _tell(connection: Connection, message: tuple) -> None:
     with contextlib.suppress(OSError):  # the front-end is gone: nobody to tell
-        connection.send_bytes(pickle.dumps((ok, payload), PICKLE))
+        connection.send_bytes(pickle.dumps(message, PICKLE))
 
 
 class _Hub:
@@ -183,6 +190,10 @@ class _Hub:
         # front-end's, not its predecessor's, whose connection may close late).
         self.started: dict[int, Future] = {}
         self._control: dict[Connection, Future] = {}
+        # What the front-ends' health services say (the store's durability), and the
+        # lock that keeps each control connection's messages whole and in order.
+        self._serving = True
+        self._telling = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="owner-hub", daemon=True)
         self._thread.start()
 
@@ -197,6 +208,15 @@ class _Hub:
         with self._lock:
             future = self.started[index] = Future()
         return future
+
+    def set_serving(self, serving: bool) -> None:
+        """Tell every front-end what its health service says: ("health", serving)."""
+        with self._telling:
+            self._serving = serving
+            with self._lock:
+                controls = list(self._control)
+            for control in controls:
+                _tell(control, ("health", serving))
 
     def close(self) -> None:
         """Stop reading; close every connection."""
@@ -253,6 +273,9 @@ class _Hub:
         elif kind == "hello":  # a front-end's control connection: ("hello", index, pid)
             with self._lock:
                 self._control[connection] = self.started[message[1]]
+            with self._telling:  # a front-end starts SERVING: tell it if that is wrong
+                if not self._serving:
+                    _tell(connection, ("health", False))
         elif kind in ("ready", "failed"):
             started = self._control.get(connection)
             if started is not None and not started.done():
@@ -317,6 +340,10 @@ class Frontends:
         self._authkey = os.urandom(32)
         self._listener = Listener(self._address, "AF_UNIX", authkey=self._authkey)
         self._hub = _Hub(dispatcher)
+        # The front-ends' health follows the store's durability (NOT_SERVING: disk full).
+        self._unlisten = dispatcher.store.durability.listen(
+            lambda trouble: self._hub.set_serving(trouble is None)
+        )
         self._frontends: list[_Frontend] = []
         self._held: socket.socket | None = None
         self._stopping = False
@@ -357,6 +384,7 @@ class Frontends:
     def stop(self) -> None:
         """Stop the front-ends gracefully (they finish in-flight calls), then the links."""
         self._stopping = True
+        self._unlisten()
         for frontend in self._frontends:
             with contextlib.suppress(ProcessLookupError):
                 frontend.process.send_signal(signal.SIGTERM)

@@ -30,6 +30,7 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
     is_loopback,
     listen,
     server_options,
+    set_serving,
 )
 
 from gpubench.v1 import collector_pb2_grpc
@@ -80,7 +81,9 @@ def create_server(
     )
     collector_pb2_grpc.add_CollectorServicer_to_server(CollectorService(store), server)
     collector_pb2_grpc.add_AdminServicer_to_server(AdminService(tokens, store), server)
-    add_health_and_reflection(server)
+    health = add_health_and_reflection(server)
+    # NOT_SERVING while runs cannot be stored durably (a full disk), SERVING again after.
+    store.durability.listen(lambda trouble: set_serving(health, trouble is None))
     return server, listen(server, host, port, tls)
 
 

@@ -15,7 +15,13 @@ from typing import Any, TypeVar
 import grpc
 from gpubench.collector import compare, validation
 from gpubench.collector.auth import Caller, TokenBook, current_caller
-from gpubench.collector.errors import MixedRuns, RunConflict, TokenExists
+from gpubench.collector.errors import (
+    MixedRuns,
+    RunConflict,
+    StorageFull,
+    StorageUnavailable,
+    TokenExists,
+)
 from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.rows import ack_message
 from gpubench.collector.store import CompareQuery, RunFilter, Store, TokenRow
@@ -36,6 +42,9 @@ STATUS_OF_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (MixedRuns, grpc.StatusCode.FAILED_PRECONDITION),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (AccessDenied, grpc.StatusCode.PERMISSION_DENIED),
+    # A full disk or a failing one: retryable, nothing was acknowledged.
+    (StorageFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StorageUnavailable, grpc.StatusCode.UNAVAILABLE),
     (GpubenchError, grpc.StatusCode.FAILED_PRECONDITION),
 )
 

@@ -119,22 +119,41 @@ def server_options(max_message_bytes: int, *, share_port: bool) -> list[tuple[st
     ]
 
 
-def add_health_and_reflection(server: grpc.Server) -> None:
-    """The standard health service (every service SERVING) and server reflection."""
-    health_servicer = health.HealthServicer()
+def _status(serving: bool) -> Any:
+    return (health_pb2.HealthCheckResponse.SERVING if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING)
+
+
+def set_serving(health_servicer: health.HealthServicer, serving: bool) -> None:
+    """Every service of the collector (and the server as a whole, "") SERVING, or
+    NOT_SERVING while runs cannot be stored durably (a full disk)."""
     for name in ("", *SERVICE_NAMES):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        health_servicer.set(name, _status(serving))
+
+
+async def set_serving_aio(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+    """`set_serving` for an asyncio server's health servicer."""
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, _status(serving))
+
+
+def add_health_and_reflection(server: grpc.Server) -> health.HealthServicer:
+    """The standard health service (every service SERVING) and server reflection; the
+    health servicer, for `set_serving`."""
+    health_servicer = health.HealthServicer()
+    set_serving(health_servicer, True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _add_reflection(server)
+    return health_servicer
 
 
-async def add_health_and_reflection_aio(server: grpc.aio.Server) -> None:
+async def add_health_and_reflection_aio(server: grpc.aio.Server) -> health.aio.HealthServicer:
     """The same for an asyncio server (its health servicer's methods are coroutines)."""
     health_servicer = health.aio.HealthServicer()
-    for name in ("", *SERVICE_NAMES):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await set_serving_aio(health_servicer, True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _add_reflection(server)
+    return health_servicer
 
 
 def _add_reflection(server: grpc.Server | grpc.aio.Server) -> None:
