@@ -81,7 +81,14 @@ def _caller() -> Caller:
 
 
 def _optional_time(message: Any, field: str) -> datetime | None:
-    return getattr(message, field).ToDatetime() if message.HasField(field) else None
+    """The time in `field` of `message` (None when unset); InvalidRecord naming the field
+    when it is no time (seconds outside years 1-9999, nanos outside 0-999,999,999)."""
+    if not message.HasField(field):
+        return None
+    try:
+        return getattr(message, field).ToDatetime()
+    except (ValueError, OverflowError) as exc:
+        raise InvalidRecord(field, f"not a valid time ({exc})") from None
 
 
 def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:

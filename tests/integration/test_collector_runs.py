@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import grpc
 import pytest
 from factories import make_run
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpubench import record
 from gpubench.v1 import collector_pb2 as pb
@@ -164,6 +165,21 @@ def test_list_refuses_oversized_pages_and_forged_tokens(collector) -> None:
             stub.ListRuns(request, metadata=collector.metadata())
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert words in caught.value.details()
+
+
+@pytest.mark.parametrize("field", ["since", "until"])
+@pytest.mark.parametrize(
+    "stamp",
+    [Timestamp(seconds=-(10**15)), Timestamp(seconds=10**15), Timestamp(seconds=0, nanos=-5)],
+    ids=["before-year-1", "after-year-9999", "negative-nanos"],
+)
+def test_list_refuses_times_out_of_range_naming_the_field(collector, field, stamp) -> None:
+    stub = collector.collector_stub()
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ListRuns(pb.ListRunsRequest(**{field: stamp}), metadata=collector.metadata(),
+                      timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    assert caught.value.details().startswith(f"{field}: ")
 
 
 def test_delete_by_its_submitter(collector) -> None:
