@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import logging
 import re
 import secrets
 import threading
@@ -33,11 +34,15 @@ from typing import Any
 
 import grpc
 from google.protobuf import message_factory
+from gpubench.collector.errors import ShuttingDown
+from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import Store, TokenRow, utc_now
 from gpubench.collector.transport import Refusal, parse_request
 
 from gpubench.errors import InvalidRecord
 from gpubench.v1 import collector_pb2
+
+log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "gpb_"
 # Token names become run submitters: keep them printable and short.
@@ -208,7 +213,11 @@ class TokenBook:
         with self._lock:
             used, self._used = self._used, {}
             self._flushed_at = time.monotonic()
-        self._store.record_token_use(used)
+        try:
+            self._store.record_token_use(used)
+        except ShuttingDown:  # closed before the server stopped: only these times are lost
+            log.warning("last-used times of %d token(s) not written: the store is closed",
+                        len(used))
 
 
 class RateLimiter:
@@ -301,8 +310,8 @@ class Gate:
             try:
                 caller = self.check(access, secret)
                 request = parse_request(request_class, data)
-            except Refusal as refused:
-                context.abort(refused.code, refused.details)
+            except Exception as exc:  # a refusal, the store closing, or a bug (INTERNAL)
+                context.abort(*answer_of(exc, "checking a token"))
             reset = current_caller.set(caller)
             try:
                 return behavior(request, context)

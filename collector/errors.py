@@ -40,3 +40,10 @@ class StorageUnavailable(GpubenchError):
 class StorageFull(StorageUnavailable):
     """The disk (or the quota) holding the database or its journal is full
     (RESOURCE_EXHAUSTED); retryable once space is freed."""
+
+
+class ShuttingDown(GpubenchError):
+    """The collector is stopping (its store is closing or closed): try again later, or
+    another collector (UNAVAILABLE)."""
+
+    exit_code = ExitCode.UNAVAILABLE

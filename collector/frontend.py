@@ -38,6 +38,7 @@ from typing import Any
 import grpc
 from gpubench.collector import validation
 from gpubench.collector.rows import Ack, ack_message, run_row
+from gpubench.collector.statuses import answer_of
 from gpubench.collector.transport import (
     DEFAULT_WORKERS,
     STOP_GRACE_S,
@@ -211,8 +212,8 @@ class Handlers:
             problems = validation.problems(request.run)
             row = None if problems else run_row(request.run, "")
             ack: Ack = await self._owner.ask("submit", authorization, row, problems)
-        except Refusal as refused:
-            await context.abort(refused.code, refused.details)
+        except Exception as exc:  # a refusal with its code; a bug INTERNAL, logged
+            await context.abort(*answer_of(exc, "SubmitRun"))
         return ack_message(ack)
 
     def forwarder(
@@ -223,8 +224,8 @@ class Handlers:
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             try:
                 return await self._owner.ask("call", method, request, _authorization(context))
-            except Refusal as refused:
-                await context.abort(refused.code, refused.details)
+            except Exception as exc:  # the owner's status; a bug INTERNAL, logged
+                await context.abort(*answer_of(exc, method))
 
         return forward
 

@@ -52,7 +52,8 @@ import grpc
 from google.protobuf import message_factory
 from gpubench.collector import validation
 from gpubench.collector.auth import Access, Gate, access_of, bearer_secret
-from gpubench.collector.service import AdminService, CollectorService, status_of
+from gpubench.collector.service import AdminService, CollectorService
+from gpubench.collector.statuses import answer_of, status_of
 from gpubench.collector.store import Store
 from gpubench.collector.transport import STOP_GRACE_S, Refusal, TlsFiles, bind_address
 
@@ -132,7 +133,7 @@ class Dispatcher:
         row["submitter"] = caller.name
         try:
             return self._store.submit_row(row)
-        except RuntimeError as exc:
+        except GpubenchError as exc:  # the store is closing
             raise Refusal(*status_of(exc)) from exc
 
     def call(self, method: str, request: bytes, authorization: str | None) -> bytes:
@@ -148,14 +149,8 @@ def _outcome(run: Callable[[], Any]) -> tuple[bool, Any]:
     """(True, result) or (False, (code, details)), as the front-end reads them."""
     try:
         return True, run()
-    except Refusal as refused:
-        return False, (refused.code, refused.details)
-    except Exception as exc:  # what gRPC answers a servicer's unexpected exception with
-        status = status_of(exc)
-        if status is None:
-            log.exception("forwarded call failed")
-            status = (grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}")
-        return False, status
+    except Exception as exc:  # ours with its code; a bug INTERNAL, logged (as in one process)
+        return False, answer_of(exc, "a forwarded call")
 
 
 def _reply(connection: Connection, ok: bool, payload: Any) -> None:

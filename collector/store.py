@@ -54,6 +54,7 @@ from gpubench.collector.errors import (
     DatabaseLocked,
     RunConflict,
     SchemaTooNew,
+    ShuttingDown,
     StorageUnavailable,
     TokenExists,
 )
@@ -299,11 +300,13 @@ class Store:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
+        if self._closed:  # a thread's cursor is closed with the store: say why
+            raise ShuttingDown("collector shutting down (its database is closed)")
         cursor = getattr(self._local, "cursor", None)
         if cursor is None:
             with self._cursor_lock:
                 if self._closed:
-                    raise RuntimeError("the store is closed")
+                    raise ShuttingDown("collector shutting down (its database is closed)")
                 cursor = self._conn.cursor()
                 self._cursors.append(cursor)
             self._local.cursor = cursor
@@ -399,7 +402,7 @@ class Store:
         pending = _Pending(row)
         with self._queue_ready:
             if self._stopping:
-                raise RuntimeError("the store is closing")
+                raise ShuttingDown("collector shutting down (its database is closing)")
             self._queue.append(pending)
             self._queue_ready.notify()
         return pending.future

@@ -230,3 +230,43 @@ def test_many_threads_submitting_at_once_each_get_their_own_acknowledgement(coll
         pb.ListRunsRequest(submitter="agent-3", page_size=1000), metadata=collector.metadata()
     )
     assert {r.run.run_id for r in listed.runs} == {r.run_id for r in runs[3]}
+
+
+def test_a_bug_is_internal_with_its_traceback_in_the_log_and_not_retryable(
+    collector, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gpubench.collector import compare
+
+    from gpubench.client import Client
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the comparison")
+
+    submit(collector, make_run())
+    monkeypatch.setattr(compare, "compare", broken)
+    with pytest.raises(grpc.RpcError) as caught:
+        collector.collector_stub().Compare(pb.CompareRequest(model="B0"),
+                                           metadata=collector.metadata(), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INTERNAL, caught.value.details()
+    assert "RuntimeError" in caught.value.details()
+    logged = [r for r in caplog.records if r.exc_info and "a bug in the comparison"
+              in str(r.exc_info[1])]
+    assert logged and logged[0].levelname == "ERROR"
+    with Client(collector.address, token=collector.admin_token) as client:
+        with pytest.raises(Exception) as failed:
+            client.compare("B0")
+    assert not getattr(failed.value, "retryable", True)
+
+
+def test_a_collector_shutting_down_is_unavailable(collector) -> None:
+    run = make_run()
+    submit(collector, run)
+    collector.store.close()  # as a stop does, after its grace period
+    for call, request in (
+        (collector.collector_stub().SubmitRun, pb.SubmitRunRequest(run=make_run())),
+        (collector.collector_stub().GetRun, pb.GetRunRequest(run_id=run.run_id)),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            call(request, metadata=collector.metadata(), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value.details()
+        assert "shutting down" in caught.value.details()
