@@ -66,6 +66,12 @@ MAX_LINKS = DEFAULT_WORKERS
 # asks again (s), and how many such tokens it remembers.
 ACCEPTED_TTL_S = 10.0
 ACCEPTED_MOST = 4096
+# Once the owner is gone (s): calls are answered UNAVAILABLE until none has come for
+# OWNER_GONE_QUIET_S, at most OWNER_GONE_DRAIN_S; then the calls still in flight get
+# OWNER_GONE_GRACE_S to end (each does as soon as its link to the owner reads the end).
+OWNER_GONE_QUIET_S = 0.25
+OWNER_GONE_DRAIN_S = 3.0
+OWNER_GONE_GRACE_S = 5.0
 
 
 def _frame(data: bytes) -> bytes:
@@ -90,6 +96,7 @@ end means the owner is gone.
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self._links = asyncio.Semaphore(MAX_LINKS)
         self._control = Client(address, "AF_UNIX", authkey=authkey)
+        self.gone = False  # set once the owner's control connection closed
 
     def tell(self, *message: Any) -> None:
         """Send a control message (hello, ready, failed)."""
@@ -114,13 +121,15 @@ end means the owner is gone.
 
     async def ask(self, *request: Any) -> Any:
         """Send a request and wait for its reply; raises Refusal with the owner's status."""
+        if self.gone:
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, OWNER_GONE)
         async with self._links:
             return await self._exchange(request)
 
     async def _exchange(self, request: tuple) -> Any:
         try:
             link = self._idle.pop() if self._idle else await self._connect()
-        except OSError:
+        except (OSError, EOFError):  # refused, or the owner died during the handshake
             raise Refusal(grpc.StatusCode.UNAVAILABLE, OWNER_GONE) from None
         reader, writer = link
         try:
@@ -197,12 +206,14 @@ class Handlers:
     def __init__(self, owner: OwnerClient) -> None:
         self._owner = owner
         self._accepted = AcceptedTokens()
+        self.last_call = time.monotonic()  # when the latest call came in
 
     async def submit_run(
         self, data: bytes, context: grpc.aio.ServicerContext
     ) -> collector_pb2.SubmitRunResponse:
         """Check the token, then parse, validate and make the row; the owner checks the
         token (and the rate limit) again and stores it."""
+        self.last_call = time.monotonic()
         authorization = _authorization(context)
         try:
             if authorization not in self._accepted:
@@ -222,6 +233,7 @@ class Handlers:
         """A handler passing `method`'s request bytes to the owner and its reply back."""
 
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            self.last_call = time.monotonic()
             try:
                 return await self._owner.ask("call", method, request, _authorization(context))
             except Exception as exc:  # the owner's status; a bug INTERNAL, logged
@@ -261,8 +273,9 @@ async def serve(config: dict[str, Any]) -> int:
     tls = None
     if config["tls_cert"]:
         tls = TlsFiles(Path(config["tls_cert"]), Path(config["tls_key"]))
+    handlers = Handlers(owner)
     server = grpc.aio.server(
-        handlers=Handlers(owner).generic_handlers(),
+        handlers=handlers.generic_handlers(),
         options=server_options(config["max_message_bytes"], share_port=True),
     )
     health = await add_health_and_reflection_aio(server)
@@ -281,12 +294,33 @@ async def serve(config: dict[str, Any]) -> int:
     for waiting in waits:
         waiting.cancel()
     if gone.is_set():
-        await server.stop(None)  # nothing can be stored any more: refuse at once
+        await _drain(server, owner, handlers, health)
         # The owner died without removing its socket's private folder; nothing else will.
         shutil.rmtree(os.path.dirname(config["owner_address"]), ignore_errors=True)
         return 1
     await server.stop(STOP_GRACE_S)
     return 0
+
+
+async def _drain(
+    server: grpc.aio.Server, owner: OwnerClient, handlers: Handlers,
+    health: Any,
+) -> None:
+    """Stop serving once the owner is gone, every call answered UNAVAILABLE (retryable).
+
+    Nothing can be stored any more. A stop cancels the calls gRPC has taken in but not
+    yet handed to a handler, and CANCELLED is not retried: so first every call is
+    answered UNAVAILABLE at once, until none has come for OWNER_GONE_QUIET_S (at most
+    OWNER_GONE_DRAIN_S), and then the calls still in flight get a grace period to end.
+    """
+    owner.gone = True
+    await set_serving_aio(health, False)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    while (loop.time() - began < OWNER_GONE_DRAIN_S
+           and time.monotonic() - handlers.last_call < OWNER_GONE_QUIET_S):
+        await asyncio.sleep(0.02)
+    await server.stop(OWNER_GONE_GRACE_S)
 
 
 def run(config: dict[str, Any]) -> int:
