@@ -65,10 +65,15 @@ log = logging.getLogger(__name__)
 PICKLE = pickle.HIGHEST_PROTOCOL
 # How long a front-end may take to start and listen (s).
 START_TIMEOUT_S = 60.0
-# A front-end that dies is restarted, but not more than this many times a minute:
-# one that keeps dying (a bug, no memory) stops the collector with a clear error
-# rather than serving on with fewer front-ends.
-MAX_RESTARTS_PER_MINUTE = 3
+# A front-end that dies is restarted: at once the first time, then after a delay that
+# doubles with each death in a row, up to RESTART_BACKOFF_MAX_S; the others serve on
+# meanwhile (the owner and the data are fine). A death after STABLE_S of serving
+# starts the count again. Only after GIVE_UP_AFTER deaths in a row (about a quarter of
+# an hour of trying) does the collector stop, saying so.
+RESTART_BACKOFF_FIRST_S = 1.0
+RESTART_BACKOFF_MAX_S = 60.0
+STABLE_S = 60.0
+GIVE_UP_AFTER = 20
 # Threads answering forwarded calls other than SubmitRun (reads may take a while).
 CALL_WORKERS = 8
 
@@ -315,7 +320,10 @@ def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
 class _Frontend:
     index: int
     process: subprocess.Popen
-    restarts: list[float] = field(default_factory=list)
+    started_at: float = field(default_factory=time.monotonic)
+    failures: int = 0  # deaths in a row, each before STABLE_S of serving
+    restart_at: float | None = None  # set while it waits to be restarted
+    last_exit: str = ""
 
 
 class Frontends:
@@ -324,8 +332,14 @@ class Frontends:
     def __init__(
         self, dispatcher: Dispatcher, *, count: int, host: str, port: int,
         tls: TlsFiles | None, max_message_bytes: int,
+        restart_backoff_s: tuple[float, float] = (RESTART_BACKOFF_FIRST_S,
+                                                  RESTART_BACKOFF_MAX_S),
+        stable_s: float = STABLE_S, give_up_after: int = GIVE_UP_AFTER,
     ) -> None:
         self._count = count
+        self._backoff_first_s, self._backoff_max_s = restart_backoff_s
+        self._stable_s = stable_s
+        self._give_up_after = give_up_after
         self._host = host
         self._port = port
         self._tls = tls
@@ -358,23 +372,54 @@ class Frontends:
         return self._port
 
     def watch(self) -> None:
-        """Restart front-ends that died; raise GpubenchError when one keeps dying."""
+        """Restart front-ends that died, with backoff when they keep dying (see
+        RESTART_BACKOFF_FIRST_S); raise GpubenchError after `give_up_after` deaths in a
+        row. Called every WATCH_INTERVAL_S."""
         for frontend in self._frontends:
-            code = frontend.process.poll()
-            if code is None or self._stopping:
-                continue
+            if self._stopping:
+                return
             now = time.monotonic()
-            frontend.restarts = [t for t in frontend.restarts if now - t < 60.0] + [now]
-            if len(frontend.restarts) > MAX_RESTARTS_PER_MINUTE:
-                raise GpubenchError(
-                    f"front-end {frontend.index} (pid {frontend.process.pid}) exited with "
-                    f"{_exit_text(code)} {len(frontend.restarts)} times within a minute; "
-                    "stopping the collector"
-                )
-            log.warning("front-end %d (pid %d) exited with %s; restarting it",
-                        frontend.index, frontend.process.pid, _exit_text(code))
-            frontend.process = self._spawn(frontend.index)
+            if frontend.restart_at is not None:
+                if now >= frontend.restart_at:
+                    self._restart(frontend)
+                continue
+            code = frontend.process.poll()
+            if code is not None:
+                self._died(frontend, _exit_text(code), now)
+
+    def _died(self, frontend: _Frontend, how: str, now: float) -> None:
+        """Count a death and schedule the restart, or give up."""
+        if now - frontend.started_at >= self._stable_s:
+            frontend.failures = 0  # it served a good while: a new run of failures
+        frontend.failures += 1
+        frontend.last_exit = how
+        if frontend.failures > self._give_up_after:
+            raise GpubenchError(
+                f"front-end {frontend.index} exited {frontend.failures} times in a row, each "
+                f"within {self._stable_s:g} s of its start (last: {how}); giving up: "
+                "stopping the collector (its log says why the front-end exits)"
+            )
+        delay = 0.0 if frontend.failures == 1 else min(
+            self._backoff_max_s, self._backoff_first_s * 2 ** (frontend.failures - 2)
+        )
+        log.warning("front-end %d (pid %d) exited with %s; restarting it in %.3g s (%d "
+                    "exit(s) in a row; the collector stops after %d); the other front-ends "
+                    "serve meanwhile", frontend.index, frontend.process.pid, how, delay,
+                    frontend.failures, self._give_up_after + 1)
+        frontend.restart_at = now + delay
+
+    def _restart(self, frontend: _Frontend) -> None:
+        """Start a front-end again; a failed start counts as a death."""
+        frontend.restart_at = None
+        frontend.started_at = time.monotonic()
+        frontend.process = self._spawn(frontend.index)
+        try:
             self._await_ready(frontend)
+        except GpubenchError as exc:
+            if frontend.process.poll() is None:
+                frontend.process.kill()
+                frontend.process.wait()
+            self._died(frontend, f"a failed start ({exc})", time.monotonic())
 
     def stop(self) -> None:
         """Stop the front-ends gracefully (they finish in-flight calls), then the links."""

@@ -5,7 +5,8 @@
 - `collector_factory(**options)`: more collectors, with `create_server` options
   (public_read=True, tls=TlsFiles(...), rate_limit=5, max_message_bytes=...), and
   frontends=N for a multi-process collector: this process owns the database, N
-  front-end processes serve gRPC (as `gpubench-collector serve --frontends N`).
+  front-end processes serve gRPC (as `gpubench-collector serve --frontends N`), and
+  restart_backoff_s=(first, most), stable_s, give_up_after for their restarts.
 - `frontends`: how many front-ends `collector` and `collector_factory` start by
   default (1: a single process). A test module overrides it with a parametrized
   fixture to run its tests against both kinds of collector.
@@ -118,6 +119,8 @@ def collector_factory(
                 Dispatcher(store, gate), count=frontends, host="127.0.0.1", port=0,
                 tls=options.pop("tls", None),
                 max_message_bytes=options.pop("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+                **{k: options.pop(k) for k in ("restart_backoff_s", "stable_s", "give_up_after")
+                   if k in options},
             )
             assert not options, f"not for front-ends: {options}"
             try:
