@@ -14,14 +14,18 @@ metadata. The interceptor decides per method:
 
 Missing, unknown or revoked tokens get UNAUTHENTICATED; a valid token that may
 not do something gets PERMISSION_DENIED (DeleteRun's "submitter or admin" rule
-is checked by the servicer, which knows the run).
+is checked by the servicer, which knows the run). A peer address with more than
+DEFAULT_AUTH_FAILURES_PER_MINUTE failed authentications a minute gets
+RESOURCE_EXHAUSTED for every call needing a token until its count comes down.
 """
 
 from __future__ import annotations
 
 import contextvars
 import hashlib
+import ipaddress
 import logging
+import math
 import re
 import secrets
 import threading
@@ -51,6 +55,10 @@ TOKEN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
 LOCAL_ADMIN = "local-admin"
 # How often a token's last_used_at is written back (not on every call).
 LAST_USED_INTERVAL_S = 60.0
+# Failed authentications a peer address may have a minute before its calls are refused.
+DEFAULT_AUTH_FAILURES_PER_MINUTE = 30.0
+# Peer addresses whose failures are counted at once, at most (memory).
+MAX_PEERS = 100_000
 
 
 def new_secret() -> str:
@@ -178,6 +186,12 @@ class TokenBook:
             self._generation += 1
             self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
 
+    def is_local(self, secret: str) -> bool:
+        """Whether `secret` is the serve process's own local admin credential."""
+        return self._local_hash is not None and secrets.compare_digest(
+            secret_hash(secret), self._local_hash
+        )
+
     def identify(self, secret: str) -> Caller | None:
         """The caller a secret belongs to; None for unknown or revoked secrets."""
         digest = secret_hash(secret)
@@ -244,6 +258,71 @@ class RateLimiter:
             return True
 
 
+class AuthFailures:
+    """Failed authentications per peer address: `per_minute` a minute, bursts up to as
+    many; past that, every call from that peer is refused (RESOURCE_EXHAUSTED) until
+    its bucket refills, valid token or not (else the answers would still tell a right
+    guess from a wrong one).
+
+    Peers are keyed by IP address (an IPv6 address by its /64, which one host usually
+    holds whole), so that new connections do not start afresh.
+    """
+
+    def __init__(self, per_minute: float) -> None:
+        self.per_minute = per_minute
+        self._rate = per_minute / 60.0
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}  # peer -> (tokens, at)
+
+    def wait_s(self, peer: str) -> float:
+        """0 when `peer` may try; else how long until it may (s)."""
+        with self._lock:
+            tokens = self._tokens(peer, time.monotonic())
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self._rate
+
+    def failed(self, peer: str) -> None:
+        """Count one failed authentication of `peer`."""
+        now = time.monotonic()
+        with self._lock:
+            if len(self._buckets) >= MAX_PEERS:
+                self._forget_full(now)
+            self._buckets[peer] = (max(self._tokens(peer, now) - 1.0, 0.0), now)
+
+    def _tokens(self, peer: str, now: float) -> float:
+        tokens, at = self._buckets.get(peer, (self.per_minute, now))
+        return min(self.per_minute, tokens + (now - at) * self._rate)
+
+    def _forget_full(self, now: float) -> None:
+        """Drop the peers whose bucket has refilled; if too many are left (a flood from
+        many addresses), drop them all and say so."""
+        self._buckets = {p: b for p, b in self._buckets.items()
+                         if self._tokens(p, now) < self.per_minute}
+        if len(self._buckets) >= MAX_PEERS:
+            log.warning("failed authentications from more than %d addresses at once; "
+                        "their counts start again", MAX_PEERS)
+            self._buckets = {}
+
+
+def peer_key(peer: str | None) -> str:
+    """The key of a gRPC peer ("ipv4:1.2.3.4:567", "ipv6:[::1]:567", "unix:...") that
+    failed authentications are counted by: its IP address, an IPv6 one by its /64."""
+    if not peer:
+        return "unknown"
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        host = rest.rpartition(":")[0].strip("[]").split("%")[0]
+        try:
+            address = ipaddress.IPv6Address(host)
+        except ValueError:
+            return host
+        if address.is_loopback:
+            return str(address)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return kind
+
+
 def bearer_secret(metadata: Any) -> str | None:
     """The secret of an `authorization: Bearer ...` entry; None when there is none.
 
@@ -260,18 +339,39 @@ class Gate:
     """Whether a call may go ahead: its token, admin rights and the submission rate limit."""
 
     def __init__(
-        self, tokens: TokenBook, *, public_read: bool = False, limiter: RateLimiter | None = None
+        self, tokens: TokenBook, *, public_read: bool = False, limiter: RateLimiter | None = None,
+        failures: AuthFailures | None = None,
     ) -> None:
         self.tokens = tokens
         self._public_read = public_read
         self._limiter = limiter
+        self._failures = failures
 
-    def check(self, access: Access, secret: str | None) -> Caller | None:
+    def check(self, access: Access, secret: str | None, peer: str | None = None) -> Caller | None:
         """The caller for a call needing `access`; raises Refusal when it may not proceed.
 
-        `secret` is what `bearer_secret` found (None: no authorization entry). Returns
-        None only for a tokenless read on a public-read collector.
+        `secret` is what `bearer_secret` found (None: no authorization entry); `peer`
+        the call's gRPC peer, whose failed authentications are limited. Returns None
+        only for a tokenless read on a public-read collector.
         """
+        if self._failures is None or (secret and self.tokens.is_local(secret)):
+            return self._check(access, secret)
+        key = peer_key(peer)
+        wait_s = self._failures.wait_s(key)
+        if wait_s > 0:
+            raise Refusal(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{key}: too many failed authentications (limit "
+                f"{self._failures.per_minute:g} a minute); retry in {math.ceil(wait_s)} s",
+            )
+        try:
+            return self._check(access, secret)
+        except Refusal as refused:
+            if refused.code == grpc.StatusCode.UNAUTHENTICATED:
+                self._failures.failed(key)
+            raise
+
+    def _check(self, access: Access, secret: str | None) -> Caller | None:
         if secret is None:
             if access is Access.READ and self._public_read:
                 return None
@@ -308,7 +408,7 @@ class Gate:
         def checked(data: bytes, context: grpc.ServicerContext) -> Any:
             secret = bearer_secret(context.invocation_metadata())
             try:
-                caller = self.check(access, secret)
+                caller = self.check(access, secret, context.peer())
                 request = parse_request(request_class, data)
             except Exception as exc:  # a refusal, the store closing, or a bug (INTERNAL)
                 context.abort(*answer_of(exc, "checking a token"))

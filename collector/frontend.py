@@ -41,6 +41,7 @@ from gpubench.collector.rows import Ack, ack_message, run_row
 from gpubench.collector.statuses import answer_of
 from gpubench.collector.transport import (
     DEFAULT_WORKERS,
+    MAX_CONCURRENT_CALLS,
     STOP_GRACE_S,
     Refusal,
     TlsFiles,
@@ -217,12 +218,13 @@ class Handlers:
         authorization = _authorization(context)
         try:
             if authorization not in self._accepted:
-                await self._owner.ask("auth", authorization)
+                await self._owner.ask("auth", authorization, context.peer())
                 self._accepted.add(authorization)
             request = parse_request(collector_pb2.SubmitRunRequest, data)
             problems = validation.problems(request.run)
             row = None if problems else run_row(request.run, "")
-            ack: Ack = await self._owner.ask("submit", authorization, row, problems)
+            ack: Ack = await self._owner.ask("submit", authorization, context.peer(), row,
+                                             problems)
         except Exception as exc:  # a refusal with its code; a bug INTERNAL, logged
             await context.abort(*answer_of(exc, "SubmitRun"))
         return ack_message(ack)
@@ -235,7 +237,8 @@ class Handlers:
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             self.last_call = time.monotonic()
             try:
-                return await self._owner.ask("call", method, request, _authorization(context))
+                return await self._owner.ask("call", method, request, _authorization(context),
+                                             context.peer())
             except Exception as exc:  # the owner's status; a bug INTERNAL, logged
                 await context.abort(*answer_of(exc, method))
 
@@ -277,6 +280,7 @@ async def serve(config: dict[str, Any]) -> int:
     server = grpc.aio.server(
         handlers=handlers.generic_handlers(),
         options=server_options(config["max_message_bytes"], share_port=True),
+        maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
     )
     health = await add_health_and_reflection_aio(server)
     try:

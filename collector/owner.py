@@ -19,10 +19,11 @@ then a pool of connections, each carrying one request at a time:
   control:            ("hello", index, pid), then ("ready", port) or ("failed", message);
                       owner -> front-end: ("health", serving) whenever the store's
                       writes stop or start being durable (a full disk)
-  front-end -> owner: ("auth", authorization), before a front-end parses a submission
-                      of a token it has not seen accepted lately,
-                      ("submit", authorization, row, problems),
-                      ("call", method, request bytes, authorization)
+  front-end -> owner: ("auth", authorization, peer), before a front-end parses a
+                      submission of a token it has not seen accepted lately,
+                      ("submit", authorization, peer, row, problems),
+                      ("call", method, request bytes, authorization, peer)
+                      (peer: the caller's address, for the failed-authentication limit)
   owner -> front-end: (True, None | Ack | response bytes) or (False, (code, details))
 """
 
@@ -81,8 +82,13 @@ CALL_WORKERS = 8
 class ForwardedContext:
     """What the collector's servicers use of a grpc.ServicerContext, for a forwarded call."""
 
-    def __init__(self, authorization: str | None) -> None:
+    def __init__(self, authorization: str | None, peer: str | None) -> None:
         self._metadata = () if authorization is None else (("authorization", authorization),)
+        self._peer = peer
+
+    def peer(self) -> str | None:
+        """The caller's address, as the front-end saw it."""
+        return self._peer
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         """The call's authorization entry, as the front-end received it."""
@@ -115,15 +121,15 @@ class Dispatcher:
                     message_factory.GetMessageClass(method.input_type),
                 )
 
-    def authenticate(self, authorization: str | None) -> None:
+    def authenticate(self, authorization: str | None, peer: str | None) -> None:
         """A front-end's check of a token before it parses a submission: raises Refusal
         unless the token may write (without using up a submission of the rate limit;
         `submit` checks the token again and takes one)."""
         secret = bearer_secret(() if authorization is None else (("authorization", authorization),))
-        self._gate.check(Access.WRITE, secret)
+        self._gate.check(Access.WRITE, secret, peer)
 
     def submit(
-        self, authorization: str | None, row: dict[str, Any] | None,
+        self, authorization: str | None, peer: str | None, row: dict[str, Any] | None,
         problems: list[tuple[str, str]],
     ) -> Future:
         """SubmitRun's owner half: token and rate limit, then the group commit.
@@ -132,7 +138,7 @@ class Dispatcher:
         Raises Refusal at once; otherwise the store's future, resolved after the commit.
         """
         secret = bearer_secret(() if authorization is None else (("authorization", authorization),))
-        caller = self._gate.check(Access.SUBMIT, secret)
+        caller = self._gate.check(Access.SUBMIT, secret, peer)
         if problems or row is None:
             raise Refusal(*status_of(validation.InvalidRun(problems)))
         row["submitter"] = caller.name
@@ -141,13 +147,15 @@ class Dispatcher:
         except GpubenchError as exc:  # the store is closing
             raise Refusal(*status_of(exc)) from exc
 
-    def call(self, method: str, request: bytes, authorization: str | None) -> bytes:
+    def call(
+        self, method: str, request: bytes, authorization: str | None, peer: str | None
+    ) -> bytes:
         """Any other method: the servicer's answer, serialised; raises Refusal."""
         behavior = self._methods.get(method)
         if behavior is None:  # front-ends only forward the methods they registered
             raise Refusal(grpc.StatusCode.UNIMPLEMENTED, f"method {method} not implemented")
         # The token is checked before the bytes are parsed (Gate.guarded).
-        return behavior(request, ForwardedContext(authorization)).SerializeToString()
+        return behavior(request, ForwardedContext(authorization, peer)).SerializeToString()
 
 
 def _outcome(run: Callable[[], Any]) -> tuple[bool, Any]:
@@ -257,19 +265,21 @@ class _Hub:
     def _handle(self, connection: Connection, message: tuple) -> None:
         kind = message[0]
         if kind == "submit":
-            _, authorization, row, problems = message
+            _, authorization, peer, row, problems = message
             try:
-                future = self._dispatcher.submit(authorization, row, problems)
+                future = self._dispatcher.submit(authorization, peer, row, problems)
             except Refusal as refused:
                 _reply(connection, False, (refused.code, refused.details))
                 return
             future.add_done_callback(lambda done: _reply(connection, *_outcome(done.result)))
-        elif kind == "auth":  # ("auth", authorization): before a front-end parses a run
-            _, authorization = message
-            _reply(connection, *_outcome(lambda: self._dispatcher.authenticate(authorization)))
+        elif kind == "auth":  # before a front-end parses a run
+            _, authorization, peer = message
+            _reply(connection,
+                   *_outcome(lambda: self._dispatcher.authenticate(authorization, peer)))
         elif kind == "call":
-            _, method, request, authorization = message
-            self._calls.submit(self._answer_call, connection, method, request, authorization)
+            _, method, request, authorization, peer = message
+            self._calls.submit(self._answer_call, connection, method, request, authorization,
+                               peer)
         elif kind == "hello":  # a front-end's control connection: ("hello", index, pid)
             with self._lock:
                 self._control[connection] = self.started[message[1]]
@@ -285,9 +295,11 @@ class _Hub:
                     started.set_exception(GpubenchError(message[1]))
 
     def _answer_call(
-        self, connection: Connection, method: str, request: bytes, authorization: str | None
+        self, connection: Connection, method: str, request: bytes, authorization: str | None,
+        peer: str | None,
     ) -> None:
-        _reply(connection, *_outcome(lambda: self._dispatcher.call(method, request, authorization)))
+        _reply(connection,
+               *_outcome(lambda: self._dispatcher.call(method, request, authorization, peer)))
 
 
 def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:

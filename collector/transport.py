@@ -25,6 +25,14 @@ DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 DEFAULT_WORKERS = 64
 # How long in-flight calls get to finish on a graceful stop.
 STOP_GRACE_S = 10.0
+# Limits of each serving process, so that no one client holds it all: calls at once on
+# one connection (HTTP/2 streams: more wait in the client), connections (more are
+# closed at once: UNAVAILABLE), and calls at once in all (more: RESOURCE_EXHAUSTED,
+# retryable). An agent makes one call at a time; each call may hold its request (up to
+# the message limit) in memory.
+MAX_CONCURRENT_STREAMS = 100
+MAX_CONNECTIONS = 1000
+MAX_CONCURRENT_CALLS = 1000
 SERVICE_NAMES = (
     collector_pb2.DESCRIPTOR.services_by_name["Collector"].full_name,
     collector_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
@@ -104,7 +112,10 @@ def check_plaintext(host: str, tls: TlsFiles | None, insecure: bool) -> None:
         )
 
 
-def server_options(max_message_bytes: int, *, share_port: bool) -> list[tuple[str, Any]]:
+def server_options(
+    max_message_bytes: int, *, share_port: bool,
+    max_concurrent_streams: int = MAX_CONCURRENT_STREAMS, max_connections: int = MAX_CONNECTIONS,
+) -> list[tuple[str, Any]]:
     """Channel options of a collector's gRPC server.
 
     `share_port` (SO_REUSEPORT) lets several front-end processes listen on one port,
@@ -116,6 +127,8 @@ def server_options(max_message_bytes: int, *, share_port: bool) -> list[tuple[st
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", 64 << 20),
         ("grpc.so_reuseport", 1 if share_port else 0),
+        ("grpc.max_concurrent_streams", max_concurrent_streams),
+        ("grpc.max_allowed_incoming_connections", max_connections),
     ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -236,3 +237,35 @@ def test_garbage_with_a_valid_token_is_invalid_argument(collector, method) -> No
     assert code == grpc.StatusCode.INVALID_ARGUMENT, detail
     assert "request" in detail and "not a valid" in detail
     assert collector.store.count() == 0
+
+
+def test_a_peer_with_too_many_failed_authentications_is_refused_for_a_while(
+    collector_factory,
+) -> None:
+    collector = collector_factory(auth_failures_per_minute=30)
+    stub = collector.collector_stub()
+    for metadata in [bearer("gpb_guess")] * 20 + [()] * 10:  # wrong and missing tokens count
+        code, _ = code_of(stub.CheckAccess, pb.CheckAccessRequest(), metadata=metadata,
+                          timeout=10)
+        assert code == grpc.StatusCode.UNAUTHENTICATED
+    code, detail = code_of(stub.CheckAccess, pb.CheckAccessRequest(),
+                           metadata=bearer("gpb_guess"), timeout=10)
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert detail.startswith("127.0.0.1: too many failed authentications (limit 30 a minute)")
+    # Every call needing a token, a valid one included: a right guess must look the same.
+    for call, request in ((stub.SubmitRun, pb.SubmitRunRequest(run=make_run())),
+                          (stub.ListRuns, pb.ListRunsRequest())):
+        code, _ = code_of(call, request, metadata=collector.metadata(), timeout=10)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert collector.store.count() == 0
+    # One failure's worth back after 60/30 = 2 s; a valid token works again then.
+    time.sleep(2.2)
+    collector.collector_stub().CheckAccess(pb.CheckAccessRequest(),
+                                           metadata=collector.metadata(), timeout=10)
+
+
+def test_valid_tokens_never_count_as_failures(collector_factory) -> None:
+    collector = collector_factory(auth_failures_per_minute=2)
+    stub = collector.collector_stub()
+    for _ in range(10):
+        stub.CheckAccess(pb.CheckAccessRequest(), metadata=collector.metadata(), timeout=10)
