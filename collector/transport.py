@@ -14,8 +14,8 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
+from gpubench.collector import reflection
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2
@@ -170,9 +170,7 @@ async def add_health_and_reflection_aio(server: grpc.aio.Server) -> health.aio.H
 
 
 def _add_reflection(server: grpc.Server | grpc.aio.Server) -> None:
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    reflection.enable((*SERVICE_NAMES, health.SERVICE_NAME), server)
 
 
 def listen(server: grpc.Server, host: str, port: int, tls: TlsFiles | None) -> int:
