@@ -39,7 +39,9 @@ def storage_error(exc: BaseException, doing: str) -> StorageUnavailable | None:
         reason = exc.strerror or str(exc)
     elif isinstance(exc, duckdb.Error):
         full = any(words in text for words in _FULL_WORDS)
-        if not (full or isinstance(exc, duckdb.IOException)
+        # FatalException: DuckDB refuses everything until the database is opened again,
+        # which the store does (Store._reopen).
+        if not (full or isinstance(exc, (duckdb.IOException, duckdb.FatalException))
                 or any(words in text for words in _IO_WORDS)):
             return None
         reason = "no space left on device" if full else str(exc).splitlines()[0]

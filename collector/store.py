@@ -239,7 +239,7 @@ class Store:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._conn = duckdb.connect(str(self.path), config={"threads": _usable_cores()})
+            self._conn: duckdb.DuckDBPyConnection | None = self._connect()
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise DatabaseLocked(
@@ -249,6 +249,11 @@ class Store:
         self._cursor_lock = threading.Lock()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._local = threading.local()
+        # A fatal error (a checkpoint on a full disk) leaves DuckDB refusing every
+        # statement until the database is opened again: the flusher does so (_reopen),
+        # and each opening gets a new epoch, so that threads take new cursors.
+        self._broken = False
+        self._epoch = 0
         self._write_lock = threading.Lock()
         self._closed = False
         # Whether journal and database writes succeed now (the health service listens).
@@ -299,18 +304,44 @@ class Store:
 
     # -- plumbing ---------------------------------------------------------------------------
 
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        return duckdb.connect(str(self.path), config={"threads": _usable_cores()})
+
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         if self._closed:  # a thread's cursor is closed with the store: say why
             raise ShuttingDown("collector shutting down (its database is closed)")
         cursor = getattr(self._local, "cursor", None)
-        if cursor is None:
+        if cursor is None or getattr(self._local, "epoch", None) != self._epoch:
             with self._cursor_lock:
                 if self._closed:
                     raise ShuttingDown("collector shutting down (its database is closed)")
+                if self._conn is None:
+                    raise StorageUnavailable(f"cannot store runs now: {self.path} is being "
+                                             "opened again after a fatal error; retry later")
                 cursor = self._conn.cursor()
                 self._cursors.append(cursor)
-            self._local.cursor = cursor
+            self._local.cursor, self._local.epoch = cursor, self._epoch
         return cursor
+
+    def _reopen(self) -> None:
+        """Open the database again after a fatal error (called by the flusher with
+        _write_lock held; raises when it cannot yet: retried). DuckDB replays its log;
+        the runs not yet inserted are still pending and journaled."""
+        with self._cursor_lock:
+            if self._closed:
+                return
+            for cursor in self._cursors:  # every cursor, or the broken database stays open
+                with contextlib.suppress(duckdb.Error):
+                    cursor.close()
+            self._cursors = []
+            if self._conn is not None:
+                with contextlib.suppress(duckdb.Error):
+                    self._conn.close()
+                self._conn = None
+            self._epoch += 1
+            self._conn = self._connect()
+        self._broken = False
+        log.warning("%s: opened again after a fatal error of the database", self.path)
 
     def _migrate(self) -> None:
         con = self._conn
@@ -373,6 +404,8 @@ class Store:
                 # and an open transaction prevents the checkpoint.
                 for cursor in self._cursors:
                     cursor.close()
+                if self._conn is None:  # not opened again after a fatal error
+                    return
                 try:
                     self._conn.execute("CHECKPOINT")
                 except duckdb.Error as exc:  # an open transaction, a full disk
@@ -538,7 +571,7 @@ class Store:
                         waits.append(self._pending_since + FLUSH_INTERVAL_S - now)
                     if self._dirty_groups:
                         waits.append(self._rescored_at + RESCORE_INTERVAL_S - now)
-                    if self.durability.failing("journal"):
+                    if self.durability.failing("journal") or self._broken:
                         waits.append(self._probed_at + FLUSH_INTERVAL_S - now)
                     if waits and min(waits) <= 0:
                         break
@@ -551,6 +584,10 @@ class Store:
             failed = False
             with self._write_lock:
                 try:
+                    if self._broken:
+                        self._probed_at = time.monotonic()
+                        with self._writing("database", f"opening {self.path} again"):
+                            self._reopen()
                     self._flush()
                 except StorageUnavailable:  # logged when it began; the runs stay pending
                     failed = True
@@ -584,6 +621,8 @@ class Store:
         try:
             yield
         except Exception as exc:
+            if isinstance(exc, duckdb.FatalException):  # refuses all until opened again
+                self._broken = True
             error = storage_error(exc, doing)
             if error is None:
                 raise

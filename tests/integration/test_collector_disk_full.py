@@ -163,3 +163,34 @@ def test_runs_acknowledged_before_the_disk_filled_are_kept_and_read_once_space_i
     listed = stub.ListRuns(pb.ListRunsRequest(), metadata=collector.metadata(), timeout=10)
     assert {r.run.run_id for r in listed.runs} == {r.run_id for r in runs}
     assert len(os.listdir(journal)) == 1  # the current segment, empty
+
+
+def test_a_database_a_full_disk_broke_is_opened_again_once_space_is_back(
+    small_disk: Path, collector_factory
+) -> None:
+    """A checkpoint that fails for want of space leaves DuckDB refusing every statement
+    until the database is opened again: the collector does so itself."""
+    collector = collector_factory(db_path=small_disk / "c.duckdb")
+    # DuckDB checkpoints its log into the file past this size (16 MB by default).
+    collector.store._cursor().execute("SET checkpoint_threshold = '1KB'")
+    channels = health_channels(collector)
+    stub = collector.collector_stub()
+    runs = [make_run() for _ in range(3)]
+    for run in runs[:2]:
+        stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=collector.metadata(), timeout=10)
+    stub.ListRuns(pb.ListRunsRequest(), metadata=collector.metadata(), timeout=10)
+    filler = fill(small_disk)
+    os.truncate(filler, filler.stat().st_size - 64 * 1024)  # room for the journal only
+    stub.SubmitRun(pb.SubmitRunRequest(run=runs[2]), metadata=collector.metadata(), timeout=10)
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.ListRuns(pb.ListRunsRequest(), metadata=collector.metadata(), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value.details()
+    wait_for_health(channels, NOT_SERVING)
+
+    filler.unlink()
+    wait_for_health(channels, SERVING)
+    listed = stub.ListRuns(pb.ListRunsRequest(), metadata=collector.metadata(), timeout=10)
+    assert {r.run.run_id for r in listed.runs} == {r.run_id for r in runs}
+    later = make_run()
+    stub.SubmitRun(pb.SubmitRunRequest(run=later), metadata=collector.metadata(), timeout=10)
+    assert collector.store.count() == 4
