@@ -14,13 +14,18 @@ metadata. The interceptor decides per method:
 
 Missing, unknown or revoked tokens get UNAUTHENTICATED; a valid token that may
 not do something gets PERMISSION_DENIED (DeleteRun's "submitter or admin" rule
-is checked by the servicer, which knows the run).
+is checked by the servicer, which knows the run). A peer address with more than
+DEFAULT_AUTH_FAILURES_PER_MINUTE failed authentications a minute gets
+RESOURCE_EXHAUSTED for every call needing a token until its count comes down.
 """
 
 from __future__ import annotations
 
 import contextvars
 import hashlib
+import ipaddress
+import logging
+import math
 import re
 import secrets
 import threading
@@ -32,10 +37,16 @@ from enum import Enum
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
+from gpubench.collector.errors import ShuttingDown
+from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import Store, TokenRow, utc_now
-from gpubench.collector.transport import Refusal
+from gpubench.collector.transport import Refusal, parse_request
 
 from gpubench.errors import InvalidRecord
+from gpubench.v1 import collector_pb2
+
+log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "gpb_"
 # Token names become run submitters: keep them printable and short.
@@ -44,6 +55,10 @@ TOKEN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
 LOCAL_ADMIN = "local-admin"
 # How often a token's last_used_at is written back (not on every call).
 LAST_USED_INTERVAL_S = 60.0
+# Failed authentications a peer address may have a minute before its calls are refused.
+DEFAULT_AUTH_FAILURES_PER_MINUTE = 30.0
+# Peer addresses whose failures are counted at once, at most (memory).
+MAX_PEERS = 100_000
 
 
 def new_secret() -> str:
@@ -110,6 +125,13 @@ METHODS: dict[str, Access] = {
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
+def request_class_of(method: str) -> type:
+    """The request message class of a Collector or Admin method (its full gRPC path)."""
+    service, _, name = method.lstrip("/").rpartition("/")
+    descriptor = collector_pb2.DESCRIPTOR.services_by_name[service.rpartition(".")[2]]
+    return message_factory.GetMessageClass(descriptor.methods_by_name[name].input_type)
+
+
 def access_of(method: str) -> Access:
     """What `method` (a full gRPC method path) needs; unknown methods need an admin."""
     if method.startswith(OPEN_SERVICES):
@@ -121,13 +143,19 @@ class TokenBook:
     """Token administration and lookup, with a cache in front of the store.
 
     Every token change while the collector runs goes through this object (the
-    Admin service), so the cache never serves a revoked token.
+    Admin service; a multi-process collector's front-ends keep no tokens, they
+    forward every call's token to the owner, which holds the one TokenBook), so the
+    cache never serves a revoked token. A lookup racing a change must not write the
+    row it read before the change into the cache after the change cleared it: each
+    change bumps a generation, and a lookup caches its row only if the generation
+    is still the one it saw before reading the store.
     """
 
     def __init__(self, store: Store, *, local_admin_secret: str | None = None) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._by_hash: dict[str, TokenRow] = {}
+        self._generation = 0  # bumped by every token change, after the store has it
         self._used: dict[str, datetime] = {}
         self._flushed_at = time.monotonic()
         self._local_hash = secret_hash(local_admin_secret) if local_admin_secret else None
@@ -137,8 +165,7 @@ class TokenBook:
         check_token_name(name)
         secret = new_secret()
         row = self._store.create_token(name, secret_hash(secret), admin)
-        with self._lock:  # a replaced (revoked) token of the same name must not linger
-            self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
+        self._forget(name)  # a replaced (revoked) token of the same name must not linger
         return row, secret
 
     def list(self) -> list[TokenRow]:
@@ -149,9 +176,21 @@ class TokenBook:
     def revoke(self, name: str) -> TokenRow:
         """Revoke a token by name (NotFound if absent)."""
         row = self._store.revoke_token(name)
-        with self._lock:
-            self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
+        self._forget(name)
         return row
+
+    def _forget(self, name: str) -> None:
+        """Drop `name` from the cache once the store has its change; lookups that read
+        the store before now do not cache what they read."""
+        with self._lock:
+            self._generation += 1
+            self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
+
+    def is_local(self, secret: str) -> bool:
+        """Whether `secret` is the serve process's own local admin credential."""
+        return self._local_hash is not None and secrets.compare_digest(
+            secret_hash(secret), self._local_hash
+        )
 
     def identify(self, secret: str) -> Caller | None:
         """The caller a secret belongs to; None for unknown or revoked secrets."""
@@ -160,12 +199,17 @@ class TokenBook:
             return Caller(LOCAL_ADMIN, True)
         with self._lock:
             row = self._by_hash.get(digest)
+            generation = self._generation
         if row is None:
             row = self._store.token_by_secret_hash(digest)
             if row is None:
                 return None
             with self._lock:
-                self._by_hash[digest] = row
+                # A change since the read (a revoke) has cleared the cache: the row
+                # read may predate it and must not be cached over it. This call still
+                # gets the row, like any call that began before the revoke returned.
+                if self._generation == generation:
+                    self._by_hash[digest] = row
         if row.revoked:
             return None
         self._note_use(row.name)
@@ -183,7 +227,11 @@ class TokenBook:
         with self._lock:
             used, self._used = self._used, {}
             self._flushed_at = time.monotonic()
-        self._store.record_token_use(used)
+        try:
+            self._store.record_token_use(used)
+        except ShuttingDown:  # closed before the server stopped: only these times are lost
+            log.warning("last-used times of %d token(s) not written: the store is closed",
+                        len(used))
 
 
 class RateLimiter:
@@ -210,6 +258,71 @@ class RateLimiter:
             return True
 
 
+class AuthFailures:
+    """Failed authentications per peer address: `per_minute` a minute, bursts up to as
+    many; past that, every call from that peer is refused (RESOURCE_EXHAUSTED) until
+    its bucket refills, valid token or not (else the answers would still tell a right
+    guess from a wrong one).
+
+    Peers are keyed by IP address (an IPv6 address by its /64, which one host usually
+    holds whole), so that new connections do not start afresh.
+    """
+
+    def __init__(self, per_minute: float) -> None:
+        self.per_minute = per_minute
+        self._rate = per_minute / 60.0
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}  # peer -> (tokens, at)
+
+    def wait_s(self, peer: str) -> float:
+        """0 when `peer` may try; else how long until it may (s)."""
+        with self._lock:
+            tokens = self._tokens(peer, time.monotonic())
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self._rate
+
+    def failed(self, peer: str) -> None:
+        """Count one failed authentication of `peer`."""
+        now = time.monotonic()
+        with self._lock:
+            if len(self._buckets) >= MAX_PEERS:
+                self._forget_full(now)
+            self._buckets[peer] = (max(self._tokens(peer, now) - 1.0, 0.0), now)
+
+    def _tokens(self, peer: str, now: float) -> float:
+        tokens, at = self._buckets.get(peer, (self.per_minute, now))
+        return min(self.per_minute, tokens + (now - at) * self._rate)
+
+    def _forget_full(self, now: float) -> None:
+        """Drop the peers whose bucket has refilled; if too many are left (a flood from
+        many addresses), drop them all and say so."""
+        self._buckets = {p: b for p, b in self._buckets.items()
+                         if self._tokens(p, now) < self.per_minute}
+        if len(self._buckets) >= MAX_PEERS:
+            log.warning("failed authentications from more than %d addresses at once; "
+                        "their counts start again", MAX_PEERS)
+            self._buckets = {}
+
+
+def peer_key(peer: str | None) -> str:
+    """The key of a gRPC peer ("ipv4:1.2.3.4:567", "ipv6:[::1]:567", "unix:...") that
+    failed authentications are counted by: its IP address, an IPv6 one by its /64."""
+    if not peer:
+        return "unknown"
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        host = rest.rpartition(":")[0].strip("[]").split("%")[0]
+        try:
+            address = ipaddress.IPv6Address(host)
+        except ValueError:
+            return host
+        if address.is_loopback:
+            return str(address)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return kind
+
+
 def bearer_secret(metadata: Any) -> str | None:
     """The secret of an `authorization: Bearer ...` entry; None when there is none.
 
@@ -226,18 +339,39 @@ class Gate:
     """Whether a call may go ahead: its token, admin rights and the submission rate limit."""
 
     def __init__(
-        self, tokens: TokenBook, *, public_read: bool = False, limiter: RateLimiter | None = None
+        self, tokens: TokenBook, *, public_read: bool = False, limiter: RateLimiter | None = None,
+        failures: AuthFailures | None = None,
     ) -> None:
         self.tokens = tokens
         self._public_read = public_read
         self._limiter = limiter
+        self._failures = failures
 
-    def check(self, access: Access, secret: str | None) -> Caller | None:
+    def check(self, access: Access, secret: str | None, peer: str | None = None) -> Caller | None:
         """The caller for a call needing `access`; raises Refusal when it may not proceed.
 
-        `secret` is what `bearer_secret` found (None: no authorization entry). Returns
-        None only for a tokenless read on a public-read collector.
+        `secret` is what `bearer_secret` found (None: no authorization entry); `peer`
+        the call's gRPC peer, whose failed authentications are limited. Returns None
+        only for a tokenless read on a public-read collector.
         """
+        if self._failures is None or (secret and self.tokens.is_local(secret)):
+            return self._check(access, secret)
+        key = peer_key(peer)
+        wait_s = self._failures.wait_s(key)
+        if wait_s > 0:
+            raise Refusal(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{key}: too many failed authentications (limit "
+                f"{self._failures.per_minute:g} a minute); retry in {math.ceil(wait_s)} s",
+            )
+        try:
+            return self._check(access, secret)
+        except Refusal as refused:
+            if refused.code == grpc.StatusCode.UNAUTHENTICATED:
+                self._failures.failed(key)
+            raise
+
+    def _check(self, access: Access, secret: str | None) -> Caller | None:
         if secret is None:
             if access is Access.READ and self._public_read:
                 return None
@@ -264,17 +398,20 @@ class Gate:
         return caller
 
     def guarded(
-        self, behavior: Callable[[Any, grpc.ServicerContext], Any], access: Access
-    ) -> Callable[[Any, grpc.ServicerContext], Any]:
-        """`behavior` (a servicer method) with the token check in front, the caller set
-        for it in `current_caller`. A refusal becomes `context.abort`."""
+        self, behavior: Callable[[Any, grpc.ServicerContext], Any], access: Access,
+        request_class: type,
+    ) -> Callable[[bytes, grpc.ServicerContext], Any]:
+        """`behavior` (a servicer method) taking its request as bytes, with the token
+        check in front and only then the request parsed (a `request_class`); the caller
+        set for it in `current_caller`. A refusal becomes `context.abort`."""
 
-        def checked(request: Any, context: grpc.ServicerContext) -> Any:
+        def checked(data: bytes, context: grpc.ServicerContext) -> Any:
             secret = bearer_secret(context.invocation_metadata())
             try:
-                caller = self.check(access, secret)
-            except Refusal as refused:
-                context.abort(refused.code, refused.details)
+                caller = self.check(access, secret, context.peer())
+                request = parse_request(request_class, data)
+            except Exception as exc:  # a refusal, the store closing, or a bug (INTERNAL)
+                context.abort(*answer_of(exc, "checking a token"))
             reset = current_caller.set(caller)
             try:
                 return behavior(request, context)
@@ -285,7 +422,13 @@ class Gate:
 
 
 class AuthInterceptor(grpc.ServerInterceptor):
-    """Checks every call's token against what its method needs, before the servicer runs."""
+    """Checks every call's token against what its method needs, before its request is
+    parsed and the servicer runs.
+
+    The interceptor sees a call's metadata before gRPC reads its request: it swaps
+    the method's handler for one that takes the request as bytes and parses it only
+    after the token check (`Gate.guarded`).
+    """
 
     def __init__(self, gate: Gate) -> None:
         self._gate = gate
@@ -303,10 +446,10 @@ class AuthInterceptor(grpc.ServerInterceptor):
             access = access_of(method)
             if handler is None or access is Access.OPEN or handler.unary_unary is None:
                 return handler
-            # Made once per method: the handler with the token check in front.
+            # Made once per method: the handler with the token check in front, and the
+            # request left as bytes (no request_deserializer) until the check passed.
             checked = self._checked[method] = grpc.unary_unary_rpc_method_handler(
-                self._gate.guarded(handler.unary_unary, access),
-                request_deserializer=handler.request_deserializer,
+                self._gate.guarded(handler.unary_unary, access, request_class_of(method)),
                 response_serializer=handler.response_serializer,
             )
         return checked

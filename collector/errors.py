@@ -27,3 +27,23 @@ class SchemaTooNew(GpubenchError):
     """The database was written by a newer collector."""
 
     exit_code = ExitCode.BAD_DATA
+
+
+class StorageUnavailable(GpubenchError):
+    """Writes cannot be made durable now (an I/O error of the journal or the database
+    file): nothing was acknowledged, and the same request may succeed later
+    (UNAVAILABLE)."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class StorageFull(StorageUnavailable):
+    """The disk (or the quota) holding the database or its journal is full
+    (RESOURCE_EXHAUSTED); retryable once space is freed."""
+
+
+class ShuttingDown(GpubenchError):
+    """The collector is stopping (its store is closing or closed): try again later, or
+    another collector (UNAVAILABLE)."""
+
+    exit_code = ExitCode.UNAVAILABLE

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 _FRAME = struct.Struct("<II")  # payload length, crc32 of the payload
 SUFFIX = ".log"
+# The file `Journal.probe` writes, and how much: about a large run record.
+PROBE = "probe.tmp"
+PROBE_BYTES = 64 * 1024
 DAMAGED_SUFFIX = ".damaged"
 
 
@@ -90,7 +93,11 @@ class JournalEntry:
 
 
 class Journal:
-    """Append-only segment files; nothing in them is acknowledged before it is synced."""
+    """Append-only segment files; nothing in them is acknowledged before it is synced.
+
+    A write that fails (a full disk) leaves nothing behind: no partial entry another
+    could follow, and no empty segment per failed try.
+    """
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -98,20 +105,39 @@ class Journal:
         folder.mkdir(parents=True, exist_ok=True)
         if created:
             sync_folder(folder.parent)
+        (folder / PROBE).unlink(missing_ok=True)  # a crash during a probe left it
         # Segments a previous process left: their entries may not be in the database.
         self.leftovers = sorted(folder.glob("*" + SUFFIX))
         last = max((int(p.stem) for p in self.leftovers if p.stem.isdigit()), default=0)
         self._sequence = last
         self._sealed: list[Path] = []
-        self._file = self._open_next()
+        self._written = 0  # bytes in the current segment
+        # Set when a failed write could not be cut back: the next append starts a new
+        # segment first (an entry must never follow a partial one).
+        self._cut_short = False
+        self.current, self._file = self._open_next()
 
-    def _open_next(self) -> io.FileIO:
-        self._sequence += 1
-        path = self.folder / f"{self._sequence:012d}{SUFFIX}"
+    def _open_next(self) -> tuple[Path, io.FileIO]:
+        """The next segment, created and its name synced; on failure nothing is left."""
+        path = self.folder / f"{self._sequence + 1:012d}{SUFFIX}"
         handle = io.FileIO(path, "ab")  # unbuffered; kept open: the current segment
-        sync_folder(self.folder)  # the new file's name is durable before anything in it is
-        self.current = path
-        return handle
+        try:
+            sync_folder(self.folder)  # the new file's name is durable before anything in it
+        except OSError:
+            handle.close()
+            path.unlink(missing_ok=True)
+            raise
+        self._sequence += 1
+        return path, handle
+
+    def _start_segment(self) -> None:
+        """Seal the current segment and continue in a new one (raises OSError when it
+        cannot be created; then the current one stays current)."""
+        path, handle = self._open_next()
+        self._file.close()
+        self._sealed.append(self.current)
+        self.current, self._file, self._written = path, handle, 0
+        self._cut_short = False
 
     def append(self, entries: Iterable[JournalEntry]) -> None:
         """Write the entries and wait until the disk has them (fdatasync).
@@ -122,6 +148,8 @@ class Journal:
         data = b"".join(entry.encode() for entry in entries)
         if not data:
             return
+        if self._cut_short:
+            self._start_segment()
         fd = self._file.fileno()
         start = os.lseek(fd, 0, os.SEEK_END)
         try:
@@ -133,20 +161,35 @@ class Journal:
             try:
                 os.ftruncate(fd, start)
                 os.fdatasync(fd)
-            except OSError:  # cannot even cut it back: continue in a fresh segment
-                log.exception("%s: could not remove a failed write; starting a new segment",
-                              self.current)
-                self._sealed.append(self.current)
-                self._file.close()
-                self._file = self._open_next()
+            except OSError:  # cannot even cut it back: the next append starts a new segment
+                log.exception("%s: could not remove a failed write; the next write starts a "
+                              "new segment", self.current)
+                self._cut_short = True
             raise
+        self._written += len(data)
 
     def seal(self) -> list[Path]:
-        """Start a new segment; the segments whose entries are all written before now."""
-        self._file.close()
-        self._sealed.append(self.current)
-        self._file = self._open_next()
+        """Start a new segment, unless the current one is empty; the segments whose
+        entries are all written before now."""
+        if self._written or self._cut_short:
+            self._start_segment()
         return list(self._sealed)
+
+    def probe(self, size: int = PROBE_BYTES) -> None:
+        """Write and sync `size` bytes beside the segments, then remove them: whether a
+        write of that size can be made durable now (raises OSError when not)."""
+        path = self.folder / PROBE
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                view = memoryview(bytes(size))
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            path.unlink(missing_ok=True)
 
     def drop(self, segments: Iterable[Path]) -> None:
         """Delete segments whose entries are all committed to the database."""

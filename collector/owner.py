@@ -16,10 +16,15 @@ messages are the same.
 
 Wire format, one pickle per message. A front-end opens a control connection,
 then a pool of connections, each carrying one request at a time:
-  control:            ("hello", index, pid), then ("ready", port) or ("failed", message)
-  front-end -> owner: ("submit", authorization, row, problems),
-                      ("call", method, request bytes, authorization)
-  owner -> front-end: (True, Ack | response bytes) or (False, (code, details))
+  control:            ("hello", index, pid), then ("ready", port) or ("failed", message);
+                      owner -> front-end: ("health", serving) whenever the store's
+                      writes stop or start being durable (a full disk)
+  front-end -> owner: ("auth", authorization, peer), before a front-end parses a
+                      submission of a token it has not seen accepted lately,
+                      ("submit", authorization, peer, row, problems),
+                      ("call", method, request bytes, authorization, peer)
+                      (peer: the caller's address, for the failed-authentication limit)
+  owner -> front-end: (True, None | Ack | response bytes) or (False, (code, details))
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ import grpc
 from google.protobuf import message_factory
 from gpubench.collector import validation
 from gpubench.collector.auth import Access, Gate, access_of, bearer_secret
-from gpubench.collector.service import AdminService, CollectorService, status_of
+from gpubench.collector.service import AdminService, CollectorService
+from gpubench.collector.statuses import answer_of, status_of
 from gpubench.collector.store import Store
 from gpubench.collector.transport import STOP_GRACE_S, Refusal, TlsFiles, bind_address
 
@@ -60,10 +66,15 @@ log = logging.getLogger(__name__)
 PICKLE = pickle.HIGHEST_PROTOCOL
 # How long a front-end may take to start and listen (s).
 START_TIMEOUT_S = 60.0
-# A front-end that dies is restarted, but not more than this many times a minute:
-# one that keeps dying (a bug, no memory) stops the collector with a clear error
-# rather than serving on with fewer front-ends.
-MAX_RESTARTS_PER_MINUTE = 3
+# A front-end that dies is restarted: at once the first time, then after a delay that
+# doubles with each death in a row, up to RESTART_BACKOFF_MAX_S; the others serve on
+# meanwhile (the owner and the data are fine). A death after STABLE_S of serving
+# starts the count again. Only after GIVE_UP_AFTER deaths in a row (about a quarter of
+# an hour of trying) does the collector stop, saying so.
+RESTART_BACKOFF_FIRST_S = 1.0
+RESTART_BACKOFF_MAX_S = 60.0
+STABLE_S = 60.0
+GIVE_UP_AFTER = 20
 # Threads answering forwarded calls other than SubmitRun (reads may take a while).
 CALL_WORKERS = 8
 
@@ -71,8 +82,13 @@ CALL_WORKERS = 8
 class ForwardedContext:
     """What the collector's servicers use of a grpc.ServicerContext, for a forwarded call."""
 
-    def __init__(self, authorization: str | None) -> None:
+    def __init__(self, authorization: str | None, peer: str | None) -> None:
         self._metadata = () if authorization is None else (("authorization", authorization),)
+        self._peer = peer
+
+    def peer(self) -> str | None:
+        """The caller's address, as the front-end saw it."""
+        return self._peer
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         """The call's authorization entry, as the front-end received it."""
@@ -87,10 +103,11 @@ class Dispatcher:
     """Answers what front-ends forward, with the code a single-process collector runs."""
 
     def __init__(self, store: Store, gate: Gate) -> None:
+        self.store = store
         self._store = store
         self._gate = gate
-        # Full method name -> (request message class, servicer method behind the gate).
-        self._methods: dict[str, tuple[type, Callable[[Any, Any], Any]]] = {}
+        # Full method name -> the servicer method behind the gate, taking request bytes.
+        self._methods: dict[str, Callable[[bytes, Any], Any]] = {}
         services = {
             "Collector": CollectorService(store),
             "Admin": AdminService(gate.tokens, store),
@@ -99,13 +116,20 @@ class Dispatcher:
             descriptor = collector_pb2.DESCRIPTOR.services_by_name[name]
             for method in descriptor.methods:
                 full = f"/{descriptor.full_name}/{method.name}"
-                self._methods[full] = (
+                self._methods[full] = self._gate.guarded(
+                    getattr(servicer, method.name), access_of(full),
                     message_factory.GetMessageClass(method.input_type),
-                    self._gate.guarded(getattr(servicer, method.name), access_of(full)),
                 )
 
+    def authenticate(self, authorization: str | None, peer: str | None) -> None:
+        """A front-end's check of a token before it parses a submission: raises Refusal
+        unless the token may write (without using up a submission of the rate limit;
+        `submit` checks the token again and takes one)."""
+        secret = bearer_secret(() if authorization is None else (("authorization", authorization),))
+        self._gate.check(Access.WRITE, secret, peer)
+
     def submit(
-        self, authorization: str | None, row: dict[str, Any] | None,
+        self, authorization: str | None, peer: str | None, row: dict[str, Any] | None,
         problems: list[tuple[str, str]],
     ) -> Future:
         """SubmitRun's owner half: token and rate limit, then the group commit.
@@ -114,42 +138,41 @@ class Dispatcher:
         Raises Refusal at once; otherwise the store's future, resolved after the commit.
         """
         secret = bearer_secret(() if authorization is None else (("authorization", authorization),))
-        caller = self._gate.check(Access.SUBMIT, secret)
+        caller = self._gate.check(Access.SUBMIT, secret, peer)
         if problems or row is None:
             raise Refusal(*status_of(validation.InvalidRun(problems)))
         row["submitter"] = caller.name
         try:
             return self._store.submit_row(row)
-        except RuntimeError as exc:
+        except GpubenchError as exc:  # the store is closing
             raise Refusal(*status_of(exc)) from exc
 
-    def call(self, method: str, request: bytes, authorization: str | None) -> bytes:
+    def call(
+        self, method: str, request: bytes, authorization: str | None, peer: str | None
+    ) -> bytes:
         """Any other method: the servicer's answer, serialised; raises Refusal."""
-        found = self._methods.get(method)
-        if found is None:  # front-ends only forward the methods they registered
+        behavior = self._methods.get(method)
+        if behavior is None:  # front-ends only forward the methods they registered
             raise Refusal(grpc.StatusCode.UNIMPLEMENTED, f"method {method} not implemented")
-        request_class, behavior = found
-        reply = behavior(request_class.FromString(request), ForwardedContext(authorization))
-        return reply.SerializeToString()
+        # The token is checked before the bytes are parsed (Gate.guarded).
+        return behavior(request, ForwardedContext(authorization, peer)).SerializeToString()
 
 
 def _outcome(run: Callable[[], Any]) -> tuple[bool, Any]:
     """(True, result) or (False, (code, details)), as the front-end reads them."""
     try:
         return True, run()
-    except Refusal as refused:
-        return False, (refused.code, refused.details)
-    except Exception as exc:  # what gRPC answers a servicer's unexpected exception with
-        status = status_of(exc)
-        if status is None:
-            log.exception("forwarded call failed")
-            status = (grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}")
-        return False, status
+    except Exception as exc:  # ours with its code; a bug INTERNAL, logged (as in one process)
+        return False, answer_of(exc, "a forwarded call")
 
 
 def _reply(connection: Connection, ok: bool, payload: Any) -> None:
+    _tell(connection, (ok, payload))
+
+
+def _tell(connection: Connection, message: tuple) -> None:
     with contextlib.suppress(OSError):  # the front-end is gone: nobody to tell
-        connection.send_bytes(pickle.dumps((ok, payload), PICKLE))
+        connection.send_bytes(pickle.dumps(message, PICKLE))
 
 
 class _Hub:
@@ -175,6 +198,10 @@ class _Hub:
         # front-end's, not its predecessor's, whose connection may close late).
         self.started: dict[int, Future] = {}
         self._control: dict[Connection, Future] = {}
+        # What the front-ends' health services say (the store's durability), and the
+        # lock that keeps each control connection's messages whole and in order.
+        self._serving = True
+        self._telling = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="owner-hub", daemon=True)
         self._thread.start()
 
@@ -189,6 +216,15 @@ class _Hub:
         with self._lock:
             future = self.started[index] = Future()
         return future
+
+    def set_serving(self, serving: bool) -> None:
+        """Tell every front-end what its health service says: ("health", serving)."""
+        with self._telling:
+            self._serving = serving
+            with self._lock:
+                controls = list(self._control)
+            for control in controls:
+                _tell(control, ("health", serving))
 
     def close(self) -> None:
         """Stop reading; close every connection."""
@@ -229,19 +265,27 @@ class _Hub:
     def _handle(self, connection: Connection, message: tuple) -> None:
         kind = message[0]
         if kind == "submit":
-            _, authorization, row, problems = message
+            _, authorization, peer, row, problems = message
             try:
-                future = self._dispatcher.submit(authorization, row, problems)
+                future = self._dispatcher.submit(authorization, peer, row, problems)
             except Refusal as refused:
                 _reply(connection, False, (refused.code, refused.details))
                 return
             future.add_done_callback(lambda done: _reply(connection, *_outcome(done.result)))
+        elif kind == "auth":  # before a front-end parses a run
+            _, authorization, peer = message
+            _reply(connection,
+                   *_outcome(lambda: self._dispatcher.authenticate(authorization, peer)))
         elif kind == "call":
-            _, method, request, authorization = message
-            self._calls.submit(self._answer_call, connection, method, request, authorization)
+            _, method, request, authorization, peer = message
+            self._calls.submit(self._answer_call, connection, method, request, authorization,
+                               peer)
         elif kind == "hello":  # a front-end's control connection: ("hello", index, pid)
             with self._lock:
                 self._control[connection] = self.started[message[1]]
+            with self._telling:  # a front-end starts SERVING: tell it if that is wrong
+                if not self._serving:
+                    _tell(connection, ("health", False))
         elif kind in ("ready", "failed"):
             started = self._control.get(connection)
             if started is not None and not started.done():
@@ -251,9 +295,11 @@ class _Hub:
                     started.set_exception(GpubenchError(message[1]))
 
     def _answer_call(
-        self, connection: Connection, method: str, request: bytes, authorization: str | None
+        self, connection: Connection, method: str, request: bytes, authorization: str | None,
+        peer: str | None,
     ) -> None:
-        _reply(connection, *_outcome(lambda: self._dispatcher.call(method, request, authorization)))
+        _reply(connection,
+               *_outcome(lambda: self._dispatcher.call(method, request, authorization, peer)))
 
 
 def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
@@ -286,7 +332,10 @@ def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
 class _Frontend:
     index: int
     process: subprocess.Popen
-    restarts: list[float] = field(default_factory=list)
+    started_at: float = field(default_factory=time.monotonic)
+    failures: int = 0  # deaths in a row, each before STABLE_S of serving
+    restart_at: float | None = None  # set while it waits to be restarted
+    last_exit: str = ""
 
 
 class Frontends:
@@ -295,8 +344,14 @@ class Frontends:
     def __init__(
         self, dispatcher: Dispatcher, *, count: int, host: str, port: int,
         tls: TlsFiles | None, max_message_bytes: int,
+        restart_backoff_s: tuple[float, float] = (RESTART_BACKOFF_FIRST_S,
+                                                  RESTART_BACKOFF_MAX_S),
+        stable_s: float = STABLE_S, give_up_after: int = GIVE_UP_AFTER,
     ) -> None:
         self._count = count
+        self._backoff_first_s, self._backoff_max_s = restart_backoff_s
+        self._stable_s = stable_s
+        self._give_up_after = give_up_after
         self._host = host
         self._port = port
         self._tls = tls
@@ -306,6 +361,10 @@ class Frontends:
         self._authkey = os.urandom(32)
         self._listener = Listener(self._address, "AF_UNIX", authkey=self._authkey)
         self._hub = _Hub(dispatcher)
+        # The front-ends' health follows the store's durability (NOT_SERVING: disk full).
+        self._unlisten = dispatcher.store.durability.listen(
+            lambda trouble: self._hub.set_serving(trouble is None)
+        )
         self._frontends: list[_Frontend] = []
         self._held: socket.socket | None = None
         self._stopping = False
@@ -325,27 +384,59 @@ class Frontends:
         return self._port
 
     def watch(self) -> None:
-        """Restart front-ends that died; raise GpubenchError when one keeps dying."""
+        """Restart front-ends that died, with backoff when they keep dying (see
+        RESTART_BACKOFF_FIRST_S); raise GpubenchError after `give_up_after` deaths in a
+        row. Called every WATCH_INTERVAL_S."""
         for frontend in self._frontends:
-            code = frontend.process.poll()
-            if code is None or self._stopping:
-                continue
+            if self._stopping:
+                return
             now = time.monotonic()
-            frontend.restarts = [t for t in frontend.restarts if now - t < 60.0] + [now]
-            if len(frontend.restarts) > MAX_RESTARTS_PER_MINUTE:
-                raise GpubenchError(
-                    f"front-end {frontend.index} (pid {frontend.process.pid}) exited with "
-                    f"{_exit_text(code)} {len(frontend.restarts)} times within a minute; "
-                    "stopping the collector"
-                )
-            log.warning("front-end %d (pid %d) exited with %s; restarting it",
-                        frontend.index, frontend.process.pid, _exit_text(code))
-            frontend.process = self._spawn(frontend.index)
+            if frontend.restart_at is not None:
+                if now >= frontend.restart_at:
+                    self._restart(frontend)
+                continue
+            code = frontend.process.poll()
+            if code is not None:
+                self._died(frontend, _exit_text(code), now)
+
+    def _died(self, frontend: _Frontend, how: str, now: float) -> None:
+        """Count a death and schedule the restart, or give up."""
+        if now - frontend.started_at >= self._stable_s:
+            frontend.failures = 0  # it served a good while: a new run of failures
+        frontend.failures += 1
+        frontend.last_exit = how
+        if frontend.failures > self._give_up_after:
+            raise GpubenchError(
+                f"front-end {frontend.index} exited {frontend.failures} times in a row, each "
+                f"within {self._stable_s:g} s of its start (last: {how}); giving up: "
+                "stopping the collector (its log says why the front-end exits)"
+            )
+        delay = 0.0 if frontend.failures == 1 else min(
+            self._backoff_max_s, self._backoff_first_s * 2 ** (frontend.failures - 2)
+        )
+        log.warning("front-end %d (pid %d) exited with %s; restarting it in %.3g s (%d "
+                    "exit(s) in a row; the collector stops after %d); the other front-ends "
+                    "serve meanwhile", frontend.index, frontend.process.pid, how, delay,
+                    frontend.failures, self._give_up_after + 1)
+        frontend.restart_at = now + delay
+
+    def _restart(self, frontend: _Frontend) -> None:
+        """Start a front-end again; a failed start counts as a death."""
+        frontend.restart_at = None
+        frontend.started_at = time.monotonic()
+        frontend.process = self._spawn(frontend.index)
+        try:
             self._await_ready(frontend)
+        except GpubenchError as exc:
+            if frontend.process.poll() is None:
+                frontend.process.kill()
+                frontend.process.wait()
+            self._died(frontend, f"a failed start ({exc})", time.monotonic())
 
     def stop(self) -> None:
         """Stop the front-ends gracefully (they finish in-flight calls), then the links."""
         self._stopping = True
+        self._unlisten()
         for frontend in self._frontends:
             with contextlib.suppress(ProcessLookupError):
                 frontend.process.send_signal(signal.SIGTERM)

@@ -16,12 +16,23 @@ from pathlib import Path
 
 import grpc
 from gpubench.collector import local_admin
-from gpubench.collector.auth import AuthInterceptor, Gate, RateLimiter, TokenBook, new_secret
+from gpubench.collector.auth import (
+    DEFAULT_AUTH_FAILURES_PER_MINUTE,
+    AuthFailures,
+    AuthInterceptor,
+    Gate,
+    RateLimiter,
+    TokenBook,
+    new_secret,
+)
 from gpubench.collector.service import AdminService, CollectorService
 from gpubench.collector.store import Store
 from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback: public here too
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_WORKERS,
+    MAX_CONCURRENT_CALLS,
+    MAX_CONCURRENT_STREAMS,
+    MAX_CONNECTIONS,
     STOP_GRACE_S,
     TlsFiles,
     add_health_and_reflection,
@@ -30,6 +41,7 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
     is_loopback,
     listen,
     server_options,
+    set_serving,
 )
 
 from gpubench.v1 import collector_pb2_grpc
@@ -43,10 +55,15 @@ WATCH_INTERVAL_S = 0.5
 MAX_AUTO_FRONTENDS = 4
 
 
-def make_gate(tokens: TokenBook, *, public_read: bool, rate_limit: float) -> Gate:
-    """The token check and rate limit every call of one collector goes through."""
+def make_gate(
+    tokens: TokenBook, *, public_read: bool, rate_limit: float,
+    auth_failures_per_minute: float = DEFAULT_AUTH_FAILURES_PER_MINUTE,
+) -> Gate:
+    """The token check, the rate limit and the failed-authentication limit every call of
+    one collector goes through (0: no limit)."""
     limiter = RateLimiter(rate_limit) if rate_limit > 0 else None
-    return Gate(tokens, public_read=public_read, limiter=limiter)
+    failures = AuthFailures(auth_failures_per_minute) if auth_failures_per_minute > 0 else None
+    return Gate(tokens, public_read=public_read, limiter=limiter, failures=failures)
 
 
 def create_server(
@@ -62,25 +79,37 @@ def create_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_workers: int = DEFAULT_WORKERS,
     gate: Gate | None = None,
+    auth_failures_per_minute: float = DEFAULT_AUTH_FAILURES_PER_MINUTE,
+    max_concurrent_streams: int = MAX_CONCURRENT_STREAMS,
+    max_connections: int = MAX_CONNECTIONS,
+    max_concurrent_calls: int = MAX_CONCURRENT_CALLS,
 ) -> tuple[grpc.Server, int]:
     """A collector server bound to host:port (0: any free port), not yet started.
 
     Registers the Collector and Admin services behind the token interceptor, the
     standard health service and server reflection. Plaintext is refused on any
     address but loopback unless `insecure`. `gate` (default: one made of `tokens`,
-    `public_read` and `rate_limit`) lets other callers share its rate limit.
+    `public_read`, `rate_limit` and `auth_failures_per_minute`) lets other callers
+    share its limits. The max_ arguments limit what one process takes at once
+    (collector.transport).
     """
     check_plaintext(host, tls, insecure)
     tokens = tokens or TokenBook(store)
-    gate = gate or make_gate(tokens, public_read=public_read, rate_limit=rate_limit)
+    gate = gate or make_gate(tokens, public_read=public_read, rate_limit=rate_limit,
+                             auth_failures_per_minute=auth_failures_per_minute)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=[AuthInterceptor(gate)],
-        options=server_options(max_message_bytes, share_port=False),
+        options=server_options(max_message_bytes, share_port=False,
+                               max_concurrent_streams=max_concurrent_streams,
+                               max_connections=max_connections),
+        maximum_concurrent_rpcs=max_concurrent_calls,
     )
     collector_pb2_grpc.add_CollectorServicer_to_server(CollectorService(store), server)
     collector_pb2_grpc.add_AdminServicer_to_server(AdminService(tokens, store), server)
-    add_health_and_reflection(server)
+    health = add_health_and_reflection(server)
+    # NOT_SERVING while runs cannot be stored durably (a full disk), SERVING again after.
+    store.durability.listen(lambda trouble: set_serving(health, trouble is None))
     return server, listen(server, host, port, tls)
 
 

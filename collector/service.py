@@ -15,51 +15,37 @@ from typing import Any, TypeVar
 import grpc
 from gpubench.collector import compare, validation
 from gpubench.collector.auth import Caller, TokenBook, current_caller
-from gpubench.collector.errors import MixedRuns, RunConflict, TokenExists
 from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.rows import ack_message
+from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import CompareQuery, RunFilter, Store, TokenRow
 
 from gpubench import SCHEMA_VERSION, __version__, record
-from gpubench.errors import AccessDenied, GpubenchError, InvalidRecord, NotFound
+from gpubench.errors import AccessDenied, InvalidRecord
 from gpubench.v1 import collector_pb2, collector_pb2_grpc
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 DEFAULT_LEADERBOARD = 20
 
-# Most specific first: the first class an error is an instance of decides its code.
-STATUS_OF_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
-    (InvalidRecord, grpc.StatusCode.INVALID_ARGUMENT),
-    (RunConflict, grpc.StatusCode.ALREADY_EXISTS),
-    (TokenExists, grpc.StatusCode.ALREADY_EXISTS),
-    (MixedRuns, grpc.StatusCode.FAILED_PRECONDITION),
-    (NotFound, grpc.StatusCode.NOT_FOUND),
-    (AccessDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (GpubenchError, grpc.StatusCode.FAILED_PRECONDITION),
-)
-
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
-def status_of(exc: Exception) -> tuple[grpc.StatusCode, str] | None:
-    """The gRPC status code and message a servicer answers `exc` with; None: not ours."""
-    if isinstance(exc, GpubenchError):
-        return next(c for cls, c in STATUS_OF_ERROR if isinstance(exc, cls)), str(exc)
-    if isinstance(exc, RuntimeError):  # the store is closing: the server is shutting down
-        return grpc.StatusCode.UNAVAILABLE, f"collector shutting down ({exc})"
-    return None
-
-
 def _translating_errors(method: Handler) -> Handler:
-    """Turn the collector's user-facing errors into gRPC status codes."""
+    """Answer the collector's user-facing errors with their gRPC status codes, and
+    anything else (a bug) with INTERNAL, logged with its traceback (collector.statuses).
+
+    The servicer methods raise rather than call `context.abort`: an abort inside
+    this wrapper would be caught here and answered again.
+    """
 
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             return method(self, request, context)
-        except (GpubenchError, RuntimeError) as exc:
-            context.abort(*status_of(exc))
+        except Exception as exc:
+            status = answer_of(exc, method.__name__)
+        context.abort(*status)
 
     return wrapper  # type: ignore[return-value]
 
@@ -72,7 +58,14 @@ def _caller() -> Caller:
 
 
 def _optional_time(message: Any, field: str) -> datetime | None:
-    return getattr(message, field).ToDatetime() if message.HasField(field) else None
+    """The time in `field` of `message` (None when unset); InvalidRecord naming the field
+    when it is no time (seconds outside years 1-9999, nanos outside 0-999,999,999)."""
+    if not message.HasField(field):
+        return None
+    try:
+        return getattr(message, field).ToDatetime()
+    except (ValueError, OverflowError) as exc:
+        raise InvalidRecord(field, f"not a valid time ({exc})") from None
 
 
 def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -133,10 +126,9 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
         caller = _caller()
         submitter = self._store.submitter_of(request.run_id)
         if submitter != caller.name and not caller.admin:
-            context.abort(
-                grpc.StatusCode.PERMISSION_DENIED,
+            raise AccessDenied(
                 f"run_id {request.run_id}: submitted by {submitter!r}; only its submitter "
-                f"or an admin may delete it (token {caller.name!r})",
+                f"or an admin may delete it (token {caller.name!r})"
             )
         self._store.delete(request.run_id)
         return collector_pb2.DeleteRunResponse(run_id=request.run_id)

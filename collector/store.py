@@ -49,7 +49,15 @@ import duckdb
 import pyarrow as pa
 from gpubench.collector import migrations
 from gpubench.collector.compare import GroupFigures
-from gpubench.collector.errors import DatabaseLocked, RunConflict, SchemaTooNew, TokenExists
+from gpubench.collector.durability import Durability, storage_error
+from gpubench.collector.errors import (
+    DatabaseLocked,
+    RunConflict,
+    SchemaTooNew,
+    ShuttingDown,
+    StorageUnavailable,
+    TokenExists,
+)
 from gpubench.collector.intake import Journal, JournalEntry, KnownRuns, journal_folder
 from gpubench.collector.quarantine import QuarantinedRun, first_line, insert_sorting_out
 from gpubench.collector.rows import Ack, run_row, utc_now
@@ -231,7 +239,7 @@ class Store:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._conn = duckdb.connect(str(self.path), config={"threads": _usable_cores()})
+            self._conn: duckdb.DuckDBPyConnection | None = self._connect()
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise DatabaseLocked(
@@ -241,8 +249,16 @@ class Store:
         self._cursor_lock = threading.Lock()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._local = threading.local()
+        # A fatal error (a checkpoint on a full disk) leaves DuckDB refusing every
+        # statement until the database is opened again: the flusher does so (_reopen),
+        # and each opening gets a new epoch, so that threads take new cursors.
+        self._broken = False
+        self._epoch = 0
         self._write_lock = threading.Lock()
         self._closed = False
+        # Whether journal and database writes succeed now (the health service listens).
+        self.durability = Durability()
+        self._probed_at = 0.0  # when the flusher last probed a failing journal (monotonic)
         # Outlier groups with runs inserted but not yet rescored.
         self._dirty_groups: set[tuple] = set()
         self._rescored_at = time.monotonic()
@@ -288,16 +304,44 @@ class Store:
 
     # -- plumbing ---------------------------------------------------------------------------
 
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        return duckdb.connect(str(self.path), config={"threads": _usable_cores()})
+
     def _cursor(self) -> duckdb.DuckDBPyConnection:
+        if self._closed:  # a thread's cursor is closed with the store: say why
+            raise ShuttingDown("collector shutting down (its database is closed)")
         cursor = getattr(self._local, "cursor", None)
-        if cursor is None:
+        if cursor is None or getattr(self._local, "epoch", None) != self._epoch:
             with self._cursor_lock:
                 if self._closed:
-                    raise RuntimeError("the store is closed")
+                    raise ShuttingDown("collector shutting down (its database is closed)")
+                if self._conn is None:
+                    raise StorageUnavailable(f"cannot store runs now: {self.path} is being "
+                                             "opened again after a fatal error; retry later")
                 cursor = self._conn.cursor()
                 self._cursors.append(cursor)
-            self._local.cursor = cursor
+            self._local.cursor, self._local.epoch = cursor, self._epoch
         return cursor
+
+    def _reopen(self) -> None:
+        """Open the database again after a fatal error (called by the flusher with
+        _write_lock held; raises when it cannot yet: retried). DuckDB replays its log;
+        the runs not yet inserted are still pending and journaled."""
+        with self._cursor_lock:
+            if self._closed:
+                return
+            for cursor in self._cursors:  # every cursor, or the broken database stays open
+                with contextlib.suppress(duckdb.Error):
+                    cursor.close()
+            self._cursors = []
+            if self._conn is not None:
+                with contextlib.suppress(duckdb.Error):
+                    self._conn.close()
+                self._conn = None
+            self._epoch += 1
+            self._conn = self._connect()
+        self._broken = False
+        log.warning("%s: opened again after a fatal error of the database", self.path)
 
     def _migrate(self) -> None:
         con = self._conn
@@ -360,11 +404,14 @@ class Store:
                 # and an open transaction prevents the checkpoint.
                 for cursor in self._cursors:
                     cursor.close()
+                if self._conn is None:  # not opened again after a fatal error
+                    return
                 try:
                     self._conn.execute("CHECKPOINT")
-                except duckdb.TransactionException:
+                except duckdb.Error as exc:  # an open transaction, a full disk
                     # Nothing is lost: opening the file replays the write-ahead log.
-                    log.warning("could not checkpoint on close; the log is replayed on open")
+                    log.warning("could not checkpoint on close (%s); the log is replayed on "
+                                "open", str(exc).splitlines()[0])
             self._conn.close()
 
     # -- submissions ------------------------------------------------------------------------
@@ -388,7 +435,7 @@ class Store:
         pending = _Pending(row)
         with self._queue_ready:
             if self._stopping:
-                raise RuntimeError("the store is closing")
+                raise ShuttingDown("collector shutting down (its database is closing)")
             self._queue.append(pending)
             self._queue_ready.notify()
         return pending.future
@@ -468,11 +515,20 @@ class Store:
                     elif run_id in self._known:
                         maybe_stored.append(run_id)
                 if maybe_stored:  # a resubmission (or, rarely, a hash that only looks alike)
-                    acks.update(self._stored_acks(self._cursor(), maybe_stored))
+                    try:
+                        acks.update(self._stored_acks(self._cursor(), maybe_stored))
+                    except Exception as exc:
+                        error = storage_error(exc, f"reading {self.path}")
+                        if error is None:
+                            raise
+                        raise error from exc
                 fresh = [group[0].row for run_id, group in by_id.items() if run_id not in acks]
                 for row in fresh:
                     row["received_at"] = received_at
-                self._journal.append(_journal_entry(row) for row in fresh)
+                with self._writing("journal", f"writing the intake journal {self._journal.folder}"):
+                    self._journal.append(_journal_entry(row) for row in fresh)
+                if fresh:
+                    self.durability.recovered("journal")
                 first = bool(fresh) and not self._pending
                 if first:
                     self._pending_since = time.monotonic()
@@ -500,7 +556,10 @@ class Store:
                     )
 
     def _flush_loop(self) -> None:
-        """The flusher thread: the journal into DuckDB, and outlier rescoring, when due."""
+        """The flusher thread: the journal into DuckDB, and outlier rescoring, when due;
+        and while journal writes fail, a probe every FLUSH_INTERVAL_S, so that the
+        collector says SERVING again once they would succeed, without waiting for a
+        submission."""
         while True:
             with self._intake:
                 while not self._flusher_stopping:
@@ -512,15 +571,26 @@ class Store:
                         waits.append(self._pending_since + FLUSH_INTERVAL_S - now)
                     if self._dirty_groups:
                         waits.append(self._rescored_at + RESCORE_INTERVAL_S - now)
+                    if self.durability.failing("journal") or self._broken:
+                        waits.append(self._probed_at + FLUSH_INTERVAL_S - now)
                     if waits and min(waits) <= 0:
                         break
                     self._intake.wait(min(waits) if waits else None)
                 if self._flusher_stopping:
                     return  # close() flushes what is left
+                if (self.durability.failing("journal")
+                        and time.monotonic() - self._probed_at >= FLUSH_INTERVAL_S):
+                    self._probe_journal()
             failed = False
             with self._write_lock:
                 try:
+                    if self._broken:
+                        self._probed_at = time.monotonic()
+                        with self._writing("database", f"opening {self.path} again"):
+                            self._reopen()
                     self._flush()
+                except StorageUnavailable:  # logged when it began; the runs stay pending
+                    failed = True
                 except Exception:  # the runs stay in the journal and in _pending: retried
                     log.exception("storing the journal's runs in the database failed; "
                                   "will retry")
@@ -533,20 +603,52 @@ class Store:
                 with self._intake:
                     self._intake.wait(FLUSH_INTERVAL_S)
 
+    def _probe_journal(self) -> None:
+        """Whether journal writes succeed again (called with _intake held, so that no
+        append fails while a probe succeeds)."""
+        self._probed_at = time.monotonic()
+        try:
+            self._journal.probe()
+        except OSError:
+            return  # still failing: the next probe is due in FLUSH_INTERVAL_S
+        self.durability.recovered("journal")
+
+    @contextlib.contextmanager
+    def _writing(self, part: str, doing: str) -> Iterator[None]:
+        """A failure of the storage (a full disk) inside the block raised as StorageFull
+        or StorageUnavailable naming `doing`, and noted against `part` ("journal",
+        "database") until it writes again; other errors pass unchanged."""
+        try:
+            yield
+        except Exception as exc:
+            if isinstance(exc, duckdb.FatalException):  # refuses all until opened again
+                self._broken = True
+            error = storage_error(exc, doing)
+            if error is None:
+                raise
+            self.durability.failed(part, error)
+            with self._intake:  # (reentrant) the flusher: probe or retry from now on
+                self._intake.notify_all()
+            raise error from exc
+
     def _flush(self) -> None:
         """Insert every pending run into DuckDB in one commit (those it refuses into
         quarantine), then drop their journal.
 
         Called with _write_lock held. Raises an error that is not about the rows (the
-        disk, the database itself); the runs then stay pending (and journaled) for the
-        next try.
+        disk: StorageFull or StorageUnavailable; the database itself); the runs then
+        stay pending (and journaled) for the next try.
         """
         with self._intake:
             if not self._pending:
                 return
             rows = list(self._pending.values())
-            sealed = self._journal.seal()  # every pending run is in these segments
-        self._store_rows(rows)
+            with self._writing("journal", f"starting a segment of {self._journal.folder}"):
+                sealed = self._journal.seal()  # every pending run is in these segments
+        with self._writing("database", f"storing acknowledged runs in {self.path}, "
+                                       "which every read must include"):
+            self._store_rows(rows)
+        self.durability.recovered("database")
         with self._intake:
             for row in rows:
                 if self._pending.get(row["run_id"]) is row:

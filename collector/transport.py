@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
+from gpubench.collector import reflection
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2
@@ -24,6 +25,14 @@ DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 DEFAULT_WORKERS = 64
 # How long in-flight calls get to finish on a graceful stop.
 STOP_GRACE_S = 10.0
+# Limits of each serving process, so that no one client holds it all: calls at once on
+# one connection (HTTP/2 streams: more wait in the client), connections (more are
+# closed at once: UNAVAILABLE), and calls at once in all (more: RESOURCE_EXHAUSTED,
+# retryable). An agent makes one call at a time; each call may hold its request (up to
+# the message limit) in memory.
+MAX_CONCURRENT_STREAMS = 100
+MAX_CONNECTIONS = 1000
+MAX_CONCURRENT_CALLS = 1000
 SERVICE_NAMES = (
     collector_pb2.DESCRIPTOR.services_by_name["Collector"].full_name,
     collector_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
@@ -42,6 +51,23 @@ class Refusal(Exception):
         super().__init__(details)
         self.code = code
         self.details = details
+
+
+def parse_request(message_class: Any, data: bytes) -> Any:
+    """`data` parsed as a `message_class` request; Refusal (INVALID_ARGUMENT) when it is
+    not one.
+
+    Servers take requests as bytes and parse them here, only once the call's token
+    has been checked: nobody without a token makes the collector parse anything, and
+    bytes that are no message answer INVALID_ARGUMENT rather than gRPC's INTERNAL.
+    """
+    try:
+        return message_class.FromString(data)
+    except DecodeError as exc:
+        raise Refusal(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"request: not a valid {message_class.DESCRIPTOR.full_name} message ({exc})",
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -86,7 +112,10 @@ def check_plaintext(host: str, tls: TlsFiles | None, insecure: bool) -> None:
         )
 
 
-def server_options(max_message_bytes: int, *, share_port: bool) -> list[tuple[str, Any]]:
+def server_options(
+    max_message_bytes: int, *, share_port: bool,
+    max_concurrent_streams: int = MAX_CONCURRENT_STREAMS, max_connections: int = MAX_CONNECTIONS,
+) -> list[tuple[str, Any]]:
     """Channel options of a collector's gRPC server.
 
     `share_port` (SO_REUSEPORT) lets several front-end processes listen on one port,
@@ -98,31 +127,50 @@ def server_options(max_message_bytes: int, *, share_port: bool) -> list[tuple[st
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", 64 << 20),
         ("grpc.so_reuseport", 1 if share_port else 0),
+        ("grpc.max_concurrent_streams", max_concurrent_streams),
+        ("grpc.max_allowed_incoming_connections", max_connections),
     ]
 
 
-def add_health_and_reflection(server: grpc.Server) -> None:
-    """The standard health service (every service SERVING) and server reflection."""
-    health_servicer = health.HealthServicer()
+def _status(serving: bool) -> Any:
+    return (health_pb2.HealthCheckResponse.SERVING if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING)
+
+
+def set_serving(health_servicer: health.HealthServicer, serving: bool) -> None:
+    """Every service of the collector (and the server as a whole, "") SERVING, or
+    NOT_SERVING while runs cannot be stored durably (a full disk)."""
     for name in ("", *SERVICE_NAMES):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        health_servicer.set(name, _status(serving))
+
+
+async def set_serving_aio(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+    """`set_serving` for an asyncio server's health servicer."""
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, _status(serving))
+
+
+def add_health_and_reflection(server: grpc.Server) -> health.HealthServicer:
+    """The standard health service (every service SERVING) and server reflection; the
+    health servicer, for `set_serving`."""
+    health_servicer = health.HealthServicer()
+    set_serving(health_servicer, True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _add_reflection(server)
+    return health_servicer
 
 
-async def add_health_and_reflection_aio(server: grpc.aio.Server) -> None:
+async def add_health_and_reflection_aio(server: grpc.aio.Server) -> health.aio.HealthServicer:
     """The same for an asyncio server (its health servicer's methods are coroutines)."""
     health_servicer = health.aio.HealthServicer()
-    for name in ("", *SERVICE_NAMES):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await set_serving_aio(health_servicer, True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _add_reflection(server)
+    return health_servicer
 
 
 def _add_reflection(server: grpc.Server | grpc.aio.Server) -> None:
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    reflection.enable((*SERVICE_NAMES, health.SERVICE_NAME), server)
 
 
 def listen(server: grpc.Server, host: str, port: int, tls: TlsFiles | None) -> int:

@@ -85,6 +85,10 @@ _RETRYABLE_CODES = {
     grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
     grpc.StatusCode.ABORTED,
+    # A server stopping cancels the calls it has not handled yet (this client never
+    # cancels its own: an interrupt raises KeyboardInterrupt); a run sent again is
+    # stored once (its run_id). INTERNAL and UNKNOWN (a bug) are not retried.
+    grpc.StatusCode.CANCELLED,
 }
 
 

@@ -1,11 +1,12 @@
 """Shared test fixtures: a real collector on port 0 over a real DuckDB file, and run records.
 
-- `collector`: a running collector (plaintext on 127.0.0.1, no rate limit) with an
-  admin token; see `RunningCollector` for what it offers.
+- `collector`: a running collector (plaintext on 127.0.0.1, no rate limit and no
+  limit of failed authentications) with an admin token; see `RunningCollector` for what it offers.
 - `collector_factory(**options)`: more collectors, with `create_server` options
   (public_read=True, tls=TlsFiles(...), rate_limit=5, max_message_bytes=...), and
   frontends=N for a multi-process collector: this process owns the database, N
-  front-end processes serve gRPC (as `gpubench-collector serve --frontends N`).
+  front-end processes serve gRPC (as `gpubench-collector serve --frontends N`), and
+  restart_backoff_s=(first, most), stable_s, give_up_after for their restarts.
 - `frontends`: how many front-ends `collector` and `collector_factory` start by
   default (1: a single process). A test module overrides it with a parametrized
   fixture to run its tests against both kinds of collector.
@@ -107,17 +108,21 @@ def collector_factory(
         *, db_path: Path | None = None, frontends: int = frontends, **options: Any
     ) -> RunningCollector:
         options.setdefault("rate_limit", 0)
+        options.setdefault("auth_failures_per_minute", 0)  # tests fail many on purpose
         path = db_path or tmp_path / f"collector-{len(started)}.duckdb"
         store = Store(path)
         tokens = TokenBook(store)
         server = pool = None
         if frontends > 1:
             gate = make_gate(tokens, public_read=options.pop("public_read", False),
-                             rate_limit=options.pop("rate_limit"))
+                             rate_limit=options.pop("rate_limit"),
+                             auth_failures_per_minute=options.pop("auth_failures_per_minute"))
             pool = Frontends(
                 Dispatcher(store, gate), count=frontends, host="127.0.0.1", port=0,
                 tls=options.pop("tls", None),
                 max_message_bytes=options.pop("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+                **{k: options.pop(k) for k in ("restart_backoff_s", "stable_s", "give_up_after")
+                   if k in options},
             )
             assert not options, f"not for front-ends: {options}"
             try:

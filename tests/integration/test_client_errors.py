@@ -196,3 +196,29 @@ def test_a_collector_without_check_access_is_said_to_be_older() -> None:
         assert caught.value.status_code == "UNIMPLEMENTED" and not is_retryable(caught.value)
     finally:
         server.stop(None).wait()
+
+
+def test_a_call_the_server_cancelled_is_retryable(make_run: Any) -> None:
+    """A server stopping answers the calls it has not handled yet CANCELLED (an older
+    collector's front-ends did so for every call in flight when the owner died): a run
+    resubmitted is stored once (its run_id), so the agent tries again."""
+    from concurrent import futures
+
+    import grpc
+
+    def cancelled(request: bytes, context: grpc.ServicerContext) -> bytes:
+        context.abort(grpc.StatusCode.CANCELLED, "CANCELLED")
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "gpubench.v1.Collector", {"SubmitRun": grpc.unary_unary_rpc_method_handler(cancelled)}
+    )])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with Client(f"127.0.0.1:{port}", "gpb_any") as client:
+            with pytest.raises(GpubenchError) as caught:
+                client.submit_run(make_run())
+        assert caught.value.status_code == "CANCELLED" and is_retryable(caught.value)
+    finally:
+        server.stop(None).wait()

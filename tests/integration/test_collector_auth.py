@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import grpc
 import pytest
 from factories import make_run
@@ -168,3 +173,99 @@ def test_a_message_over_the_size_limit_is_refused(collector_factory) -> None:
     code, _ = code_of(stub.SubmitRun, pb.SubmitRunRequest(run=big), metadata=collector.metadata())
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert collector.store.count() == 1
+
+
+# Each trial a fresh token, its first uses (cache misses) racing its revocation.
+REVOKE_TRIALS = 150
+REVOKE_RACERS = 6
+
+
+def test_a_revoke_racing_the_first_uses_of_a_token_always_wins(collector) -> None:
+    stub, admin = collector.collector_stub(), collector.admin_stub()
+    still_valid = []
+    with ThreadPoolExecutor(REVOKE_RACERS) as pool:
+        for trial in range(REVOKE_TRIALS):
+            name = f"racer-{trial}"
+            token = collector.make_token(name)
+            start = threading.Barrier(REVOKE_RACERS + 1)
+
+            def use(token: str = token, start: threading.Barrier = start) -> None:
+                start.wait()
+                with contextlib.suppress(grpc.RpcError):  # before or after the revoke
+                    stub.CheckAccess(pb.CheckAccessRequest(), metadata=bearer(token), timeout=10)
+
+            racing = [pool.submit(use) for _ in range(REVOKE_RACERS)]
+            start.wait()
+            admin.RevokeToken(pb.RevokeTokenRequest(name=name), metadata=collector.metadata())
+            for future in racing:
+                future.result()
+            # The revoke has returned: from now on the token must be refused, everywhere.
+            try:
+                stub.CheckAccess(pb.CheckAccessRequest(), metadata=bearer(token), timeout=10)
+            except grpc.RpcError as refused:
+                assert refused.code() == grpc.StatusCode.UNAUTHENTICATED
+            else:
+                still_valid.append(name)
+    assert not still_valid, f"revoked tokens still accepted: {still_valid}"
+
+
+# Not a protobuf message: 0xff starts a field of wire type 7, which does not exist.
+GARBAGE = b"\xff" * 4 + bytes(range(256)) * 64
+
+
+def raw_call(collector, method: str):
+    """`method` called with raw bytes (identity serialisers), as any program could."""
+    return collector.channel().unary_unary(
+        method, request_serializer=None, response_deserializer=None
+    )
+
+
+@pytest.mark.parametrize("method", ["SubmitRun", "ListRuns", "CheckAccess"])
+def test_garbage_without_a_token_is_refused_before_it_is_parsed(collector, method) -> None:
+    call = raw_call(collector, f"/gpubench.v1.Collector/{method}")
+    code, detail = code_of(call, GARBAGE, timeout=10)
+    assert code == grpc.StatusCode.UNAUTHENTICATED, detail
+    assert "no token" in detail
+    code, detail = code_of(call, GARBAGE, metadata=bearer("gpb_not-a-real-token"), timeout=10)
+    assert code == grpc.StatusCode.UNAUTHENTICATED, detail
+
+
+@pytest.mark.parametrize("method", ["SubmitRun", "ListRuns", "CheckAccess"])
+def test_garbage_with_a_valid_token_is_invalid_argument(collector, method) -> None:
+    call = raw_call(collector, f"/gpubench.v1.Collector/{method}")
+    code, detail = code_of(call, GARBAGE, metadata=collector.metadata(), timeout=10)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, detail
+    assert "request" in detail and "not a valid" in detail
+    assert collector.store.count() == 0
+
+
+def test_a_peer_with_too_many_failed_authentications_is_refused_for_a_while(
+    collector_factory,
+) -> None:
+    collector = collector_factory(auth_failures_per_minute=30)
+    stub = collector.collector_stub()
+    for metadata in [bearer("gpb_guess")] * 20 + [()] * 10:  # wrong and missing tokens count
+        code, _ = code_of(stub.CheckAccess, pb.CheckAccessRequest(), metadata=metadata,
+                          timeout=10)
+        assert code == grpc.StatusCode.UNAUTHENTICATED
+    code, detail = code_of(stub.CheckAccess, pb.CheckAccessRequest(),
+                           metadata=bearer("gpb_guess"), timeout=10)
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert detail.startswith("127.0.0.1: too many failed authentications (limit 30 a minute)")
+    # Every call needing a token, a valid one included: a right guess must look the same.
+    for call, request in ((stub.SubmitRun, pb.SubmitRunRequest(run=make_run())),
+                          (stub.ListRuns, pb.ListRunsRequest())):
+        code, _ = code_of(call, request, metadata=collector.metadata(), timeout=10)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert collector.store.count() == 0
+    # One failure's worth back after 60/30 = 2 s; a valid token works again then.
+    time.sleep(2.2)
+    collector.collector_stub().CheckAccess(pb.CheckAccessRequest(),
+                                           metadata=collector.metadata(), timeout=10)
+
+
+def test_valid_tokens_never_count_as_failures(collector_factory) -> None:
+    collector = collector_factory(auth_failures_per_minute=2)
+    stub = collector.collector_stub()
+    for _ in range(10):
+        stub.CheckAccess(pb.CheckAccessRequest(), metadata=collector.metadata(), timeout=10)

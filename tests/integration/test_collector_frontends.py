@@ -8,6 +8,7 @@ use two different ones on purpose.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -173,18 +174,46 @@ def test_a_frontend_that_dies_is_restarted_and_serves_again(collector_factory) -
     assert collector.store.count() == 2
 
 
-def test_a_frontend_that_keeps_dying_stops_the_collector_with_a_clear_error(
+def test_a_frontend_that_keeps_dying_is_restarted_with_backoff_while_the_other_serves(
+    collector_factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    collector = collector_factory(frontends=2, restart_backoff_s=(0.05, 0.2))
+    other = stubs_on_each_frontend(collector)[1]
+    for _ in range(6):  # more than a few deaths a minute used to stop the whole collector
+        kill_frontend_and_watch(collector, 0)
+        other.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=collector.metadata(),
+                        timeout=10)
+    for stub in stubs_on_each_frontend(collector):  # both answer, the new one included
+        stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=collector.metadata())
+    assert collector.store.count() == 8
+    delays = [float(m.group(1)) for m in (
+        re.search(r"front-end 0 .* restarting it in ([0-9.e-]+) s", r.getMessage())
+        for r in caplog.records) if m]
+    assert delays == [0, 0.05, 0.1, 0.2, 0.2, 0.2]
+
+
+def test_a_frontend_that_never_stays_up_stops_the_collector_saying_so(
     collector_factory,
 ) -> None:
-    from gpubench.collector.owner import MAX_RESTARTS_PER_MINUTE
-
     from gpubench.errors import GpubenchError
 
-    collector = collector_factory(frontends=2)
-    for _ in range(MAX_RESTARTS_PER_MINUTE):
+    collector = collector_factory(frontends=2, restart_backoff_s=(0.05, 0.1), give_up_after=3)
+    for _ in range(3):
         kill_frontend_and_watch(collector, 0)
-    with pytest.raises(GpubenchError, match=r"front-end 0 .* 4 times within a minute; stopping"):
+    with pytest.raises(GpubenchError, match=r"front-end 0 exited 4 times in a row, each within "
+                       r"60 s of its start \(last: signal SIGKILL\); giving up: stopping"):
         kill_frontend_and_watch(collector, 0)
+
+
+def test_a_frontend_that_served_a_while_starts_its_count_again(
+    collector_factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    collector = collector_factory(frontends=2, restart_backoff_s=(0.05, 0.1), stable_s=0.5,
+                                  give_up_after=2)
+    for _ in range(4):  # more than give_up_after, each after serving longer than stable_s
+        kill_frontend_and_watch(collector, 0)
+        time.sleep(0.6)
+    assert sum("1 exit(s) in a row" in r.getMessage() for r in caplog.records) == 4
 
 
 def _unix_sockets_of(pid: int) -> int:

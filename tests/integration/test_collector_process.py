@@ -283,6 +283,49 @@ def test_frontends_exit_when_the_owner_is_killed(serve, tmp_path: Path) -> None:
     assert _gone(frontends, 10)
 
 
+# Enough calls in flight that some are still waiting when a front-end sees its owner gone.
+CRASH_CALLERS = 128
+
+
+def test_an_owner_crash_answers_calls_in_flight_unavailable(serve, tmp_path: Path) -> None:
+    """Retryable, so that agents send their runs again (to a restarted collector)."""
+    db = tmp_path / "c.duckdb"
+    admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
+    served = serve(db, "--frontends", "2", "--rate-limit", "0")
+    frontends = _children(served.process.pid)
+    ended: list[tuple[grpc.StatusCode, str]] = []
+    lock = threading.Lock()
+    started = threading.Barrier(CRASH_CALLERS + 1)
+
+    def submitter() -> None:
+        channel = grpc.insecure_channel(served.address,
+                                        options=[("grpc.use_local_subchannel_pool", 1)])
+        stub = collector_pb2_grpc.CollectorStub(channel)
+        started.wait()
+        try:
+            while True:  # always a call in flight, most of the time waiting for the owner
+                stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin),
+                               timeout=10)
+        except grpc.RpcError as exc:
+            with lock:
+                ended.append((exc.code(), exc.details()))
+        finally:
+            channel.close()
+
+    threads = [threading.Thread(target=submitter) for _ in range(CRASH_CALLERS)]
+    for t in threads:
+        t.start()
+    started.wait()
+    time.sleep(1.0)
+    os.kill(served.process.pid, signal.SIGKILL)
+    served.process.wait(10)
+    for t in threads:
+        t.join(30)
+    assert _gone(frontends, 15)
+    assert len(ended) == len(threads)
+    assert [e for e in ended if e[0] != grpc.StatusCode.UNAVAILABLE] == []
+
+
 def test_serve_frontends_help_and_bad_values(tmp_path: Path) -> None:
     assert "--frontends N|auto" in cli("serve", "--help").stdout
     bad = cli("serve", "--db", str(tmp_path / "c.duckdb"), "--frontends", "0", check=False)

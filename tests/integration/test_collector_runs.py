@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import grpc
 import pytest
 from factories import make_run
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpubench import record
 from gpubench.v1 import collector_pb2 as pb
@@ -166,6 +167,21 @@ def test_list_refuses_oversized_pages_and_forged_tokens(collector) -> None:
         assert words in caught.value.details()
 
 
+@pytest.mark.parametrize("field", ["since", "until"])
+@pytest.mark.parametrize(
+    "stamp",
+    [Timestamp(seconds=-(10**15)), Timestamp(seconds=10**15), Timestamp(seconds=0, nanos=-5)],
+    ids=["before-year-1", "after-year-9999", "negative-nanos"],
+)
+def test_list_refuses_times_out_of_range_naming_the_field(collector, field, stamp) -> None:
+    stub = collector.collector_stub()
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ListRuns(pb.ListRunsRequest(**{field: stamp}), metadata=collector.metadata(),
+                      timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    assert caught.value.details().startswith(f"{field}: ")
+
+
 def test_delete_by_its_submitter(collector) -> None:
     token = collector.make_token("alice")
     run = make_run()
@@ -214,3 +230,43 @@ def test_many_threads_submitting_at_once_each_get_their_own_acknowledgement(coll
         pb.ListRunsRequest(submitter="agent-3", page_size=1000), metadata=collector.metadata()
     )
     assert {r.run.run_id for r in listed.runs} == {r.run_id for r in runs[3]}
+
+
+def test_a_bug_is_internal_with_its_traceback_in_the_log_and_not_retryable(
+    collector, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gpubench.collector import compare
+
+    from gpubench.client import Client
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the comparison")
+
+    submit(collector, make_run())
+    monkeypatch.setattr(compare, "compare", broken)
+    with pytest.raises(grpc.RpcError) as caught:
+        collector.collector_stub().Compare(pb.CompareRequest(model="B0"),
+                                           metadata=collector.metadata(), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INTERNAL, caught.value.details()
+    assert "RuntimeError" in caught.value.details()
+    logged = [r for r in caplog.records if r.exc_info and "a bug in the comparison"
+              in str(r.exc_info[1])]
+    assert logged and logged[0].levelname == "ERROR"
+    with Client(collector.address, token=collector.admin_token) as client:
+        with pytest.raises(Exception) as failed:
+            client.compare("B0")
+    assert not getattr(failed.value, "retryable", True)
+
+
+def test_a_collector_shutting_down_is_unavailable(collector) -> None:
+    run = make_run()
+    submit(collector, run)
+    collector.store.close()  # as a stop does, after its grace period
+    for call, request in (
+        (collector.collector_stub().SubmitRun, pb.SubmitRunRequest(run=make_run())),
+        (collector.collector_stub().GetRun, pb.GetRunRequest(run_id=run.run_id)),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            call(request, metadata=collector.metadata(), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value.details()
+        assert "shutting down" in caught.value.details()

@@ -146,3 +146,34 @@ def test_reflection_lists_and_describes_the_services(collector) -> None:
     assert {"gpubench.v1.Collector", "gpubench.v1.Admin", "grpc.health.v1.Health"} <= names
     files = described.file_descriptor_response.file_descriptor_proto
     assert files and any(b"SubmitRun" in f for f in files)
+
+
+def test_reflection_v1_is_served_as_well_as_v1alpha(collector) -> None:
+    """Tools that speak only grpc.reflection.v1 (newer grpcurl, Postman) find the services.
+
+    v1's messages are v1alpha's, field for field, in another package: the v1alpha
+    classes speak it on the wire."""
+    from google.protobuf import descriptor_pb2
+
+    call = collector.channel().stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    requests = [
+        reflection_pb2.ServerReflectionRequest(list_services=""),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="gpubench.v1.Collector"),
+        reflection_pb2.ServerReflectionRequest(
+            file_containing_symbol="grpc.reflection.v1.ServerReflection"),
+    ]
+    listed, described, itself = list(call(iter(requests), timeout=5))
+    names = {s.name for s in listed.list_services_response.service}
+    assert {"gpubench.v1.Collector", "gpubench.v1.Admin", "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection"} <= names
+    files = [descriptor_pb2.FileDescriptorProto.FromString(f)
+             for f in described.file_descriptor_response.file_descriptor_proto]
+    assert "gpubench/v1/collector.proto" in {f.name for f in files}
+    (v1,) = [descriptor_pb2.FileDescriptorProto.FromString(f)
+             for f in itself.file_descriptor_response.file_descriptor_proto]
+    assert v1.package == "grpc.reflection.v1"
+    assert v1.service[0].method[0].input_type == ".grpc.reflection.v1.ServerReflectionRequest"

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 from factories import make_run
 from gpubench.collector import store as store_module
-from gpubench.collector.errors import RunConflict
+from gpubench.collector.errors import RunConflict, StorageUnavailable
 from gpubench.collector.intake import Journal, JournalEntry, journal_folder
 from gpubench.collector.store import Store
 
@@ -212,7 +212,8 @@ def test_a_failed_database_insert_keeps_the_runs_for_the_next_try(
             raise OSError("disk I/O error")
 
         store._insert = failing
-        with pytest.raises(OSError, match="disk I/O error"):
+        # A retryable error naming the cause, not the bare OSError.
+        with pytest.raises(StorageUnavailable, match="disk I/O error"):
             store.count()
         assert store.count() == 1
         assert store.get(run.run_id).submitter == "lab"

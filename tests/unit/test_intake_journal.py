@@ -58,6 +58,29 @@ def test_seal_starts_a_new_segment_and_drop_deletes_the_sealed_ones(tmp_path: Pa
     assert entries == [_entry(2)]
 
 
+def test_sealing_an_empty_segment_starts_no_new_file(tmp_path: Path) -> None:
+    """A flush that fails (a full disk) is retried every second: each try seals, and must
+    not leave an empty segment behind each time."""
+    journal = Journal(tmp_path / "j")
+    journal.append([_entry(1)])
+    sealed = journal.seal()
+    for _ in range(5):
+        assert journal.seal() == sealed
+    assert sorted(p.name for p in (tmp_path / "j").iterdir()) == sorted(
+        [p.name for p in sealed] + [journal.current.name]
+    )
+    journal.drop(sealed)
+    journal.close()
+    assert list((tmp_path / "j").iterdir()) == []
+
+
+def test_a_probe_leaves_nothing_behind(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j")
+    before = sorted((tmp_path / "j").iterdir())
+    journal.probe()
+    assert sorted((tmp_path / "j").iterdir()) == before
+
+
 @pytest.mark.parametrize("tail", [b"\x10\x00", b"\x00" * 300])
 def test_an_unfinished_write_at_the_end_is_skipped_quietly(
     tmp_path: Path, tail: bytes, caplog: pytest.LogCaptureFixture

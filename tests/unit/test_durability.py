@@ -1,0 +1,50 @@
+"""Which failures say "the storage cannot write now" (retryable) and which are bugs."""
+
+from __future__ import annotations
+
+import errno
+
+import duckdb
+import pytest
+from gpubench.collector.durability import Durability, storage_error
+from gpubench.collector.errors import StorageFull, StorageUnavailable
+
+
+@pytest.mark.parametrize(
+    "error",
+    [OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EDQUOT, "Disk quota exceeded"),
+     duckdb.TransactionException('Failed to commit: Could not write file "x.wal": No space left '
+                                 "on device")],
+    ids=["ENOSPC", "EDQUOT", "duckdb"],
+)
+def test_a_full_disk_is_storage_full(error: Exception) -> None:
+    found = storage_error(error, "writing the intake journal /x")
+    assert isinstance(found, StorageFull)
+    assert "no space left on device (writing the intake journal /x)" in str(found)
+
+
+def test_other_io_errors_are_storage_unavailable() -> None:
+    found = storage_error(OSError(errno.EIO, "Input/output error"), "writing /x")
+    assert type(found) is StorageUnavailable
+    assert "Input/output error (writing /x)" in str(found)
+
+
+@pytest.mark.parametrize(
+    "error", [ValueError("bad"), KeyError("run_id"), duckdb.BinderException("no column x")]
+)
+def test_bugs_are_not_storage_errors(error: Exception) -> None:
+    assert storage_error(error, "writing /x") is None
+
+
+def test_listeners_hear_each_change_once() -> None:
+    heard: list[str | None] = []
+    durability = Durability()
+    durability.listen(heard.append)
+    full = StorageFull("cannot store runs now: no space left on device (x)")
+    assert durability.failed("journal", full)
+    assert not durability.failed("journal", full)
+    durability.failed("database", full)
+    durability.recovered("journal")
+    durability.recovered("database")
+    durability.recovered("database")
+    assert [h is None for h in heard] == [True, False, False, False, True]
