@@ -330,8 +330,11 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
     return _exit_code(outcome)
 
 
-def _open_host(display: Any) -> tuple[Any, Any]:
-    """NVML (the real driver, or a replayed trace) and this host's inventory."""
+def _open_host(display: Any, *, as_workload_sees: bool = True) -> tuple[Any, Any]:
+    """NVML (the real driver, or a replayed trace) and this host's inventory; with
+    `as_workload_sees`, only the GPUs the workload will train on, numbered as CUDA
+    numbers them (CUDA_VISIBLE_DEVICES), matched to NVML's devices by UUID."""
+    from gpubench.agent import devices
     from gpubench.agent.inventory import open_and_take_inventory, take_inventory
     from gpubench.agent.nvml import FakeNvml
 
@@ -339,8 +342,26 @@ def _open_host(display: Any) -> tuple[Any, Any]:
         nvml: Any = FakeNvml.from_trace(os.environ[NVML_TRACE_ENV])
         display.note(f"replaying the NVML trace {os.environ[NVML_TRACE_ENV]} (no real GPU is "
                      "read)", style="yellow")
+        # The trace stands for the GPUs: this machine's own CUDA devices are not them.
+        ask_cuda: Any = lambda: None  # noqa: E731
+    else:
+        nvml, inventory = open_and_take_inventory()
+        if nvml is None or not as_workload_sees:
+            return nvml, inventory
+        ask_cuda = devices.cuda_uuids
+    if not as_workload_sees:
         return nvml, take_inventory(nvml)
-    return open_and_take_inventory()
+    every = nvml.gpu_count()
+    nvml, visible = devices.visible_nvml(nvml, ask_cuda=ask_cuda)
+    if visible.warning:
+        display.note(visible.warning, style="yellow")
+    elif os.environ.get(devices.VISIBLE_ENV) is not None:
+        display.note(f"GPUs: {visible.how}")
+    inventory = take_inventory(nvml)
+    if every and not inventory.gpus:
+        inventory.no_gpu_reason = (f"{devices.VISIBLE_ENV}={os.environ.get(devices.VISIBLE_ENV)} "
+                                   f"leaves none of this host's {every} GPU(s); running CPU-only")
+    return nvml, inventory
 
 
 def _gpu_count(gpus: int | None, inventory: Any, display: Any) -> int:
@@ -661,7 +682,7 @@ def inventory(as_json: bool) -> int:
     """What this host has: CPU, RAM, OS and every GPU the NVIDIA driver sees."""
     from gpubench.agent.display import RunDisplay
 
-    nvml, found = _open_host(RunDisplay(quiet=True))
+    nvml, found = _open_host(RunDisplay(quiet=True), as_workload_sees=False)
     if nvml is not None:
         nvml.close()
     data = found.to_dict()
