@@ -17,10 +17,10 @@ from pathlib import Path
 
 SPECS_FILE = Path(__file__).with_name("gpu_specs.json")
 
-# A verified run is the fastest the project has seen on a card, with its own best settings
-# (float32); a faster run is not impossible (bfloat16, a better build: native PyTorch
-# trains B0 1.9x faster than gpubench's best on the H200, docs/reference), but one more
-# than this many times faster is a claim nobody has shown.
+# A verified run is the fastest the project has seen on a card; a faster one is not
+# impossible (a better build, a newer version: torchvision's own B0 trains 5,136 img/s in
+# bfloat16 on the H200, 1.3x gpubench's fastest there, 3,941), but one more than this many
+# times faster is a claim nobody has shown.
 VERIFIED_MARGIN = 4.0
 # The memory a training image holds (the batch search's slope) is written at least once
 # per step; only part of it is assumed, so the bound stays below any real run: half at

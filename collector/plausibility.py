@@ -12,9 +12,10 @@ Two kinds of trouble, kept apart:
   power limit than any of its name. Such a run is stored, flagged with the reasons, and
   left out of Compare, outlier groups and the leaderboard unless asked for.
 
-The tolerances are wide: they are set from every run in docs/results (which all pass)
-so that an honest run is never refused; what they catch is fabrication, and the
-ceilings catch what is fabricated consistently.
+The tolerances are wide: they are set from every run in docs/results (which all pass;
+bench/plausibility_margins.py shows how close each comes) so that an honest run is never
+refused; what they catch is fabrication, and the ceilings catch what is fabricated
+consistently.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ PARTS_SLACK_ABSOLUTE = 0.01
 # training part: real runs are 0.75-1.02x apart (docs/results); 3x is not measurement.
 RATE_FACTOR = 3.0
 # The full-sized steps at the median step time against the training part: real runs
-# 0.33-1.08x (a few slow steps pull the mean over the median); steps cannot take half
+# 0.30-1.00x (a few slow steps pull the mean over the median); steps cannot take half
 # again as long as the epoch they are in, nor a twentieth of it.
 STEPS_OVER = 1.5
 STEPS_UNDER = 1 / 20

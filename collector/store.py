@@ -761,6 +761,10 @@ class Store:
         )
         # The figures follow the flags: recompute the touched groups' rows.
         if groups is None:
+            # A run that left the groups (flagged on an upgrade) keeps no old outlier flag;
+            # only a full rescore can find one: a run is flagged before it is ever scored.
+            con.execute(f"UPDATE runs SET outlier = false, outlier_score = 0 "
+                        f"WHERE (outlier OR outlier_score <> 0) AND NOT ({SCORED_RUNS})")
             con.execute("DELETE FROM group_figures")
         else:
             con.execute(f"DELETE FROM group_figures WHERE ({cols}) IN ({rows_in})", params)

@@ -157,6 +157,9 @@ NUMBER_LIMITS: dict[str, tuple[float, float]] = {
 DEFAULT_NUMBER_LIMITS = (0, 2**31 - 1)
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+# Why a published run (Run.published) from an agent's token is refused.
+PUBLISHED_BY_OPERATORS = ("published runs are loaded by the collector's operator "
+                          "(gpubench-collector import, or an admin token), not submitted")
 # Unicode categories a name may not hold: controls, format characters (the bidirectional
 # overrides and isolates, zero-width joiners and marks), surrogates, line and paragraph
 # separators.
@@ -304,8 +307,7 @@ def _identity(c: _Checker, run: run_pb2.Run, now: datetime, may_publish: bool) -
     c.text("run.label", run.label, NAME)
     _safe_name(c, "run.label", run.label)
     if run.published and not may_publish:
-        c.fail("run.published", "published runs are loaded by the collector's operator "
-                                "(gpubench-collector import, or an admin token), not submitted")
+        c.fail("run.published", PUBLISHED_BY_OPERATORS)
     elif run.published and not run.source:
         c.fail("run.source", "missing: a published run names its source")
     c.text("run.source", run.source, LONG)

@@ -403,3 +403,45 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         assert both.batch_rules == ("", "given", "largest", "steps")
     finally:
         store.close()
+
+
+def test_upgrading_from_0007_flags_what_the_checks_would_refuse_and_folds_gpu_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "c.duckdb"
+    honest = [make_run(epoch2_seconds=s) for s in (17.0, 17.2, 17.4)]
+    spaced = make_run(epoch2_seconds=17.1)
+    spaced.gpus[0].name = "Tesla T4 "
+    # Stored before the checks existed: epoch 2 of a nanosecond, its epochs saying 17 s.
+    fabricated = make_run()
+    fabricated.result.epoch2_seconds = 1e-9
+    streamed = make_run(epoch2_seconds=30.0, config__pipeline="cached",
+                        config__pipeline_mode="streaming")
+    with monkeypatch.context() as old:
+        _as_an_older_collector(old, 7, GROUP_BEFORE_0008)
+        store = Store(db)
+        store.submit_many([*honest, spaced, fabricated, streamed], "lab")
+        store.close()
+    store = Store(db)
+    try:
+        assert store.applied_migrations()[-1] == "0008_like_for_like_and_flags"
+        flagged = store.get(fabricated.run_id)
+        assert flagged.flagged and not flagged.outlier
+        assert any(r.startswith("inconsistent: run.result.epoch2_seconds: is 1e-09 s")
+                   for r in flagged.flag_reasons), flagged.flag_reasons
+        assert not any(store.get(r.run_id).flagged for r in [*honest, spaced, streamed])
+        names = {r: n for r, n in store._cursor().execute(
+            "SELECT run_id, gpu_name FROM runs").fetchall()}
+        assert names[spaced.run_id] == "Tesla T4"
+        # The streamed run is a pipeline of its own now (it was an outlier of the seed
+        # runs); the spaced name is one T4 with the others.
+        assert not store.get(streamed.run_id).outlier
+        [seed] = store.compare_groups(CompareQuery(model="B0", pipeline="seed"))
+        assert (seed.gpu_name, seed.runs, seed.outliers_excluded) == ("Tesla T4", 4, 0)
+        [alone] = store.compare_groups(CompareQuery(model="B0", pipeline="streaming"))
+        assert (alone.runs, alone.epoch2_median_seconds) == (1, 30.0)
+        [asked] = store.compare_groups(CompareQuery(model="B0", pipeline="seed",
+                                                    include_flagged=True))
+        assert asked.runs == 5 and asked.flagged_included == 1
+    finally:
+        store.close()
