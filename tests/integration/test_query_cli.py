@@ -317,3 +317,34 @@ def test_every_flag_is_explained() -> None:
     result = CliRunner().invoke(cli, ["compare", "--help"])
     assert result.exit_code == 0 and "--baseline-count" in result.stdout
     assert "--train-images N" in result.stdout and "one dataset size" in result.stdout
+
+
+def test_published_figures_stand_apart_and_flagged_runs_are_marked(
+    invoke: Any, filled: Any, make_run: Any
+) -> None:
+    article = make_run(gpu_name=T4, epoch2_seconds=17.0, label="the article's Tesla T4",
+                       config__weights="none", config__pipeline_mode="seed")
+    article.published = True
+    article.source = "the article, as published"
+    fabricated = make_run(gpu_name=T4, epoch2_seconds=0.01)  # 200,000 img/s on a T4
+    with Client(filled.address, filled.admin_token) as admin:
+        admin.submit_run(article)
+        admin.submit_run(fabricated)
+    table = invoke("compare", "--model", "B0")
+    assert table.exit_code == 0, table.stderr
+    measured, _, published = table.stdout.partition("published figures: transcribed")
+    assert "2x " + ADA in measured and "1x Tesla T4" in measured
+    assert "not like for like with the runs above" in published
+    assert "weights none" in published and "the article, as published" in published
+    document = json.loads(invoke("compare", "--model", "B0", "--format", "json").stdout)
+    [entry] = document["published"]
+    assert (entry["gpu_config"], entry["source"]) == ("1x Tesla T4", "the article, as published")
+    assert document["groups"][1]["runs"] == len(T4_SECONDS)  # the fabricated run left out
+    flagged = invoke("compare", "--model", "B0", "--include-flagged")
+    assert "(1 flagged)" in flagged.stdout and "flagged as implausible" in flagged.stderr
+    listed = invoke("runs", "list")
+    mine, _, theirs = listed.stdout.partition("published figures (transcribed")
+    assert "measured runs" in mine and "ok (flagged)" in mine
+    assert article.run_id in theirs and article.run_id not in mine
+    shown = invoke("runs", "show", fabricated.run_id)
+    assert "flagged because" in shown.stdout and "can compute" in shown.stdout
