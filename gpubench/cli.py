@@ -263,7 +263,7 @@ def compare(
         include_outliers=include_outliers,
         include_flagged=include_flagged,
     )
-    published = frame.attrs["published"]
+    published = tables.published_frame(frame.attrs["response"])
     if fmt == "json":
         click.echo(json.dumps(tables.compare_document(frame), indent=2))
     elif fmt == "csv":

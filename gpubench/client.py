@@ -469,7 +469,8 @@ class Client:
 
         Columns: see `gpubench.tables.compare_frame`; `df.attrs` holds the raw
         response ("response"), "baseline", "warnings", what the runs share, and the
-        published runs of the model ("published", a frame of their own).
+        published runs of the model ("published": one dict each, as
+        `gpubench.tables.published_frame` has them).
         """
         response = self.compare_response(
             model,

@@ -264,7 +264,8 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
         model=response.model,
         baseline=response.baseline,
         warnings=list(response.warnings),
-        published=published_frame(response),
+        # Plain records, not a frame: pandas compares attrs when frames are combined.
+        published=frame_records(published_frame(response)),
         **{name: getattr(response, name) for name in SHARED},
     )
     return frame
@@ -298,14 +299,13 @@ def compare_document(frame: pd.DataFrame) -> dict[str, Any]:
     """A comparison as one JSON-ready document: what the runs share, the baseline,
     the warnings and one entry per GPU configuration."""
     attrs = frame.attrs
-    published = attrs.get("published")
     return {
         "model": attrs.get("model", ""),
         "baseline": attrs.get("baseline", ""),
         **{name: attrs.get(name, "") for name in SHARED},
         "warnings": list(attrs.get("warnings", [])),
         "groups": frame_records(frame),
-        "published": frame_records(published) if published is not None else [],
+        "published": list(attrs.get("published", [])),
     }
 
 
