@@ -504,8 +504,9 @@ def _report(outcome: Any, display: Any, as_json: bool, collector: str | None,
 
 def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
              ca: Path | None) -> None:
-    """How this host compares with the community's runs of the same models."""
-    from gpubench import tables
+    """How this host compares with the community's runs of the same models, like for
+    like: every dimension of the comparison key pinned to this run's."""
+    from gpubench import record, tables
     from gpubench.client import Client
     from gpubench.errors import GpubenchError
 
@@ -514,9 +515,14 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
             for run in runs:
                 if run.result.status != 1:
                     continue
+                config = run.config
                 frame = client.compare(
-                    run.config.model, precision=run.config.precision,
-                    backend=run.software.backend, image_size=run.config.image_size,
+                    config.model, precision=config.precision, backend=run.software.backend,
+                    image_size=config.image_size, train_images=config.train_images,
+                    settings=record.settings_label(config), batch_rule=config.batch_rule,
+                    pipeline=record.pipeline_as_run(config), weights=config.weights,
+                    data=record.data_label(config), epochs=config.epochs,
+                    benchmark_version=run.benchmark_version,
                 )
                 if len(frame):
                     display.console.print(tables.compare_table(frame))
