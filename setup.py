@@ -60,5 +60,7 @@ if __name__ == "__main__":  # setuptools runs this file as __main__; `make proto
     setup(
         packages=packages(),
         package_dir=LAYOUT,
+        # The collector's GPU table (collector/ceilings.py reads it).
+        package_data={"gpubench.collector": ["gpu_specs.json"]},
         cmdclass={"build_py": BuildWithWireCode},
     )

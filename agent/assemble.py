@@ -204,6 +204,8 @@ class RunBuilder:
                     float(self.epochs[1].get("wall_seconds", 0.0)) - result.epoch2_seconds
                 )
             _telemetry(result, windows[measured])
+            if result.startup_seconds < 0:
+                self.warn(slower_second_epoch(result, windows.get(1), windows[measured]))
         if self.result is not None:
             for name in ("train_images_per_second", "step_time_median_seconds", "step_time_cv"):
                 if self.result.get(name) is not None:
@@ -296,6 +298,10 @@ class RunBuilder:
                                         or request.memory_limit_bytes or 0)
         config.epochs = int(started.get("epochs") or request.epochs or MEASURED_EPOCH)
         config.pipeline = str(started.get("pipeline") or request.pipeline or "")
+        # What ran, which the pipeline asked for may not be: a cached run whose images do
+        # not fit the host streams them ("streaming"); --data-on-device keeps them on the GPU.
+        if self.result is not None and self.result.get("pipeline_mode"):
+            config.pipeline_mode = str(self.result.get("pipeline_mode"))
         config.weights = str(started.get("weights") or request.weights or "")
         config.jit_compile = bool(started.get("jit_compile", False))
         config.cuda_graphs = bool(started.get("cuda_graphs", False))
@@ -356,6 +362,27 @@ def _epoch(number: int, event: Event, window: WindowTelemetry) -> run_pb2.Epoch:
     epoch.mean_sm_clock_mhz = window.mean_sm_clock_mhz
     epoch.mean_gpu_utilization = window.mean_gpu_utilization
     return epoch
+
+
+# A clock this much lower in the measured epoch than in the first says the card slowed down.
+CLOCK_DROP = 0.03
+
+
+def slower_second_epoch(result: run_pb2.Result, first: WindowTelemetry | None,
+                        measured: WindowTelemetry) -> str:
+    """The warning for a run whose measured epoch was slower than its first (start-up below
+    0): the card throttled, or lost clock speed as it warmed, or neither was seen."""
+    lost = -result.startup_seconds
+    head = (f"epoch {result.measured_epoch} took {lost:.3g} s longer than epoch 1 (start-up "
+            f"{result.startup_seconds:.3g} s)")
+    if measured.throttle_reasons:
+        return f"{head}: the GPU throttled ({', '.join(measured.throttle_reasons)})"
+    if first is not None and first.mean_sm_clock_mhz and measured.mean_sm_clock_mhz and (
+            measured.mean_sm_clock_mhz < first.mean_sm_clock_mhz * (1 - CLOCK_DROP)):
+        return (f"{head}: the GPU warmed up and slowed, its clock from "
+                f"{first.mean_sm_clock_mhz:.0f} to {measured.mean_sm_clock_mhz:.0f} MHz")
+    return (f"{head}: neither throttling nor a lower clock was seen; another process or the "
+            "host may have slowed it")
 
 
 def _telemetry(result: run_pb2.Result, window: WindowTelemetry) -> None:

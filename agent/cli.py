@@ -357,8 +357,11 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
     return _exit_code(outcome)
 
 
-def _open_host(display: Any) -> tuple[Any, Any]:
-    """NVML (the real driver, or a replayed trace) and this host's inventory."""
+def _open_host(display: Any, *, as_workload_sees: bool = True) -> tuple[Any, Any]:
+    """NVML (the real driver, or a replayed trace) and this host's inventory; with
+    `as_workload_sees`, only the GPUs the workload will train on, numbered as CUDA
+    numbers them (CUDA_VISIBLE_DEVICES), matched to NVML's devices by UUID."""
+    from gpubench.agent import devices
     from gpubench.agent.inventory import open_and_take_inventory, take_inventory
     from gpubench.agent.nvml import FakeNvml
 
@@ -366,8 +369,26 @@ def _open_host(display: Any) -> tuple[Any, Any]:
         nvml: Any = FakeNvml.from_trace(os.environ[NVML_TRACE_ENV])
         display.note(f"replaying the NVML trace {os.environ[NVML_TRACE_ENV]} (no real GPU is "
                      "read)", style="yellow")
+        # The trace stands for the GPUs: this machine's own CUDA devices are not them.
+        ask_cuda: Any = lambda: None  # noqa: E731
+    else:
+        nvml, inventory = open_and_take_inventory()
+        if nvml is None or not as_workload_sees:
+            return nvml, inventory
+        ask_cuda = devices.cuda_uuids
+    if not as_workload_sees:
         return nvml, take_inventory(nvml)
-    return open_and_take_inventory()
+    every = nvml.gpu_count()
+    nvml, visible = devices.visible_nvml(nvml, ask_cuda=ask_cuda)
+    if visible.warning:
+        display.note(visible.warning, style="yellow")
+    elif os.environ.get(devices.VISIBLE_ENV) is not None:
+        display.note(f"GPUs: {visible.how}")
+    inventory = take_inventory(nvml)
+    if every and not inventory.gpus:
+        inventory.no_gpu_reason = (f"{devices.VISIBLE_ENV}={os.environ.get(devices.VISIBLE_ENV)} "
+                                   f"leaves none of this host's {every} GPU(s); running CPU-only")
+    return nvml, inventory
 
 
 def _gpu_count(gpus: int | None, inventory: Any, display: Any) -> int:
@@ -510,8 +531,9 @@ def _report(outcome: Any, display: Any, as_json: bool, collector: str | None,
 
 def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
              ca: Path | None) -> None:
-    """How this host compares with the community's runs of the same models."""
-    from gpubench import tables
+    """How this host compares with the community's runs of the same models, like for
+    like: every dimension of the comparison key pinned to this run's."""
+    from gpubench import record, tables
     from gpubench.client import Client
     from gpubench.errors import GpubenchError
 
@@ -520,9 +542,14 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
             for run in runs:
                 if run.result.status != 1:
                     continue
+                config = run.config
                 frame = client.compare(
-                    run.config.model, precision=run.config.precision,
-                    backend=run.software.backend, image_size=run.config.image_size,
+                    config.model, precision=config.precision, backend=run.software.backend,
+                    image_size=config.image_size, train_images=config.train_images,
+                    settings=record.settings_label(config), batch_rule=config.batch_rule,
+                    pipeline=record.pipeline_as_run(config), weights=config.weights,
+                    data=record.data_label(config), epochs=config.epochs,
+                    benchmark_version=run.benchmark_version,
                 )
                 if len(frame):
                     display.console.print(tables.compare_table(frame))
@@ -676,7 +703,7 @@ def inventory(as_json: bool) -> int:
     """What this host has: CPU, RAM, OS and every GPU the NVIDIA driver sees."""
     from gpubench.agent.display import RunDisplay
 
-    nvml, found = _open_host(RunDisplay(quiet=True))
+    nvml, found = _open_host(RunDisplay(quiet=True), as_workload_sees=False)
     if nvml is not None:
         nvml.close()
     data = found.to_dict()

@@ -1,8 +1,9 @@
 """What the run happened on: the host (CPU, RAM, OS) and its GPUs (through nvml.py).
 
-Identities are never recorded as they are: the hostname and each GPU's UUID
-are stored as SHA-256 hashes. Framework versions are not read here (the agent
-never imports the framework); the workload reports them in its started event.
+Identities are never recorded as they are: the hostname as a keyed hash under the
+host's own random key (agent/hostid.py), each GPU's UUID as its SHA-256. Framework
+versions are not read here (the agent never imports the framework); the workload
+reports them in its started event.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpubench.agent.hostid import HostKey, host_id, host_key
 from gpubench.agent.nvml import Nvml, NvmlUnavailable, open_nvml
 
 from gpubench import __version__
@@ -64,14 +65,16 @@ def os_description() -> str:
     return text
 
 
-def host_record() -> run_pb2.Host:
-    """The host's part of the run record (container fields are the runner's)."""
+def host_record(key: HostKey | None = None) -> run_pb2.Host:
+    """The host's part of the run record (container fields are the runner's); the
+    hostname as a keyed hash under `key` (default: the host's, from the state folder)."""
+    key = key or host_key()
     return run_pb2.Host(
         cpu_model=cpu_model(),
         cpu_cores=os.cpu_count() or 0,
         ram_bytes=ram_bytes(),
         os=os_description(),
-        hostname_hash=sha256_text(socket.gethostname()),
+        hostname_hash=host_id(key.key),
         agent_version=__version__,
     )
 
@@ -139,7 +142,10 @@ def no_driver_line(error: NvmlUnavailable) -> str:
 
 def take_inventory(nvml: Nvml | None) -> Inventory:
     """The inventory through an open `nvml`, or a CPU-only one when it is None."""
-    inventory = Inventory(host=host_record())
+    key = host_key()
+    inventory = Inventory(host=host_record(key))
+    if key.unstable:
+        inventory.missing["hostname_hash"] = f"differs from run to run: {key.unstable}"
     if nvml is None:
         return inventory
     system = nvml.system()

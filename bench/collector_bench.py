@@ -366,6 +366,10 @@ def synthetic_runs(n: int, seed: int = 7) -> pa.Table:
         "record": [templates[k] for k in zip(gpu, model, count.tolist(), strict=True)],
         "settings": ["keras"] * n,  # the templates' configs turn no option on
     }
+    # The columns the figures above do not vary (batch rule, pipeline, flags, ...): as the
+    # template's row has them.
+    for name in RUN_COLUMNS.names:
+        table.setdefault(name, [r[name] for r in rows])
     arrays = {}
     for name in RUN_COLUMNS.names:
         values = table[name]

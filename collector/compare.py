@@ -7,12 +7,13 @@ figures into a comparison. Pure functions, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpubench.collector.errors import MixedRuns
 
 from gpubench.errors import NotFound
-from gpubench.record import gpu_config_name
+from gpubench.record import gpu_config_name, normalize_gpu_name
 
 # pyperf warns when a result looks unstable; so do we.
 FEW_RUNS = 3
@@ -45,13 +46,20 @@ class GroupFigures:
     train_images: tuple[int, ...] = ()  # training images per epoch (the dataset's size)
     settings: tuple[str, ...] = ()  # record.settings_label: "keras", "kernels", ...
     batch_rules: tuple[str, ...] = ()  # how the batch was chosen: "steps", "largest", ...
+    pipelines: tuple[str, ...] = ()  # as they ran: "cached", "seed", ...
+    weights: tuple[str, ...] = ()
+    data_sets: tuple[str, ...] = ()  # record.data_label: "synthetic-rps", "sha256:..."
+    epochs: tuple[int, ...] = ()
     # The memory answer: the largest batch per GPU a search confirmed (0: no search).
     largest_batch_per_gpu_max: int = 0
+    memory_limit_bytes: int = 0  # --memory-limit: the runs behaved as a card this size
+    flagged_included: int = 0  # runs flagged implausible among `runs` (asked for)
+    source: str = ""  # published runs: where the figures come from
 
     @property
     def config_name(self) -> str:
-        """'2x NVIDIA RTX 6000 Ada Generation', 'CPU', ..."""
-        return gpu_config_name(self.gpu_name, self.gpu_count)
+        """'2x NVIDIA RTX 6000 Ada Generation', 'CPU', '1x NVIDIA H200 as 16 GiB', ..."""
+        return gpu_config_name(self.gpu_name, self.gpu_count, self.memory_limit_bytes)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,14 @@ class ComparedGroup:
     speedup: float
     is_baseline: bool
     peak_memory_share: float | None
+
+
+@dataclass(frozen=True)
+class PublishedGroup:
+    """Published runs of one GPU configuration, shown beside a comparison (not in it)."""
+
+    figures: GroupFigures
+    differences: tuple[str, ...]  # how they were made unlike the compared runs
 
 
 @dataclass(frozen=True)
@@ -79,14 +95,24 @@ class Comparison:
     train_images: int = 0  # training images per epoch; 0 when mixed
     settings: str = ""  # how the network was computed and fed: "keras", "kernels", ...
     batch_rule: str = ""  # how the batch was chosen: "steps", "largest", "given", "quick"
+    pipeline: str = ""  # as it ran
+    weights: str = ""
+    data: str = ""
+    epochs: int = 0  # 0 when mixed
+    published: tuple[PublishedGroup, ...] = ()
 
 
-# The dimensions that must agree, with the CLI flag that pins each. The epoch-2 time
-# depends on the image size and on how many images an epoch trains on (a smoke run
-# with --limit-images has fewer), so both must agree as much as the software does. So
-# must the settings (record.settings_label): the torch backend's own kernels or data kept
-# on the device make a run up to 4x faster than Keras's code path ("keras"). And the batch
-# rule: the largest batch that fits trains faster than the "steps" rule's smaller one.
+# The dimensions that must agree, with the `gpubench compare` flag that pins each
+# (docs/protocol.md, "The comparison key"). The epoch-2 time depends on the image size
+# and on how many images an epoch trains on (a smoke run with --limit-images has fewer),
+# so both must agree as much as the software does. So must the settings
+# (record.settings_label): the torch backend's own kernels or data kept on the device
+# make a run up to 4x faster than Keras's code path ("keras"). And the batch rule: the
+# largest batch that fits trains faster than the "steps" rule's smaller one. And the
+# pipeline as it ran: "seed" decodes the PNGs inside the epoch, "streaming" (a cached
+# run whose images did not fit the host) from disk every epoch. And the weights, the
+# data (another folder is other images, maybe other sizes) and the number of epochs.
+# A --memory-limit is not a dimension: such runs are a GPU configuration of their own.
 DIMENSIONS = (
     ("benchmark_version", "benchmark_versions", "--benchmark-version"),
     ("backend", "backends", "--backend"),
@@ -95,9 +121,15 @@ DIMENSIONS = (
     ("train_images", "train_images", "--train-images"),
     ("settings", "settings", "--settings"),
     ("batch_rule", "batch_rules", "--batch-rule"),
+    ("pipeline", "pipelines", "--pipeline"),
+    ("weights", "weights", "--weights"),
+    ("data", "data_sets", "--data"),
+    ("epochs", "epochs", "--epochs"),
 )
+# GroupFigures' attribute of each dimension, in DIMENSIONS' order.
+DIMENSION_ATTRIBUTES = tuple(attribute for _, attribute, _ in DIMENSIONS)
 # Dimensions counted in integers: these read 0, not "mixed", when they differ.
-_NUMERIC = {"image_size", "train_images"}
+_NUMERIC = {"image_size", "train_images", "epochs"}
 
 
 def shared_settings(
@@ -130,14 +162,16 @@ def shared_settings(
 def choose_baseline(
     groups: list[GroupFigures], gpu_name: str = "", gpu_count: int = 0
 ) -> GroupFigures:
-    """The group named (GPU name, case-insensitive, and count, default 1), else the slowest."""
+    """The group named (GPU name, case-insensitive, and count, default 1; the whole card
+    before one with a --memory-limit), else the slowest."""
     if not groups:
         raise NotFound("no runs to compare")
     if not gpu_name:
         return max(groups, key=lambda g: (g.epoch2_median_seconds, g.config_name))
     count = gpu_count or 1
-    for group in groups:
-        if group.gpu_name.lower() == gpu_name.lower() and group.gpu_count == count:
+    wanted = normalize_gpu_name(gpu_name).lower()
+    for group in sorted(groups, key=lambda g: g.memory_limit_bytes):
+        if group.gpu_name.lower() == wanted and group.gpu_count == count:
             return group
     found = ", ".join(sorted(g.config_name for g in groups))
     raise NotFound(
@@ -172,7 +206,25 @@ def group_warnings(group: GroupFigures) -> list[str]:
         )
     if group.outliers_excluded:
         found.append(f"{name}: {group.outliers_excluded} outlier run(s) left out")
+    if group.flagged_included:
+        found.append(f"{name}: {group.flagged_included} run(s) flagged as implausible included "
+                     "(--include-flagged)")
     return found
+
+
+def differences(published: GroupFigures, shared: dict[str, str | int]) -> tuple[str, ...]:
+    """How published runs were made unlike the compared runs: "backend tensorflow",
+    "pipeline seed", ... for each dimension whose value the compared runs share and the
+    published runs do not."""
+    found = []
+    for dimension, attribute, _ in DIMENSIONS:
+        theirs = getattr(published, attribute)
+        ours = shared.get(dimension)
+        if ours in (None, "", 0, MIXED) or theirs == (ours,):
+            continue
+        shown = ", ".join(str(v) for v in theirs) or "unrecorded"
+        found.append(f"{dimension.replace('_', ' ')} {shown}")
+    return tuple(found)
 
 
 def compare(
@@ -182,12 +234,16 @@ def compare(
     baseline_gpu: str = "",
     baseline_gpu_count: int = 0,
     allow_mixed: bool = False,
+    published: Sequence[GroupFigures] = (),
 ) -> Comparison:
-    """Compare GPU configurations against a baseline; fastest first."""
+    """Compare GPU configurations against a baseline, fastest first; published runs of
+    the model (their own groups) come beside it, with how they differ."""
     groups = [g for g in groups if g.runs > 0]
     if not groups:
-        return Comparison(model, "", (), (f"no OK runs of {model} match",), "", "", "", 0, 0, "",
-                          "")
+        return Comparison(
+            model, "", (), (f"no OK runs of {model} match",), "", "", "", 0, 0, "", "",
+            published=tuple(PublishedGroup(g, ()) for g in published),
+        )
     shared = shared_settings(model, groups, allow_mixed=allow_mixed)
     baseline = choose_baseline(groups, baseline_gpu, baseline_gpu_count)
     ordered = sorted(groups, key=lambda g: (g.epoch2_median_seconds, g.config_name))
@@ -213,4 +269,9 @@ def compare(
         train_images=int(shared["train_images"]),
         settings=str(shared["settings"]),
         batch_rule=str(shared["batch_rule"]),
+        pipeline=str(shared["pipeline"]),
+        weights=str(shared["weights"]),
+        data=str(shared["data"]),
+        epochs=int(shared["epochs"]),
+        published=tuple(PublishedGroup(g, differences(g, shared)) for g in published),
     )

@@ -105,6 +105,41 @@ def backfill_batch_rule(con: Any) -> None:
             )
 
 
+# The columns migration 0008 adds to runs (and fills from each stored record), with the
+# GPU name, which it files normalised from then on.
+_TRUST_COLUMNS = ("gpu_name", "pipeline", "weights", "data", "epochs", "memory_limit_bytes",
+                  "published", "flagged", "flag_reasons")
+_TRUST_TYPES = ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "INTEGER", "UBIGINT", "BOOLEAN",
+                "BOOLEAN", "VARCHAR")
+
+
+def backfill_trust(con: Any) -> None:
+    """Fill migration 0008's columns from each stored record as `rows.run_row` makes
+    them now: the pipeline as it ran, weights, data, epochs, memory limit, whether it is
+    published, its plausibility flags, and the GPU name normalised."""
+    after = ""
+    sets = ", ".join(f"{c} = s.{c}" for c in _TRUST_COLUMNS)
+    unnests = ", ".join(f"unnest(?::{t}[]) AS {c}" for c, t in zip(_TRUST_COLUMNS, _TRUST_TYPES,
+                                                                       strict=True))
+    while True:
+        found = con.execute(
+            "SELECT run_id, record FROM runs WHERE run_id > ? ORDER BY run_id LIMIT ?",
+            [after, BACKFILL_CHUNK],
+        ).fetchall()
+        if not found:
+            return
+        after = found[-1][0]
+        made = [rows.run_row(run_pb2.Run.FromString(blob), "") for _, blob in found]
+        con.execute(
+            f"""
+            UPDATE runs SET {sets}
+            FROM (SELECT unnest(?::VARCHAR[]) AS run_id, {unnests}) s
+            WHERE runs.run_id = s.run_id
+            """,
+            [[run_id for run_id, _ in found], *([row[c] for row in made] for c in _TRUST_COLUMNS)],
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "0001_runs",
@@ -336,6 +371,64 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
         refill_group_figures=True,
         backfill=backfill_batch_rule,
+    ),
+    Migration(
+        "0008_like_for_like_and_flags",
+        (
+            # What else changes what was timed, each a key of the outlier groups and their
+            # figures: the pipeline as it ran (a cached run may have streamed), the
+            # weights, the data (gpubench.record.data_label), the epochs, and a
+            # --memory-limit (a card of its own). A published run (transcribed, not
+            # measured) and a run flagged as implausible (with the reasons) are kept out
+            # of the groups. The GPU name is filed normalised (NFKC, white space).
+            "ALTER TABLE runs ADD COLUMN pipeline VARCHAR NOT NULL DEFAULT ''",
+            "ALTER TABLE runs ADD COLUMN weights VARCHAR NOT NULL DEFAULT ''",
+            "ALTER TABLE runs ADD COLUMN data VARCHAR NOT NULL DEFAULT ''",
+            "ALTER TABLE runs ADD COLUMN epochs INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE runs ADD COLUMN memory_limit_bytes UBIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE runs ADD COLUMN published BOOLEAN NOT NULL DEFAULT false",
+            "ALTER TABLE runs ADD COLUMN flagged BOOLEAN NOT NULL DEFAULT false",
+            "ALTER TABLE runs ADD COLUMN flag_reasons VARCHAR NOT NULL DEFAULT ''",
+            "DROP TABLE group_figures",
+            """
+            CREATE TABLE group_figures (
+                model VARCHAR NOT NULL,
+                gpu_name VARCHAR NOT NULL,
+                gpu_count INTEGER NOT NULL,
+                memory_limit_bytes UBIGINT NOT NULL,
+                backend VARCHAR NOT NULL,
+                precision VARCHAR NOT NULL,
+                image_size INTEGER NOT NULL,
+                train_images INTEGER NOT NULL,
+                settings VARCHAR NOT NULL,
+                batch_rule VARCHAR NOT NULL,
+                pipeline VARCHAR NOT NULL,
+                weights VARCHAR NOT NULL,
+                data VARCHAR NOT NULL,
+                epochs INTEGER NOT NULL,
+                benchmark_version VARCHAR NOT NULL,
+                with_outliers BOOLEAN NOT NULL,
+                runs INTEGER NOT NULL,
+                outliers_excluded INTEGER NOT NULL,
+                epoch2_median_seconds DOUBLE,
+                epoch2_min_seconds DOUBLE,
+                epoch2_max_seconds DOUBLE,
+                train_images_per_second_median DOUBLE,
+                max_batch_per_gpu INTEGER,
+                max_global_batch INTEGER,
+                peak_memory_median_bytes DOUBLE,
+                memory_total_bytes DOUBLE,
+                energy_per_epoch_median_joules DOUBLE,
+                images_per_joule_median DOUBLE,
+                largest_batch_per_gpu_max INTEGER,
+                PRIMARY KEY (model, gpu_name, gpu_count, memory_limit_bytes, backend, precision,
+                             image_size, train_images, settings, batch_rule, pipeline, weights,
+                             data, epochs, benchmark_version, with_outliers)
+            )
+            """,
+        ),
+        refill_group_figures=True,
+        backfill=backfill_trust,
     ),
 )
 

@@ -139,6 +139,8 @@ class Dispatcher:
         """
         secret = bearer_secret(() if authorization is None else (("authorization", authorization),))
         caller = self._gate.check(Access.SUBMIT, secret, peer)
+        if row is not None and row["published"] and not caller.admin:
+            problems = [("run.published", validation.PUBLISHED_BY_OPERATORS)]
         if problems or row is None:
             raise Refusal(*status_of(validation.InvalidRun(problems)))
         row["submitter"] = caller.name

@@ -13,8 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from gpubench.collector import plausibility
+
 from gpubench import record
 from gpubench.v1 import collector_pb2, run_pb2
+
+# How the flag reasons of a run are joined in the runs table's one text column.
+REASON_SEPARATOR = "\n"
 
 
 @dataclass(frozen=True)
@@ -60,12 +65,21 @@ def largest_batch_per_gpu(run: run_pb2.Run) -> int:
     return found
 
 
+def flag_reasons(run: run_pb2.Run) -> list[str]:
+    """Why a run is flagged (empty: it is not): it is implausible, or (a run stored
+    before the checks existed) it contradicts itself."""
+    return plausibility.implausibilities(run) + [
+        f"inconsistent: {name}: {why}" for name, why in plausibility.inconsistencies(run)
+    ]
+
+
 def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
     """The runs-table row of a (validated) run; received_at is filled in at commit."""
     cfg, res = run.config, run.result
     gpus = list(run.gpus)
-    # A run on unlike cards (rare) is its own configuration: "A + B".
-    names = list(dict.fromkeys(g.name for g in gpus[: cfg.gpu_count]))
+    # A run on unlike cards (rare) is its own configuration: "A + B". Names are filed
+    # normalised, so that "Tesla T4 " is the same GPU as "Tesla T4".
+    names = list(dict.fromkeys(record.normalize_gpu_name(g.name) for g in gpus[: cfg.gpu_count]))
     totals = [g.memory_total_bytes for g in gpus if g.memory_total_bytes] + [
         m.memory_total_bytes for m in res.memory if m.memory_total_bytes
     ]
@@ -74,6 +88,7 @@ def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
     energy = res.energy_per_epoch_joules if res.energy_per_epoch_joules > 0 else None
     # Serialised once: the stored record and its hash (what record.content_sha256 computes).
     blob = run.SerializeToString(deterministic=True)
+    reasons = flag_reasons(run)
     return {
         "run_id": run.run_id,
         "content_sha256": hashlib.sha256(blob).hexdigest(),
@@ -109,4 +124,12 @@ def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
         "settings": record.settings_label(cfg),
         "batch_rule": batch_rule(cfg),
         "largest_batch_per_gpu": largest_batch_per_gpu(run),
+        "pipeline": record.pipeline_as_run(cfg),
+        "weights": cfg.weights,
+        "data": record.data_label(cfg),
+        "epochs": cfg.epochs,
+        "memory_limit_bytes": cfg.memory_limit_bytes,
+        "published": run.published,
+        "flagged": bool(reasons),
+        "flag_reasons": REASON_SEPARATOR.join(reasons),
     }

@@ -18,7 +18,7 @@ from gpubench.collector.auth import Caller, TokenBook, current_caller
 from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.rows import ack_message
 from gpubench.collector.statuses import answer_of
-from gpubench.collector.store import CompareQuery, RunFilter, Store, TokenRow
+from gpubench.collector.store import CompareQuery, LeaderboardQuery, RunFilter, Store, TokenRow
 
 from gpubench import SCHEMA_VERSION, __version__, record
 from gpubench.errors import AccessDenied, InvalidRecord
@@ -73,6 +73,16 @@ def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
         raise InvalidRecord(field, f"unknown {value[:64]!r} (one of {', '.join(allowed)})")
 
 
+def _check_settings(value: str) -> None:
+    if value and value not in record.SETTINGS_LABELS:
+        options = ", ".join(name for _, name in record.SETTINGS_OPTIONS)
+        raise InvalidRecord(
+            "settings",
+            f"unknown {value[:64]!r} (\"keras\", or the options on joined with '+' in this "
+            f"order: kernels, {options}; e.g. \"kernels+data-on-device\")",
+        )
+
+
 def _check_limit(field: str, value: int, default: int, most: int) -> int:
     if value > most:
         raise InvalidRecord(field, f"must be <= {most}, got {value}")
@@ -88,7 +98,8 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
     @_translating_errors
     def SubmitRun(self, request, context):  # noqa: N802 - gRPC's method names
         caller = _caller()
-        validation.validate(request.run)
+        # Published runs (transcribed, not measured) only from the collector's operators.
+        validation.validate(request.run, may_publish=caller.admin)
         return ack_message(self._store.submit(request.run, caller.name))
 
     @_translating_errors
@@ -140,15 +151,9 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             raise InvalidRecord("model", f"missing (one of {', '.join(record.MODELS)})")
         _check_choice("precision", request.precision, record.PRECISIONS)
         _check_choice("backend", request.backend, record.BACKENDS)
-        if request.settings and request.settings not in record.SETTINGS_LABELS:
-            options = ", ".join(name for _, name in record.SETTINGS_OPTIONS)
-            raise InvalidRecord(
-                "settings",
-                f"unknown {request.settings[:64]!r} (\"keras\", or the options on joined "
-                f"with '+' in this order: kernels, {options};"
-                " e.g. \"kernels+data-on-device\")",
-            )
+        _check_settings(request.settings)
         _check_choice("batch_rule", request.batch_rule, validation.BATCH_RULES)
+        _check_choice("pipeline", request.pipeline, record.PIPELINE_MODES)
         query = CompareQuery(
             model=request.model,
             precision=request.precision,
@@ -157,9 +162,14 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             train_images=request.train_images,
             settings=request.settings,
             batch_rule=request.batch_rule,
+            pipeline=request.pipeline,
+            weights=request.weights,
+            data=request.data,
+            epochs=request.epochs,
             benchmark_version=request.benchmark_version,
             gpu_names=tuple(request.gpu_names),
             include_outliers=request.include_outliers,
+            include_flagged=request.include_flagged,
             allow_mixed=request.allow_mixed,
         )
         result = compare.compare(
@@ -168,6 +178,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             baseline_gpu=request.baseline_gpu,
             baseline_gpu_count=request.baseline_gpu_count,
             allow_mixed=request.allow_mixed,
+            published=self._store.published_groups(request.model, tuple(request.gpu_names)),
         )
         return _comparison_message(result)
 
@@ -177,10 +188,23 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             raise InvalidRecord("model", f"missing (one of {', '.join(record.MODELS)})")
         _check_choice("model", request.model, record.MODELS)
         _check_choice("precision", request.precision, record.PRECISIONS)
+        _check_choice("backend", request.backend, record.BACKENDS)
+        _check_settings(request.settings)
+        _check_choice("batch_rule", request.batch_rule, validation.BATCH_RULES)
         limit = _check_limit("limit", request.limit, DEFAULT_LEADERBOARD, MAX_PAGE_SIZE)
-        rows = self._store.leaderboard(request.model, request.precision, limit)
+        query = LeaderboardQuery(
+            model=request.model, precision=request.precision, backend=request.backend,
+            settings=request.settings or record.DEFAULT_SETTINGS,
+            batch_rule=request.batch_rule or record.DEFAULT_BATCH_RULE,
+            benchmark_version=request.benchmark_version,
+            include_flagged=request.include_flagged, limit=limit,
+        )
+        rows, version = self._store.leaderboard(query)
         return collector_pb2.LeaderboardResponse(
             model=request.model,
+            benchmark_version=version,
+            settings=query.settings,
+            batch_rule=query.batch_rule,
             entries=[
                 collector_pb2.LeaderboardEntry(
                     rank=rank,
@@ -194,38 +218,54 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
                     backend=r.backend,
                     precision=r.precision,
                     settings=r.settings,
+                    pipeline=r.pipeline,
+                    weights=r.weights,
+                    data=r.data,
+                    epochs=r.epochs,
+                    batch_rule=r.batch_rule,
                 )
                 for rank, r in enumerate(rows, start=1)
             ],
         )
 
 
+def _group_message(f: compare.GroupFigures) -> collector_pb2.CompareGroup:
+    return collector_pb2.CompareGroup(
+        gpu_name=f.gpu_name,
+        gpu_count=f.gpu_count,
+        runs=f.runs,
+        epoch2_median_seconds=f.epoch2_median_seconds,
+        epoch2_min_seconds=f.epoch2_min_seconds,
+        epoch2_max_seconds=f.epoch2_max_seconds,
+        train_images_per_second_median=f.train_images_per_second_median or 0.0,
+        max_batch_per_gpu=f.max_batch_per_gpu,
+        max_global_batch=f.max_global_batch,
+        peak_memory_median_bytes=round(f.peak_memory_median_bytes or 0),
+        peak_memory_share=compare.memory_share(f.peak_memory_median_bytes,
+                                               f.memory_total_bytes) or 0.0,
+        energy_per_epoch_median_joules=f.energy_per_epoch_median_joules or 0.0,
+        images_per_joule=f.images_per_joule_median or 0.0,
+        outliers_excluded=f.outliers_excluded,
+        memory_total_bytes=round(f.memory_total_bytes or 0),
+        largest_batch_per_gpu_max=f.largest_batch_per_gpu_max,
+        memory_limit_bytes=f.memory_limit_bytes,
+        flagged_included=f.flagged_included,
+        source=f.source,
+    )
+
+
 def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResponse:
     groups = []
     for g in result.groups:
-        f = g.figures
-        groups.append(
-            collector_pb2.CompareGroup(
-                gpu_name=f.gpu_name,
-                gpu_count=f.gpu_count,
-                runs=f.runs,
-                epoch2_median_seconds=f.epoch2_median_seconds,
-                epoch2_min_seconds=f.epoch2_min_seconds,
-                epoch2_max_seconds=f.epoch2_max_seconds,
-                train_images_per_second_median=f.train_images_per_second_median or 0.0,
-                max_batch_per_gpu=f.max_batch_per_gpu,
-                max_global_batch=f.max_global_batch,
-                peak_memory_median_bytes=round(f.peak_memory_median_bytes or 0),
-                peak_memory_share=g.peak_memory_share or 0.0,
-                energy_per_epoch_median_joules=f.energy_per_epoch_median_joules or 0.0,
-                images_per_joule=f.images_per_joule_median or 0.0,
-                speedup=g.speedup,
-                is_baseline=g.is_baseline,
-                outliers_excluded=f.outliers_excluded,
-                memory_total_bytes=round(f.memory_total_bytes or 0),
-                largest_batch_per_gpu_max=f.largest_batch_per_gpu_max,
-            )
-        )
+        message = _group_message(g.figures)
+        message.speedup = g.speedup
+        message.is_baseline = g.is_baseline
+        groups.append(message)
+    published = []
+    for p in result.published:
+        message = _group_message(p.figures)
+        message.differences.extend(p.differences)
+        published.append(message)
     return collector_pb2.CompareResponse(
         model=result.model,
         baseline=result.baseline,
@@ -238,6 +278,11 @@ def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResp
         train_images=result.train_images,
         settings=result.settings,
         batch_rule=result.batch_rule,
+        pipeline=result.pipeline,
+        weights=result.weights,
+        data=result.data,
+        epochs=result.epochs,
+        published=published,
     )
 
 

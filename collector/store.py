@@ -19,7 +19,10 @@ from the future instead.)
 
 Outlier flags and the per-group figures Compare reads (table group_figures) are
 recomputed for the groups a change touched: after deletes and imports at once,
-after submissions at most every RESCORE_INTERVAL_S, and always before a read.
+after submissions at most every RESCORE_INTERVAL_S, and always before a read. Runs
+flagged as implausible (collector.plausibility, decided when the row is made) and
+published runs (transcribed, not measured) are in no outlier group: Compare reads them
+apart, the leaderboard leaves them out.
 
 A run the database refuses (a value its column cannot hold) must not hold up the
 runs after it: when a bulk insert is refused, the rows the database refuses are
@@ -47,7 +50,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-from gpubench.collector import migrations
+from gpubench.collector import compare, migrations
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.durability import Durability, storage_error
 from gpubench.collector.errors import (
@@ -60,7 +63,7 @@ from gpubench.collector.errors import (
 )
 from gpubench.collector.intake import Journal, JournalEntry, KnownRuns, journal_folder
 from gpubench.collector.quarantine import QuarantinedRun, first_line, insert_sorting_out
-from gpubench.collector.rows import Ack, run_row, utc_now
+from gpubench.collector.rows import REASON_SEPARATOR, Ack, run_row, utc_now
 
 from gpubench import record
 from gpubench.errors import InvalidRecord, NotFound
@@ -70,15 +73,24 @@ log = logging.getLogger(__name__)
 
 # Robust z-score (Iglewicz and Hoaglin): 0.6745 * (x - median) / MAD; beyond 3.5 is an outlier.
 OUTLIER_THRESHOLD = 3.5
+# A GPU configuration: the cards, how many, and a --memory-limit (a smaller card).
+CONFIG_COLUMNS = ("gpu_name", "gpu_count", "memory_limit_bytes")
 # The columns that decide which runs are "the same GPU configuration" for outliers,
-# in the order of group_figures' first columns. train_images: a smoke run on a subset
+# in the order of group_figures' first columns: the configuration, and everything that
+# changes what was timed (compare.DIMENSIONS). train_images: a smoke run on a subset
 # of the images (agent --limit-images) is not timed like a full run; settings: nor is a
 # run computed or fed differently (record.settings_label: "keras", "kernels", ...);
-# batch_rule: nor one whose batch was chosen by another rule ("steps", "largest", ...).
+# batch_rule: nor one whose batch was chosen by another rule ("steps", "largest", ...);
+# pipeline: nor one that decoded its images in the epoch (seed) or streamed them; nor one
+# of other weights, data (a real folder against the synthetic set) or number of epochs.
 OUTLIER_GROUP = (
-    "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
-    "settings", "batch_rule", "benchmark_version",
+    "model", *CONFIG_COLUMNS, "backend", "precision", "image_size", "train_images",
+    "settings", "batch_rule", "pipeline", "weights", "data", "epochs", "benchmark_version",
 )
+# The runs that belong to outlier groups (and so to Compare's figures): measured, OK,
+# not flagged as implausible.
+SCORED_RUNS = ("status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published "
+               "AND NOT flagged")
 # The protocol's training set: 80% of the benchmark's 2136 images. The leaderboard ranks
 # only runs of it; a smoke run with --limit-images trains on fewer.
 STANDARD_TRAIN_IMAGES = 1709
@@ -133,6 +145,14 @@ RUN_COLUMNS = pa.schema(
         ("settings", pa.string()),
         ("batch_rule", pa.string()),
         ("largest_batch_per_gpu", pa.int32()),
+        ("pipeline", pa.string()),
+        ("weights", pa.string()),
+        ("data", pa.string()),
+        ("epochs", pa.int32()),
+        ("memory_limit_bytes", pa.uint64()),
+        ("published", pa.bool_()),
+        ("flagged", pa.bool_()),
+        ("flag_reasons", pa.string()),
     ]
 )
 
@@ -174,10 +194,30 @@ class CompareQuery:
     train_images: int = 0  # training images per epoch
     settings: str = ""  # record.settings_label: "keras", "kernels+data-on-device", ...
     batch_rule: str = ""  # how the batch was chosen: "steps", "largest", "given", "quick"
+    pipeline: str = ""  # as it ran: "cached", "cached-on-device", "streaming", "seed"
+    weights: str = ""
+    data: str = ""  # record.data_label: "synthetic-rps", "sha256:..."
+    epochs: int = 0
     benchmark_version: str = ""
-    gpu_names: tuple[str, ...] = ()  # exact, case-insensitive
+    gpu_names: tuple[str, ...] = ()  # exact, case-insensitive, normalised
     include_outliers: bool = False
+    include_flagged: bool = False
     allow_mixed: bool = False
+
+
+@dataclass(frozen=True)
+class LeaderboardQuery:
+    """Which runs a leaderboard ranks: one model, one settings label and one batch rule
+    (the default run's unless asked), optionally one precision and backend."""
+
+    model: str
+    precision: str = ""
+    backend: str = ""
+    settings: str = record.DEFAULT_SETTINGS
+    batch_rule: str = record.DEFAULT_BATCH_RULE
+    benchmark_version: str = ""  # empty: the newest (numerically) with such runs
+    include_flagged: bool = False
+    limit: int = 20
 
 
 @dataclass(frozen=True)
@@ -189,6 +229,11 @@ class LeaderboardRow:
     backend: str
     precision: str
     settings: str
+    pipeline: str
+    weights: str
+    data: str
+    epochs: int
+    batch_rule: str
     runs: int
     best_epoch2_seconds: float
     epoch2_median_seconds: float
@@ -684,7 +729,8 @@ class Store:
                         len(rows))
             con.execute(_INSERT_ROWS.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1), columns)
         # Only groups that gained runs: a refused row's values may not even fit a query.
-        self._dirty_groups.update(_group_key(r) for r in rows if r["status"] == "ok")
+        self._dirty_groups.update(_group_key(r) for r in rows if r["status"] == "ok"
+                                  and not r["published"] and not r["flagged"])
 
     def _quarantine(
         self, refused: list[tuple[dict[str, Any], str]], *, announce: bool = True
@@ -800,7 +846,7 @@ class Store:
             UPDATE runs SET outlier = abs(s.z) > ?, outlier_score = s.z
             FROM (
                 WITH g AS (SELECT run_id, {cols}, epoch2_seconds AS x FROM runs
-                           WHERE status = 'ok' AND epoch2_seconds IS NOT NULL{where}),
+                           WHERE {SCORED_RUNS}{where}),
                      m AS (SELECT {cols}, median(x) AS med FROM g GROUP BY ALL),
                      d AS (SELECT {cols}, median(abs(x - med)) AS mad,
                                   avg(abs(x - med)) AS meanad
@@ -817,6 +863,10 @@ class Store:
         )
         # The figures follow the flags: recompute the touched groups' rows.
         if groups is None:
+            # A run that left the groups (flagged on an upgrade) keeps no old outlier flag;
+            # only a full rescore can find one: a run is flagged before it is ever scored.
+            con.execute(f"UPDATE runs SET outlier = false, outlier_score = 0 "
+                        f"WHERE (outlier OR outlier_score <> 0) AND NOT ({SCORED_RUNS})")
             con.execute("DELETE FROM group_figures")
         else:
             con.execute(f"DELETE FROM group_figures WHERE ({cols}) IN ({rows_in})", params)
@@ -826,7 +876,7 @@ class Store:
             SELECT {cols}, with_outliers, {_FIGURES}
             FROM (SELECT *, with_outliers OR NOT outlier AS keep
                   FROM runs, (VALUES (true), (false)) AS v(with_outliers)
-                  WHERE status = 'ok' AND epoch2_seconds IS NOT NULL{where})
+                  WHERE {SCORED_RUNS}{where})
             GROUP BY {cols}, with_outliers
             HAVING count(*) FILTER (WHERE keep) > 0
             """,
@@ -904,7 +954,7 @@ class Store:
                 raise NotFound(f"run_id {run_id}: no such run")
             with _transaction(con):
                 con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
-                if rows[0][1] == "ok":
+                if rows[0][1] == "ok":  # (a group a flagged run is not in: nothing changes)
                     self._rescore(con, {tuple(rows[0][2:])})
             return rows[0][0]
 
@@ -918,27 +968,29 @@ class Store:
         return rows[0][0]
 
     def compare_groups(self, query: CompareQuery) -> list[GroupFigures]:
-        """Per GPU configuration (name x count): the figures Compare reports, over OK runs.
+        """Per GPU configuration (name x count x memory limit): the figures Compare
+        reports, over OK measured runs (flagged ones only with include_flagged).
 
-        Read from the per-group figures the store keeps. Only where a configuration
-        spans several outlier groups (runs of unlike settings) and the caller allows
-        mixing them are its medians computed afresh from the runs.
+        Read from the per-group figures the store keeps. Where a configuration spans
+        several outlier groups (runs of unlike settings) and the caller allows mixing
+        them, or flagged runs are asked for, the medians are computed afresh from the runs.
         """
+        if query.include_flagged:
+            return [_group_figures(r) for r in self._compare_rows_from_runs(query)]
         clauses, params = _compare_filter(query)
         rows = self._scored().execute(
             f"""
-            SELECT gpu_name, gpu_count, runs, outliers_excluded, epoch2_median_seconds,
+            SELECT {_CONFIG}, runs, outliers_excluded, epoch2_median_seconds,
                 epoch2_min_seconds, epoch2_max_seconds, train_images_per_second_median,
                 max_batch_per_gpu, max_global_batch, peak_memory_median_bytes,
                 memory_total_bytes, energy_per_epoch_median_joules, images_per_joule_median,
                 largest_batch_per_gpu_max,
-                [benchmark_version], [backend], [precision], [image_size], [train_images],
-                [settings], [batch_rule]
+                {", ".join(f"[{c}]" for c in _KEY_COLUMNS)}
             FROM group_figures WHERE with_outliers = ? AND {' AND '.join(clauses)}
             """,
             [query.include_outliers, *params],
         ).fetchall()
-        configs = {(r[0], r[1]) for r in rows}
+        configs = {tuple(r[:3]) for r in rows}
         if len(configs) < len(rows) and query.allow_mixed:
             rows = self._compare_rows_from_runs(query)
         return [_group_figures(r) for r in rows]
@@ -947,53 +999,93 @@ class Store:
         clauses, params = _compare_filter(query)
         return self._scored().execute(
             f"""
-            SELECT gpu_name, gpu_count, {_FIGURES},
-                list(DISTINCT benchmark_version) FILTER (WHERE keep),
-                list(DISTINCT backend) FILTER (WHERE keep),
-                list(DISTINCT precision) FILTER (WHERE keep),
-                list(DISTINCT image_size) FILTER (WHERE keep),
-                list(DISTINCT train_images) FILTER (WHERE keep),
-                list(DISTINCT settings) FILTER (WHERE keep),
-                list(DISTINCT batch_rule) FILTER (WHERE keep)
+            SELECT {_CONFIG}, {_FIGURES},
+                {", ".join(f"list(DISTINCT {c}) FILTER (WHERE keep)" for c in _KEY_COLUMNS)},
+                count(*) FILTER (WHERE keep AND flagged)
             FROM (SELECT *, (? OR NOT outlier) AS keep FROM runs
-                  WHERE status = 'ok' AND epoch2_seconds IS NOT NULL
-                    AND {' AND '.join(clauses)})
-            GROUP BY gpu_name, gpu_count
+                  WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
+                    AND (? OR NOT flagged) AND {' AND '.join(clauses)})
+            GROUP BY {_CONFIG}
             """,
-            [query.include_outliers, *params],
+            [query.include_outliers, query.include_flagged, *params],
         ).fetchall()
 
-    def leaderboard(self, model: str, precision: str, limit: int) -> list[LeaderboardRow]:
-        """A model's GPU configurations by median epoch-2 time, fastest first; one entry
-        per backend, precision and settings each configuration ran with.
+    def published_groups(self, model: str, gpu_names: Sequence[str] = ()) -> list[GroupFigures]:
+        """The published runs of a model (Run.published), per GPU configuration and
+        everything that changes what was timed, each group with its source. Flagged
+        published runs are left out like measured ones."""
+        clauses, params = _compare_filter(CompareQuery(model=model, gpu_names=tuple(gpu_names)))
+        rows = self._scored().execute(
+            f"""
+            SELECT {_CONFIG}, {_FIGURES},
+                {", ".join(f"[{c}]" for c in _KEY_COLUMNS)}, 0, any_value(record)
+            FROM (SELECT *, true AS keep FROM runs
+                  WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND published
+                    AND NOT flagged AND {' AND '.join(clauses)})
+            GROUP BY {_CONFIG}, {", ".join(_KEY_COLUMNS)}
+            ORDER BY median(epoch2_seconds), gpu_name
+            """,
+            params,
+        ).fetchall()
+        return [_group_figures(r[:-1], source=run_pb2.Run.FromString(r[-1]).source)
+                for r in rows]
+
+    def benchmark_versions(self, where: str, params: Sequence[Any]) -> list[str]:
+        """The benchmark versions of the runs matching `where`, newest first (numeric
+        order: "10" is newer than "9")."""
+        rows = self._scored().execute(
+            f"SELECT DISTINCT benchmark_version FROM runs WHERE {where}", list(params)
+        ).fetchall()
+        return sorted((v for (v,) in rows), key=record.version_key, reverse=True)
+
+    def leaderboard(self, query: LeaderboardQuery) -> tuple[list[LeaderboardRow], str]:
+        """A model's GPU configurations by the median epoch-2 time of their runs, fastest
+        first (the best single run beside it); one entry per backend, precision, pipeline,
+        weights, data and epochs each configuration ran with. Returns the entries and the
+        benchmark version they are of.
 
         Only runs of the standard benchmark count: at the model's native image size (not
         a smoke run at --image-size), on the protocol's STANDARD_TRAIN_IMAGES training
-        images (not a smoke run with --limit-images), and of the newest benchmark version
-        with such runs of the model; outliers are left out. The training set is the
-        protocol's fixed number rather than, say, the most common one among the runs, so
-        that a burst of smoke runs can never take the leaderboard over.
+        images (not a smoke run with --limit-images), on the whole card (no
+        --memory-limit), of one settings label and one batch rule (the default run's
+        unless asked), and of the newest benchmark version with such runs of the model;
+        outliers and published runs are left out, flagged runs unless asked for. The
+        training set is the protocol's fixed number rather than, say, the most common one
+        among the runs, so that a burst of smoke runs can never take the leaderboard over.
         """
-        clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "NOT outlier", "model = ?",
-                   "image_size = ?", "train_images = ?"]
-        params: list[Any] = [model, record.NATIVE_IMAGE_SIZE.get(model, 0), STANDARD_TRAIN_IMAGES]
-        if precision:
-            clauses.append("precision = ?")
-            params.append(precision)
+        clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "NOT outlier",
+                   "NOT published", "model = ?", "image_size = ?", "train_images = ?",
+                   "memory_limit_bytes = 0", "settings = ?", "batch_rule = ?"]
+        params: list[Any] = [query.model, record.NATIVE_IMAGE_SIZE.get(query.model, 0),
+                             STANDARD_TRAIN_IMAGES, query.settings, query.batch_rule]
+        if not query.include_flagged:
+            clauses.append("NOT flagged")
+        for column in ("precision", "backend"):
+            if getattr(query, column):
+                clauses.append(f"{column} = ?")
+                params.append(getattr(query, column))
         where = " AND ".join(clauses)
-        sql = f"""
-            SELECT gpu_name, gpu_count, backend, precision, settings, count(*),
-                min(epoch2_seconds), median(epoch2_seconds), median(train_images_per_second),
-                max(batch_per_gpu)
+        version = query.benchmark_version
+        if not version:
+            versions = self.benchmark_versions(where, params)
+            if not versions:
+                return [], ""
+            version = versions[0]
+        keys = "gpu_name, gpu_count, backend, precision, settings, pipeline, weights, data, " \
+               "epochs, batch_rule"
+        rows = self._scored().execute(
+            f"""
+            SELECT {keys}, count(*), min(epoch2_seconds), median(epoch2_seconds),
+                median(train_images_per_second), max(batch_per_gpu)
             FROM runs
-            WHERE {where}
-              AND benchmark_version = (SELECT max(benchmark_version) FROM runs WHERE {where})
-            GROUP BY gpu_name, gpu_count, backend, precision, settings
+            WHERE {where} AND benchmark_version = ?
+            GROUP BY {keys}
             ORDER BY median(epoch2_seconds), min(epoch2_seconds), gpu_name, gpu_count
             LIMIT ?
-        """
-        rows = self._scored().execute(sql, [*params, *params, limit]).fetchall()
-        return [LeaderboardRow(*r) for r in rows]
+            """,
+            [*params, version, query.limit],
+        ).fetchall()
+        return [LeaderboardRow(*r) for r in rows], version
 
     # -- quarantine -------------------------------------------------------------------------
 
@@ -1124,7 +1216,8 @@ class Store:
             )
 
 
-_STORED_COLUMNS = "run_id, record, submitter, received_at, outlier, outlier_score, content_sha256"
+_STORED_COLUMNS = ("run_id, record, submitter, received_at, outlier, outlier_score, "
+                   "content_sha256, flagged, flag_reasons")
 _QUARANTINE_COLUMNS = "run_id, submitter, received_at, quarantined_at, reason, content_sha256"
 _TOKEN_COLUMNS = "name, admin, created_at, revoked, last_used_at, secret_sha256"
 # Errors that say the database refuses a row's values (a number past its column's type,
@@ -1184,6 +1277,8 @@ def _stored_run(row: Sequence[Any]) -> collector_pb2.StoredRun:
         outlier=row[4],
         outlier_score=row[5],
         content_sha256=row[6],
+        flagged=row[7],
+        flag_reasons=row[8].split(REASON_SEPARATOR) if row[8] else [],
     )
     stored.received_at.FromDatetime(row[3])
     return stored
@@ -1219,30 +1314,40 @@ def _equal_where_set(source: object, columns: tuple[str, ...]) -> tuple[list[str
     return clauses, params
 
 
+# The columns of a GPU configuration, as SQL, and the dimensions Compare keeps apart
+# (compare.DIMENSIONS' columns), in GroupFigures' order.
+_CONFIG = ", ".join(CONFIG_COLUMNS)
+_KEY_COLUMNS = ("benchmark_version", "backend", "precision", "image_size", "train_images",
+                "settings", "batch_rule", "pipeline", "weights", "data", "epochs")
+
+
 def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
     clauses, params = _equal_where_set(
         query,
         ("model", "precision", "backend", "benchmark_version", "image_size", "train_images",
-         "settings", "batch_rule"),
+         "settings", "batch_rule", "pipeline", "weights", "data", "epochs"),
     )
     if query.gpu_names:
         clauses.append("list_contains(?, lower(gpu_name))")
-        params.append([n.lower() for n in query.gpu_names])
+        params.append([record.normalize_gpu_name(n).lower() for n in query.gpu_names])
     return clauses, params
 
 
-def _group_figures(r: Sequence[Any]) -> GroupFigures:
+def _group_figures(r: Sequence[Any], *, source: str = "") -> GroupFigures:
+    """GroupFigures from a row: the configuration (3 columns), _FIGURES (13), the
+    dimensions' value lists (_KEY_COLUMNS) and, from the runs, the flagged runs kept."""
+    lists = [tuple(sorted(v or ())) for v in r[16:16 + len(_KEY_COLUMNS)]]
     return GroupFigures(
-        gpu_name=r[0], gpu_count=r[1], runs=r[2], outliers_excluded=r[3],
-        epoch2_median_seconds=r[4], epoch2_min_seconds=r[5], epoch2_max_seconds=r[6],
-        train_images_per_second_median=r[7], max_batch_per_gpu=r[8] or 0,
-        max_global_batch=r[9] or 0, peak_memory_median_bytes=r[10],
-        memory_total_bytes=r[11], energy_per_epoch_median_joules=r[12],
-        images_per_joule_median=r[13], largest_batch_per_gpu_max=r[14] or 0,
-        benchmark_versions=tuple(sorted(r[15] or ())), backends=tuple(sorted(r[16] or ())),
-        precisions=tuple(sorted(r[17] or ())), image_sizes=tuple(sorted(r[18] or ())),
-        train_images=tuple(sorted(r[19] or ())), settings=tuple(sorted(r[20] or ())),
-        batch_rules=tuple(sorted(r[21] or ())),
+        gpu_name=r[0], gpu_count=r[1], memory_limit_bytes=r[2] or 0, runs=r[3],
+        outliers_excluded=r[4], epoch2_median_seconds=r[5], epoch2_min_seconds=r[6],
+        epoch2_max_seconds=r[7], train_images_per_second_median=r[8],
+        max_batch_per_gpu=r[9] or 0, max_global_batch=r[10] or 0,
+        peak_memory_median_bytes=r[11], memory_total_bytes=r[12],
+        energy_per_epoch_median_joules=r[13], images_per_joule_median=r[14],
+        largest_batch_per_gpu_max=r[15] or 0,
+        **dict(zip(compare.DIMENSION_ATTRIBUTES, lists, strict=True)),
+        flagged_included=r[16 + len(_KEY_COLUMNS)] if len(r) > 16 + len(_KEY_COLUMNS) else 0,
+        source=source,
     )
 
 

@@ -10,12 +10,18 @@ check what is missing and what must agree; a last pass walks the record's
 descriptor and bounds every field: each number by its range in NUMBER_LIMITS (the
 one table of ranges), each enum to its known values, each text to MESSAGE
 characters at most. A field added to run.proto is never left unbounded.
+
+Names shown to people (GPU and CPU names, the OS, labels, data sets, a published
+run's source) may not hold control or bidirectional characters, which can make one
+name look like another; a GPU name must be ASCII once Unicode-normalised, as NVML
+writes them. A record that contradicts itself (collector.plausibility) is refused too.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import unicodedata
 import uuid
 from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
@@ -23,6 +29,7 @@ from datetime import datetime, timedelta, timezone
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
+from gpubench.collector import plausibility
 
 from gpubench import SCHEMA_VERSION, record
 from gpubench.errors import InvalidRecord
@@ -73,7 +80,7 @@ MAX_SAMPLES = int(100 * MAX_SECONDS)
 MAX_SEED = 2**31 - 1
 # How batch_per_gpu was chosen (Config.batch_rule), and what a batch-size trial was
 # (BatchTrial.kind); both may be empty (records of schema 1).
-BATCH_RULES = ("steps", "largest", "given", "quick")
+BATCH_RULES = record.BATCH_RULES
 TRIAL_KINDS = ("probe", "confirm", "run")
 
 # Every number of a run record, by field (relative to the package gpubench.v1): the
@@ -127,10 +134,11 @@ NUMBER_LIMITS: dict[str, tuple[float, float]] = {
     "GpuMemory.device_peak_bytes": (0, MAX_MEMORY_BYTES),
     "GpuMemory.allocator_reserved_peak_bytes": (0, MAX_MEMORY_BYTES),
     "GpuMemory.memory_total_bytes": (0, MAX_MEMORY_BYTES),
+    "GpuMemory.allocator_reserved_peak_bytes": (0, MAX_MEMORY_BYTES),
     "Result.measured_epoch": (0, MAX_EPOCHS),
     "Result.epoch2_seconds": (0, MAX_SECONDS),
-    # Epoch 1 minus epoch 2: a run whose first epoch was the faster one is refused.
-    "Result.startup_seconds": (0, MAX_SECONDS),
+    # Epoch 1 minus epoch 2: below 0 when epoch 2 was the slower (a card that throttled).
+    "Result.startup_seconds": (-MAX_SECONDS, MAX_SECONDS),
     "Result.train_images_per_second": (0, MAX_IMAGES_PER_SECOND),
     "Result.step_time_median_seconds": (0, MAX_SECONDS),
     "Result.step_time_cv": (0, 1000),
@@ -150,6 +158,13 @@ NUMBER_LIMITS: dict[str, tuple[float, float]] = {
 DEFAULT_NUMBER_LIMITS = (0, 2**31 - 1)
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+# Why a published run (Run.published) from an agent's token is refused.
+PUBLISHED_BY_OPERATORS = ("published runs are loaded by the collector's operator "
+                          "(gpubench-collector import, or an admin token), not submitted")
+# Unicode categories a name may not hold: controls, format characters (the bidirectional
+# overrides and isolates, zero-width joiners and marks), surrogates, line and paragraph
+# separators.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 # Fields checked alike, by message.
 GPU_TEXTS = ("driver_version", "cuda_version", "compute_capability", "ecc_mode",
@@ -209,28 +224,70 @@ class _Checker:
             self.fail(name, f"more than {limit} entries ({n})")
 
 
-def problems(run: run_pb2.Run, *, now: datetime | None = None) -> list[tuple[str, str]]:
-    """Every problem of the record, as (field path, what is wrong); empty when valid."""
+def problems(
+    run: run_pb2.Run, *, now: datetime | None = None, may_publish: bool = False
+) -> list[tuple[str, str]]:
+    """Every problem of the record, as (field path, what is wrong); empty when valid.
+
+    A published record (Run.published) is a problem unless `may_publish` (the
+    collector's operator loads those, never an agent).
+    """
     now = now or datetime.now(timezone.utc)
     c = _Checker()
-    _identity(c, run, now)
+    _identity(c, run, now, may_publish)
     _host(c, run.host)
     gpu_memory = _gpus(c, run)
     _software(c, run.software)
     _config(c, run)
     _result(c, run, gpu_memory)
-    _bounds(c, run, RUN_BOUNDS, "run", {name for name, _ in c.problems})
+    failed = {name for name, _ in c.problems}
+    _bounds(c, run, RUN_BOUNDS, "run", failed)
+    if not c.problems:  # figures already refused would only be named twice
+        c.problems.extend(plausibility.inconsistencies(run))
     return c.problems
 
 
-def validate(run: run_pb2.Run, *, now: datetime | None = None) -> None:
+def validate(
+    run: run_pb2.Run, *, now: datetime | None = None, may_publish: bool = False
+) -> None:
     """Raise InvalidRun naming every bad field; return quietly for a valid record."""
-    found = problems(run, now=now)
+    found = problems(run, now=now, may_publish=may_publish)
     if found:
         raise InvalidRun(found)
 
 
-def _identity(c: _Checker, run: run_pb2.Run, now: datetime) -> None:
+def unsafe_character(text: str) -> str:
+    """The first control or bidirectional character of `text`, described
+    ("U+202E RIGHT-TO-LEFT OVERRIDE"); "" when there is none."""
+    for char in text:
+        if unicodedata.category(char) in _UNSAFE_CATEGORIES:
+            return _describe(char)
+    return ""
+
+
+def _describe(char: str) -> str:
+    return f"U+{ord(char):04X} {unicodedata.name(char, 'unnamed')}"
+
+
+def _safe_name(c: _Checker, name: str, value: str) -> None:
+    """A name shown to people: no control or bidirectional characters."""
+    found = unsafe_character(value)
+    if found:
+        c.fail(name, f"contains a control or bidirectional character ({found})")
+
+
+def _gpu_name(c: _Checker, name: str, value: str) -> None:
+    """A GPU name: safe, and ASCII once normalised (NVML's names are)."""
+    found = unsafe_character(value)
+    if found:
+        c.fail(name, f"contains a control or bidirectional character ({found})")
+        return
+    odd = next((ch for ch in record.normalize_gpu_name(value) if not ch.isascii()), "")
+    if odd:
+        c.fail(name, f"must be ASCII, as NVML writes GPU names ({_describe(odd)})")
+
+
+def _identity(c: _Checker, run: run_pb2.Run, now: datetime, may_publish: bool) -> None:
     if run.schema_version == 0:
         c.fail("run.schema_version", "missing")
     elif run.schema_version > SCHEMA_VERSION:
@@ -249,6 +306,13 @@ def _identity(c: _Checker, run: run_pb2.Run, now: datetime) -> None:
             c.fail("run.run_id", f"not a UUID in canonical form, got {run.run_id[:SHORT]!r}")
     c.text("run.benchmark_version", run.benchmark_version, SHORT, required=True)
     c.text("run.label", run.label, NAME)
+    _safe_name(c, "run.label", run.label)
+    if run.published and not may_publish:
+        c.fail("run.published", PUBLISHED_BY_OPERATORS)
+    elif run.published and not run.source:
+        c.fail("run.source", "missing: a published run names its source")
+    c.text("run.source", run.source, LONG)
+    _safe_name(c, "run.source", run.source)
     if not run.HasField("created_at"):
         c.fail("run.created_at", "missing")
     else:
@@ -265,7 +329,9 @@ def _identity(c: _Checker, run: run_pb2.Run, now: datetime) -> None:
 
 def _host(c: _Checker, host: run_pb2.Host) -> None:
     c.text("run.host.cpu_model", host.cpu_model, NAME)
+    _safe_name(c, "run.host.cpu_model", host.cpu_model)
     c.text("run.host.os", host.os, NAME)
+    _safe_name(c, "run.host.os", host.os)
     c.text("run.host.agent_version", host.agent_version, SHORT)
     c.text("run.host.container_image", host.container_image, LONG)
     c.text("run.host.container_image_digest", host.container_image_digest, LONG)
@@ -280,6 +346,7 @@ def _gpus(c: _Checker, run: run_pb2.Run) -> dict[int, int]:
     for i, gpu in enumerate(run.gpus[:MAX_GPUS]):
         at = f"run.gpus[{i}]"
         c.text(f"{at}.name", gpu.name, NAME, required=True)
+        _gpu_name(c, f"{at}.name", gpu.name)
         if gpu.memory_total_bytes == 0:
             c.fail(f"{at}.memory_total_bytes", "missing")
         elif gpu.memory_total_bytes > MAX_MEMORY_BYTES:
@@ -306,6 +373,8 @@ def _config(c: _Checker, run: run_pb2.Run) -> None:
     c.choice("run.config.precision", cfg.precision, record.PRECISIONS)
     if cfg.pipeline:
         c.choice("run.config.pipeline", cfg.pipeline, record.PIPELINES)
+    if cfg.pipeline_mode:
+        c.choice("run.config.pipeline_mode", cfg.pipeline_mode, record.PIPELINE_MODES)
     if cfg.image_size < 1:
         c.fail("run.config.image_size", f"must be 1..{MAX_IMAGE_SIZE}, got {cfg.image_size}")
     if cfg.batch_per_gpu < 1:
@@ -324,6 +393,7 @@ def _config(c: _Checker, run: run_pb2.Run) -> None:
     if cfg.epochs < 1:
         c.fail("run.config.epochs", f"must be >= 1, got {cfg.epochs}")
     c.text("run.config.dataset_name", cfg.dataset_name, NAME)
+    _safe_name(c, "run.config.dataset_name", cfg.dataset_name)
     c.text("run.config.dataset_fingerprint", cfg.dataset_fingerprint, SHORT)
     c.text("run.config.weights", cfg.weights, NAME)
     if cfg.train_images > cfg.image_count > 0:

@@ -47,6 +47,20 @@ class Group(click.Group):
 MODEL = click.Choice(record.MODELS, case_sensitive=False)
 PRECISION = click.Choice(record.PRECISIONS)
 BACKEND = click.Choice(record.BACKENDS)
+PIPELINE = click.Choice(record.PIPELINE_MODES)
+BATCH_RULE = click.Choice(record.BATCH_RULES)
+
+SETTINGS_HELP = (
+    '"keras" (Keras\'s own code path, as every TensorFlow run and older torch runs), or '
+    "the options that were on, joined with '+' in this order: \"kernels\" (the torch "
+    "backend's batched augmentation, fused batch norm and channels-first layout, each "
+    'named alone when not all three are on), "data-on-device", "jit", "cuda-graphs"; e.g. '
+    '"kernels+data-on-device+cuda-graphs"'
+)
+BATCH_RULE_HELP = (
+    "how the batch was chosen: steps (the default run: the largest power of two that fits "
+    "with 8 steps an epoch), largest (--batch largest), given (--batch N), quick (--quick)"
+)
 
 
 def _format_option(*choices: str, default: str = "table") -> Any:
@@ -167,22 +181,32 @@ def cli(
     help="Only runs with N training images per epoch; pins comparisons to one dataset size "
     "(the standard data set has 1709, a smoke run with --limit-images fewer).",
 )
-@click.option(
-    "--settings",
-    metavar="TEXT",
-    help='Only runs computed and fed this way: "keras" (Keras\'s own code path, as every '
-    "TensorFlow run and older torch runs), or the options that were on, joined with '+' "
-    'in this order: "kernels" (the torch backend\'s batched augmentation, fused batch '
-    'norm and channels-first layout, each named alone when not all three are on), '
-    '"data-on-device", "jit", "cuda-graphs"; e.g. "kernels+data-on-device+cuda-graphs".',
-)
+@click.option("--settings", metavar="TEXT",
+              help=f"Only runs computed and fed this way: {SETTINGS_HELP}.")
+@click.option("--batch-rule", type=BATCH_RULE, help=f"Only runs whose batch rule is this: "
+              f"{BATCH_RULE_HELP}.")
+@click.option("--pipeline", type=PIPELINE,
+              help="Only runs whose input pipeline ran this way (a cached run that streamed "
+              "its images from disk is \"streaming\"; \"seed\" decodes them in the epoch).")
+@click.option("--weights", metavar="TEXT",
+              help='Only runs that started from these weights: "none", "imagenet" or '
+              '"file:<sha256>".')
+@click.option("--data", metavar="TEXT",
+              help='Only runs on this data: "synthetic-rps", or a folder\'s files as '
+              '"sha256:" and the first 16 hex digits of their fingerprint.')
+@click.option("--epochs", type=click.IntRange(min=1), help="Only runs of this many epochs.")
+@click.option("--benchmark-version", metavar="VERSION",
+              help="Only runs of this benchmark version.")
 @click.option(
     "--allow-mixed",
     is_flag=True,
     help="Compare runs that differ in benchmark version, backend, precision, image size, "
-    "training images per epoch or settings.",
+    "training images per epoch, settings, batch rule, pipeline, weights, data or epochs.",
 )
 @click.option("--include-outliers", is_flag=True, help="Keep runs flagged as outliers.")
+@click.option("--include-flagged", is_flag=True,
+              help="Keep runs the collector flagged as implausible (faster than the card "
+              "allows, a card unlike its name).")
 @click.option(
     "--chart",
     type=click.Path(dir_okay=False, writable=True),
@@ -201,13 +225,24 @@ def compare(
     image_size: int | None,
     train_images: int | None,
     settings: str | None,
+    batch_rule: str | None,
+    pipeline: str | None,
+    weights: str | None,
+    data: str | None,
+    epochs: int | None,
+    benchmark_version: str | None,
     allow_mixed: bool,
     include_outliers: bool,
+    include_flagged: bool,
     chart: str | None,
     fmt: str,
 ) -> None:
     """Compare GPU configurations on one model: epoch-2 time, throughput, largest
-    batch, peak memory, energy and speedup against a baseline."""
+    batch, peak memory, energy and speedup against a baseline.
+
+    Only like with like: runs that differ in anything that changes what was timed are
+    refused, each difference named with the flag that pins it. Published figures (the
+    article's, transcribed) are shown apart, below."""
     frame = _client(ctx).compare(
         model.upper(),
         baseline=baseline,
@@ -218,18 +253,31 @@ def compare(
         image_size=image_size,
         train_images=train_images,
         settings=settings,
+        batch_rule=batch_rule,
+        pipeline=pipeline,
+        weights=weights,
+        data=data,
+        epochs=epochs,
+        benchmark_version=benchmark_version,
         allow_mixed=allow_mixed,
         include_outliers=include_outliers,
+        include_flagged=include_flagged,
     )
+    published = tables.published_frame(frame.attrs["response"])
     if fmt == "json":
         click.echo(json.dumps(tables.compare_document(frame), indent=2))
     elif fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
-    elif frame.empty:
-        if not frame.attrs.get("warnings"):
-            click.echo(f"no runs of {model.upper()} match", err=True)
     else:
-        _console().print(tables.compare_table(frame))
+        console = _console()
+        if frame.empty:
+            if not frame.attrs.get("warnings"):
+                click.echo(f"no runs of {model.upper()} match", err=True)
+        else:
+            console.print(tables.compare_table(frame))
+        if not published.empty:
+            console.print(tables.published_table(
+                published, beside="the runs above" if not frame.empty else ""))
     if fmt != "json":
         _warn(frame.attrs.get("warnings", []))
     if chart:
@@ -286,7 +334,17 @@ def runs_list(
     if fmt == "table" and frame.empty:
         click.echo("no runs match", err=True)
         return
-    _emit_frame(frame, fmt, tables.runs_table(frame) if fmt == "table" else None)
+    if fmt != "table":
+        _emit_frame(frame, fmt, None)
+        return
+    # Published runs (transcribed, not measured) are listed apart from measured ones.
+    console = _console()
+    measured, published = frame[~frame["published"]], frame[frame["published"]]
+    if not measured.empty:
+        console.print(tables.runs_table(measured, title="measured runs"))
+    if not published.empty:
+        console.print(tables.runs_table(published, title="published figures (transcribed, "
+                                        "not measured by gpubench)"))
 
 
 @runs.command("show")
@@ -316,18 +374,39 @@ def runs_delete(ctx: click.Context, run_id: str) -> None:
 @cli.command()
 @click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
 @click.option("--precision", type=PRECISION, help="Only runs at this precision.")
+@click.option("--backend", type=BACKEND, help="Only runs on this Keras backend.")
+@click.option("--settings", metavar="TEXT", default=record.DEFAULT_SETTINGS, show_default=True,
+              help=f"Rank the runs computed and fed this way (one at a time): {SETTINGS_HELP}.")
+@click.option("--batch-rule", type=BATCH_RULE, default=record.DEFAULT_BATCH_RULE,
+              show_default=True, help=f"Rank the runs of this batch rule: {BATCH_RULE_HELP}.")
+@click.option("--benchmark-version", metavar="VERSION",
+              help="Rank the runs of this benchmark version (default: the newest with runs, in "
+              "numeric order).")
+@click.option("--include-flagged", is_flag=True,
+              help="Rank runs the collector flagged as implausible too.")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Entries to show."
 )
 @_format_option("table", "json", "csv")
 @click.pass_context
 def leaderboard(
-    ctx: click.Context, model: str, precision: str | None, limit: int, fmt: str
+    ctx: click.Context, model: str, precision: str | None, backend: str | None, settings: str,
+    batch_rule: str, benchmark_version: str | None, include_flagged: bool, limit: int, fmt: str
 ) -> None:
-    """The fastest GPU configurations on one model, by best epoch-2 time."""
-    frame = _client(ctx).leaderboard(model.upper(), precision=precision, limit=limit)
+    """The GPU configurations of one model ranked by the median epoch-2 time of their runs,
+    fastest first, with each one's best (fastest) run beside it.
+
+    Only runs of the standard benchmark (the model's native image size, 1709 training
+    images, the whole card), of the newest benchmark version, one settings label and one
+    batch rule at a time (the default run's unless asked). Outliers, runs flagged as
+    implausible and published figures are left out."""
+    frame = _client(ctx).leaderboard(
+        model.upper(), precision=precision, limit=limit, backend=backend, settings=settings,
+        batch_rule=batch_rule, benchmark_version=benchmark_version,
+        include_flagged=include_flagged)
     if fmt == "table" and frame.empty:
-        click.echo(f"no runs of {model.upper()} yet", err=True)
+        click.echo(f"no runs of {model.upper()} with settings {settings} and batch rule "
+                   f"{batch_rule} yet (--settings and --batch-rule choose others)", err=True)
         return
     _emit_frame(frame, fmt, tables.leaderboard_table(frame) if fmt == "table" else None)
 

@@ -405,6 +405,11 @@ class Client:
         train_images: int | None = None,
         settings: str | None = None,
         batch_rule: str | None = None,
+        pipeline: str | None = None,
+        weights: str | None = None,
+        data: str | None = None,
+        epochs: int | None = None,
+        include_flagged: bool = False,
     ) -> collector_pb2.CompareResponse:
         """The collector's raw comparison; see `compare` for the arguments."""
         request = collector_pb2.CompareRequest(
@@ -415,12 +420,17 @@ class Client:
             train_images=train_images or 0,
             settings=settings or "",
             batch_rule=batch_rule or "",
+            pipeline=pipeline or "",
+            weights=weights or "",
+            data=data or "",
+            epochs=epochs or 0,
             benchmark_version=benchmark_version or "",
             gpu_names=list(gpus),
             baseline_gpu=baseline or "",
             baseline_gpu_count=baseline_count or 0,
             allow_mixed=allow_mixed,
             include_outliers=include_outliers,
+            include_flagged=include_flagged,
         )
         return self._call(self._collector.Compare, request, f"comparing {model}")
 
@@ -439,6 +449,11 @@ class Client:
         train_images: int | None = None,
         settings: str | None = None,
         batch_rule: str | None = None,
+        pipeline: str | None = None,
+        weights: str | None = None,
+        data: str | None = None,
+        epochs: int | None = None,
+        include_flagged: bool = False,
     ) -> pd.DataFrame:
         """Compare GPU configurations on one model: one row per GPU configuration,
         fastest first.
@@ -449,12 +464,17 @@ class Client:
         (`train_images`: a smoke run's subset against the full data set), settings (how
         the network was computed and fed: "keras" for Keras's own code path, "kernels"
         for the torch backend's own kernels, "kernels+data-on-device", ...), batch rule
-        (`batch_rule`: how the batch was chosen, "steps", "largest", "given" or "quick")
-        or benchmark version are refused unless `allow_mixed`; each of those arguments
-        pins one value. Outlier runs are left out unless `include_outliers`.
+        (`batch_rule`: how the batch was chosen, "steps", "largest", "given" or "quick"),
+        pipeline as it ran ("cached", "cached-on-device", "streaming", "seed"), weights,
+        data ("synthetic-rps", or "sha256:..." of a folder's files), epochs or
+        benchmark version are refused unless `allow_mixed`; each of those arguments pins
+        one value. Outlier runs are left out unless `include_outliers`, runs flagged as
+        implausible unless `include_flagged`.
 
         Columns: see `gpubench.tables.compare_frame`; `df.attrs` holds the raw
-        response ("response"), "baseline", "warnings" and what the runs share.
+        response ("response"), "baseline", "warnings", what the runs share, and the
+        published runs of the model ("published": one dict each, as
+        `gpubench.tables.published_frame` has them).
         """
         response = self.compare_response(
             model,
@@ -470,23 +490,49 @@ class Client:
             train_images=train_images,
             settings=settings,
             batch_rule=batch_rule,
+            pipeline=pipeline,
+            weights=weights,
+            data=data,
+            epochs=epochs,
+            include_flagged=include_flagged,
         )
         return tables.compare_frame(response)
 
     def leaderboard_response(
-        self, model: str, precision: str | None = None, limit: int = 20
+        self,
+        model: str,
+        precision: str | None = None,
+        limit: int = 20,
+        *,
+        backend: str | None = None,
+        settings: str | None = None,
+        batch_rule: str | None = None,
+        benchmark_version: str | None = None,
+        include_flagged: bool = False,
     ) -> collector_pb2.LeaderboardResponse:
         """The collector's raw leaderboard; see `leaderboard`."""
         request = collector_pb2.LeaderboardRequest(
-            model=model, precision=precision or "", limit=max(limit, 0)
+            model=model, precision=precision or "", limit=max(limit, 0), backend=backend or "",
+            settings=settings or "", batch_rule=batch_rule or "",
+            benchmark_version=benchmark_version or "", include_flagged=include_flagged,
         )
         return self._call(self._collector.Leaderboard, request, f"the {model} leaderboard")
 
     def leaderboard(
-        self, model: str, precision: str | None = None, limit: int = 20
+        self,
+        model: str,
+        precision: str | None = None,
+        limit: int = 20,
+        **filters: Any,
     ) -> pd.DataFrame:
-        """The fastest GPU configurations on `model`, best epoch-2 time first."""
-        return tables.leaderboard_frame(self.leaderboard_response(model, precision, limit))
+        """The GPU configurations of `model` ranked by the median epoch-2 time of their
+        runs, fastest first (the best single run beside it). One settings label and one
+        batch rule at a time: `settings` (default: the default run's,
+        "kernels+cuda-graphs") and `batch_rule` (default "steps"); `backend`,
+        `benchmark_version` (default: the newest, in numeric order) and `include_flagged`
+        as in `compare`."""
+        return tables.leaderboard_frame(
+            self.leaderboard_response(model, precision, limit, **filters))
 
     # -- tokens (admin) -------------------------------------------------------------
 

@@ -9,6 +9,8 @@ understands.
 from __future__ import annotations
 
 import hashlib
+import re
+import unicodedata
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -28,6 +30,12 @@ MODELS = ("B0", "B3", "B7")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 BACKENDS = ("tensorflow", "torch", "jax")
 PIPELINES = ("cached", "seed")
+# How the input pipeline ran (Config.pipeline_mode): "cached" may have become
+# "cached-on-device" (--data-on-device) or "streaming" (the images did not fit the host).
+PIPELINE_MODES = ("cached", "cached-on-device", "streaming", "seed")
+# The benchmark's synthetic data set (agent/workload/synthetic.py): its fingerprint covers
+# PNG bytes, which differ between Pillow builds, so it is known by its name.
+SYNTHETIC_DATA = "synthetic-rps"
 
 # The protocol's image size for each model (EfficientNet's native resolution).
 NATIVE_IMAGE_SIZE = {"B0": 224, "B3": 300, "B7": 600}
@@ -75,6 +83,48 @@ def _every_settings_label() -> frozenset[str]:
 
 # Every label settings_label can give (what Compare's `settings` filter accepts).
 SETTINGS_LABELS = _every_settings_label()
+# The settings of the default run (torch on one GPU: its own kernels, CUDA graphs): what
+# the leaderboard ranks unless asked for another label.
+DEFAULT_SETTINGS = "kernels+cuda-graphs"
+# How batch_per_gpu was chosen (Config.batch_rule; empty in records of schema 1), and the
+# default run's (--batch auto), which the leaderboard ranks unless asked for another.
+BATCH_RULES = ("steps", "largest", "given", "quick")
+DEFAULT_BATCH_RULE = "steps"
+
+
+def pipeline_as_run(config: run_pb2.Config) -> str:
+    """How the input pipeline ran: Config.pipeline_mode, or for an older record the
+    pipeline asked for ("cached" with data_on_device read as "cached-on-device")."""
+    if config.pipeline_mode:
+        return config.pipeline_mode
+    if config.pipeline == "cached" and config.data_on_device:
+        return "cached-on-device"
+    return config.pipeline
+
+
+def data_label(config: run_pb2.Config) -> str:
+    """Which data a run trained on: "synthetic-rps" (the stand-in, by name), a folder's
+    files as "sha256:" and the first 16 hex digits of their fingerprint, or for a record
+    without a fingerprint (a published one) the data set's name."""
+    if config.dataset_name == SYNTHETIC_DATA:
+        return SYNTHETIC_DATA
+    if config.dataset_fingerprint:
+        return f"sha256:{config.dataset_fingerprint[:16]}"
+    return config.dataset_name
+
+
+def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
+    """A benchmark version's sort key: numbers in numeric order ("9" < "10" < "10.1"),
+    other text after the numbers it follows, by its characters."""
+    return tuple((1, int(part)) if part.isdigit() else (0, part)
+                 for part in re.findall(r"\d+|[^\d.]+", version))
+
+
+def normalize_gpu_name(name: str) -> str:
+    """A GPU name as the collector files it: Unicode NFKC (full-width and other
+    compatibility forms folded), runs of white space as one space, none at either end;
+    "Tesla T4 " and "Ｔｅｓｌａ　Ｔ４" are "Tesla T4"."""
+    return " ".join(unicodedata.normalize("NFKC", name).split())
 
 
 def new_run(*, label: str = "") -> Run:
@@ -137,8 +187,18 @@ def status_name(status: int) -> str:
     return RunStatus.Name(status).removeprefix("RUN_STATUS_").lower()
 
 
-def gpu_config_name(gpu_name: str, gpu_count: int) -> str:
-    """How a GPU configuration is shown: '1x Tesla T4', '2x NVIDIA RTX 6000 Ada', 'CPU'."""
+def gpu_config_name(gpu_name: str, gpu_count: int, memory_limit_bytes: int = 0) -> str:
+    """How a GPU configuration is shown: '1x Tesla T4', '2x NVIDIA RTX 6000 Ada', 'CPU',
+    and for a run with --memory-limit '1x NVIDIA H200 as 16 GiB'."""
     if gpu_count == 0 or not gpu_name:
         return "CPU"
-    return f"{gpu_count}x {gpu_name}"
+    name = f"{gpu_count}x {gpu_name}"
+    return f"{name} as {memory_size(memory_limit_bytes)}" if memory_limit_bytes else name
+
+
+def memory_size(num_bytes: int) -> str:
+    """'16 GiB', '7.5 GiB', '512 MiB': a memory limit as people write it."""
+    gib = num_bytes / (1 << 30)
+    if gib >= 1:
+        return f"{gib:.0f} GiB" if gib == int(gib) else f"{gib:.1f} GiB"
+    return f"{num_bytes / (1 << 20):.0f} MiB"

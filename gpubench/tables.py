@@ -27,12 +27,14 @@ MISSING = "-"
 # One row per stored run; the flattened record in the user's words, units in the names.
 RUN_COLUMNS = [
     "run_id", "created_at", "received_at", "submitter", "label", "status", "error_message",
-    "outlier", "outlier_score", "benchmark_version", "schema_version",
+    "outlier", "outlier_score", "flagged", "flag_reasons", "published", "source",
+    "benchmark_version", "schema_version",
     "gpu_config", "gpu_name", "gpu_count", "memory_total_gib", "driver_version",
     "cuda_version", "compute_capability", "power_limit_w",
     "model", "image_size", "batch_per_gpu", "global_batch", "batch_choice", "precision",
     "epochs", "dataset_name", "image_count", "train_images", "validation_images",
-    "dataset_fingerprint", "pipeline", "weights", "seed", "jit_compile", "cuda_graphs",
+    "dataset_fingerprint", "pipeline", "pipeline_mode", "weights", "seed", "jit_compile",
+    "cuda_graphs", "memory_limit_gib",
     "data_on_device", "batched_augmentation", "fused_batchnorm", "channels_first",
     "backend", "backend_version", "keras_version", "python_version",
     "cuda_runtime_version", "cudnn_version",
@@ -46,16 +48,28 @@ RUN_COLUMNS = [
 
 # One row per GPU configuration of a comparison, fastest first.
 COMPARE_COLUMNS = [
-    "gpu_config", "gpu_name", "gpu_count", "runs", "outliers_excluded",
-    "epoch2_median_s", "epoch2_min_s", "epoch2_max_s", "images_per_s_median",
+    "gpu_config", "gpu_name", "gpu_count", "memory_limit_gib", "runs", "outliers_excluded",
+    "flagged_included", "epoch2_median_s", "epoch2_min_s", "epoch2_max_s", "images_per_s_median",
     "max_batch_per_gpu", "max_global_batch", "peak_memory_median_gib", "memory_total_gib",
     "peak_memory_share", "energy_per_epoch_j", "images_per_joule", "speedup", "is_baseline",
 ]  # fmt: skip
 
+# One row per GPU configuration of the published runs beside a comparison.
+PUBLISHED_COLUMNS = [
+    "gpu_config", "gpu_name", "gpu_count", "runs", "epoch2_median_s", "images_per_s_median",
+    "max_batch_per_gpu", "peak_memory_median_gib", "memory_total_gib", "peak_memory_share",
+    "source", "differences",
+]  # fmt: skip
+
+# The dimensions a comparison's runs share (CompareResponse), in the order its title
+# names them.
+SHARED = ("benchmark_version", "backend", "precision", "image_size", "train_images",
+          "settings", "batch_rule", "pipeline", "weights", "data", "epochs")
+
 LEADERBOARD_COLUMNS = [
     "rank", "gpu_config", "gpu_name", "gpu_count", "runs", "best_epoch2_s",
     "epoch2_median_s", "images_per_s_median", "max_batch_per_gpu", "backend", "precision",
-    "settings",
+    "settings", "batch_rule", "pipeline", "weights", "data", "epochs",
 ]  # fmt: skip
 
 
@@ -99,7 +113,7 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
     run = stored.run
     config, result, software, host = run.config, run.result, run.software, run.host
     gpu = run.gpus[0] if run.gpus else None
-    gpu_names = sorted({g.name for g in run.gpus})
+    gpu_names = sorted({record.normalize_gpu_name(g.name) for g in run.gpus})
     gpu_name = " + ".join(gpu_names)
     gpu_count = config.gpu_count or len(run.gpus)
 
@@ -120,9 +134,13 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "error_message": result.error_message,
         "outlier": stored.outlier,
         "outlier_score": float(stored.outlier_score),
+        "flagged": stored.flagged,
+        "flag_reasons": "; ".join(stored.flag_reasons),
+        "published": run.published,
+        "source": run.source,
         "benchmark_version": run.benchmark_version,
         "schema_version": run.schema_version,
-        "gpu_config": record.gpu_config_name(gpu_name, gpu_count),
+        "gpu_config": record.gpu_config_name(gpu_name, gpu_count, config.memory_limit_bytes),
         "gpu_name": gpu_name,
         "gpu_count": gpu_count,
         "memory_total_gib": _gib(gpu.memory_total_bytes) if gpu else math.nan,
@@ -145,10 +163,12 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "validation_images": config.validation_images,
         "dataset_fingerprint": config.dataset_fingerprint,
         "pipeline": config.pipeline,
+        "pipeline_mode": record.pipeline_as_run(config),
         "weights": config.weights,
         "seed": config.seed,
         "jit_compile": config.jit_compile,
         "cuda_graphs": config.cuda_graphs,
+        "memory_limit_gib": _gib(config.memory_limit_bytes),
         "data_on_device": config.data_on_device,
         "batched_augmentation": config.batched_augmentation,
         "fused_batchnorm": config.fused_batchnorm,
@@ -215,11 +235,13 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
     """
     rows = [
         {
-            "gpu_config": record.gpu_config_name(g.gpu_name, g.gpu_count),
+            "gpu_config": record.gpu_config_name(g.gpu_name, g.gpu_count, g.memory_limit_bytes),
             "gpu_name": g.gpu_name,
             "gpu_count": g.gpu_count,
+            "memory_limit_gib": _gib(g.memory_limit_bytes),
             "runs": g.runs,
             "outliers_excluded": g.outliers_excluded,
+            "flagged_included": g.flagged_included,
             "epoch2_median_s": _measured(g.epoch2_median_seconds),
             "epoch2_min_s": _measured(g.epoch2_min_seconds),
             "epoch2_max_s": _measured(g.epoch2_max_seconds),
@@ -242,14 +264,35 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
         model=response.model,
         baseline=response.baseline,
         warnings=list(response.warnings),
-        benchmark_version=response.benchmark_version,
-        backend=response.backend,
-        precision=response.precision,
-        image_size=response.image_size,
-        train_images=response.train_images,
-        settings=response.settings,
+        # Plain records, not a frame: pandas compares attrs when frames are combined.
+        published=frame_records(published_frame(response)),
+        **{name: getattr(response, name) for name in SHARED},
     )
     return frame
+
+
+def published_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
+    """The published runs beside a comparison (PUBLISHED_COLUMNS), one row per group:
+    transcribed figures, with their source and how they were made unlike the compared
+    runs ("differences", joined with "; ")."""
+    rows = [
+        {
+            "gpu_config": record.gpu_config_name(g.gpu_name, g.gpu_count, g.memory_limit_bytes),
+            "gpu_name": g.gpu_name,
+            "gpu_count": g.gpu_count,
+            "runs": g.runs,
+            "epoch2_median_s": _measured(g.epoch2_median_seconds),
+            "images_per_s_median": _measured(g.train_images_per_second_median),
+            "max_batch_per_gpu": g.max_batch_per_gpu,
+            "peak_memory_median_gib": _gib(g.peak_memory_median_bytes),
+            "memory_total_gib": _gib(g.memory_total_bytes),
+            "peak_memory_share": _measured(g.peak_memory_share),
+            "source": g.source,
+            "differences": "; ".join(g.differences),
+        }
+        for g in response.published
+    ]
+    return pd.DataFrame(rows, columns=PUBLISHED_COLUMNS)
 
 
 def compare_document(frame: pd.DataFrame) -> dict[str, Any]:
@@ -259,14 +302,10 @@ def compare_document(frame: pd.DataFrame) -> dict[str, Any]:
     return {
         "model": attrs.get("model", ""),
         "baseline": attrs.get("baseline", ""),
-        "benchmark_version": attrs.get("benchmark_version", ""),
-        "backend": attrs.get("backend", ""),
-        "precision": attrs.get("precision", ""),
-        "image_size": attrs.get("image_size", 0),
-        "train_images": attrs.get("train_images", 0),
-        "settings": attrs.get("settings", ""),
+        **{name: attrs.get(name, "") for name in SHARED},
         "warnings": list(attrs.get("warnings", [])),
         "groups": frame_records(frame),
+        "published": list(attrs.get("published", [])),
     }
 
 
@@ -286,11 +325,18 @@ def leaderboard_frame(response: collector_pb2.LeaderboardResponse) -> pd.DataFra
             "backend": e.backend,
             "precision": e.precision,
             "settings": e.settings,
+            "batch_rule": e.batch_rule,
+            "pipeline": e.pipeline,
+            "weights": e.weights,
+            "data": e.data,
+            "epochs": e.epochs,
         }
         for e in response.entries
     ]
     frame = pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS)
-    frame.attrs.update(response=response, model=response.model)
+    frame.attrs.update(response=response, model=response.model,
+                       benchmark_version=response.benchmark_version,
+                       settings=response.settings, batch_rule=response.batch_rule)
     return frame
 
 
@@ -406,6 +452,7 @@ def _int(value: Any) -> int:
 
 def compare_title(frame: pd.DataFrame) -> str:
     """'B7 · tensorflow · float32 · 600 px · 1709 training images · settings keras ·
+    batch steps · pipeline cached · weights none · data synthetic-rps · 2 epochs ·
     benchmark 1': what the compared runs share."""
     attrs = frame.attrs
     parts = [attrs.get("model", "")]
@@ -416,8 +463,12 @@ def compare_title(frame: pd.DataFrame) -> str:
         parts.append(f"{attrs['image_size']} px")
     if attrs.get("train_images"):
         parts.append(f"{attrs['train_images']} training images")
-    if attrs.get("settings"):
-        parts.append(f"settings {attrs['settings']}")
+    for key, word in (("settings", "settings"), ("batch_rule", "batch"),
+                      ("pipeline", "pipeline"), ("weights", "weights"), ("data", "data")):
+        if attrs.get(key):
+            parts.append(f"{word} {attrs[key]}")
+    if attrs.get("epochs"):
+        parts.append(f"{attrs['epochs']} epochs")
     if attrs.get("benchmark_version"):
         parts.append(f"benchmark {attrs['benchmark_version']}")
     return " · ".join(p for p in parts if p)
@@ -444,6 +495,8 @@ def compare_table(frame: pd.DataFrame) -> Table:
         runs = str(_int(row["runs"]))
         if _int(row["outliers_excluded"]):
             runs += f" (+{_int(row['outliers_excluded'])} outlier)"
+        if _int(row["flagged_included"]):
+            runs += f" ({_int(row['flagged_included'])} flagged)"
         table.add_row(
             Text(config, style="bold" if row["is_baseline"] else ""),
             runs,
@@ -464,9 +517,37 @@ def compare_table(frame: pd.DataFrame) -> Table:
     return table
 
 
-def runs_table(frame: pd.DataFrame) -> Table:
+def published_table(published: pd.DataFrame, *, beside: str = "") -> Table:
+    """Published runs for the terminal, apart from measured ones: their figures, how they
+    differ from the runs they stand beside, and where they come from."""
+    table = Table(
+        title="published figures: transcribed, not measured by gpubench"
+        + (f"; not like for like with {beside}" if beside else ""),
+        title_justify="left",
+    )
+    table.add_column("GPU config")
+    table.add_column("runs", justify="right")
+    table.add_column("epoch 2 (s)", justify="right")
+    table.add_column("batch", justify="right")
+    table.add_column("peak memory\n(% of card)", justify="right")
+    table.add_column("unlike the runs above")
+    table.add_column("source")
+    for row in published.to_dict("records"):
+        table.add_row(
+            Text(row["gpu_config"]),
+            str(_int(row["runs"])),
+            format_seconds(row["epoch2_median_s"]),
+            str(_int(row["max_batch_per_gpu"]) or MISSING),
+            format_memory(row["peak_memory_median_gib"], row["peak_memory_share"]),
+            Text(row["differences"] or MISSING),
+            Text(row["source"]),
+        )
+    return table
+
+
+def runs_table(frame: pd.DataFrame, *, title: str | None = None) -> Table:
     """Stored runs for the terminal, one line each."""
-    table = Table()
+    table = Table(title=title, title_justify="left")
     table.add_column("run id", no_wrap=True)
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("GPU config")
@@ -482,6 +563,7 @@ def runs_table(frame: pd.DataFrame) -> Table:
     table.add_column("submitter")
     for row in frame.to_dict("records"):
         status = row["status"] + (" (outlier)" if row["outlier"] else "")
+        status += " (flagged)" if row["flagged"] else ""
         table.add_row(
             Text(row["run_id"]),
             format_time(row["created_at"]),
@@ -502,9 +584,29 @@ def runs_table(frame: pd.DataFrame) -> Table:
     return table
 
 
+def leaderboard_title(frame: pd.DataFrame) -> str:
+    """'B0 leaderboard · settings kernels+cuda-graphs · batch steps · benchmark 1'."""
+    attrs = frame.attrs
+    parts = [f"{attrs.get('model', '')} leaderboard"]
+    for key, word in (("settings", "settings"), ("batch_rule", "batch"),
+                      ("benchmark_version", "benchmark")):
+        if attrs.get(key):
+            parts.append(f"{word} {attrs[key]}")
+    return " · ".join(parts)
+
+
+# The leaderboard's entries differ in these where the filters leave them free; one column
+# "as run" says how, when they do.
+AS_RUN = ("pipeline", "weights", "data", "epochs")
+
+
 def leaderboard_table(frame: pd.DataFrame) -> Table:
-    """A leaderboard for the terminal."""
-    table = Table(title=f"{frame.attrs.get('model', '')} leaderboard")
+    """A leaderboard for the terminal: ranked by the median epoch-2 time (the caption
+    says so), the best single run beside it."""
+    varies = any(frame[c].nunique() > 1 for c in AS_RUN) if not frame.empty else False
+    table = Table(title=leaderboard_title(frame),
+                  caption="ranked by the median epoch-2 time of each configuration's runs; "
+                          "best: its fastest run")
     table.add_column("#", justify="right")
     table.add_column("GPU config")
     table.add_column("runs", justify="right")
@@ -514,9 +616,10 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
     table.add_column("max batch/GPU", justify="right")
     table.add_column("backend")
     table.add_column("precision")
-    table.add_column("settings")
+    if varies:
+        table.add_column("as run")
     for row in frame.to_dict("records"):
-        table.add_row(
+        cells = [
             str(_int(row["rank"])),
             Text(row["gpu_config"]),
             str(_int(row["runs"])),
@@ -526,8 +629,11 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
             str(_int(row["max_batch_per_gpu"]) or MISSING),
             row["backend"],
             row["precision"],
-            row["settings"],
-        )
+        ]
+        if varies:
+            cells.append(Text(f"{row['pipeline']} · weights {row['weights']} · {row['data']} · "
+                              f"{_int(row['epochs'])} epochs"))
+        table.add_row(*cells)
     return table
 
 
@@ -543,7 +649,10 @@ def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
             return
         summary.add_row(name, Text(str(value)))
 
-    add("status", row["status"] + (" (outlier)" if row["outlier"] else ""))
+    add("status", row["status"] + (" (outlier)" if row["outlier"] else "")
+        + (" (flagged)" if row["flagged"] else ""))
+    add("flagged because", row["flag_reasons"])
+    add("published", row["source"] if row["published"] else "")
     add("error", row["error_message"])
     add("label", row["label"])
     add("submitter", row["submitter"])
@@ -559,6 +668,8 @@ def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
         + (f" ({row['batch_choice']})" if row["batch_choice"] != "unspecified" else ""),
     )
     add("precision", row["precision"])
+    add("pipeline", row["pipeline_mode"])
+    add("weights", row["weights"])
     add("backend", " ".join(v for v in (row["backend"], row["backend_version"]) if v))
     add("keras", row["keras_version"])
     add("benchmark version", row["benchmark_version"])

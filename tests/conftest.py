@@ -86,6 +86,15 @@ class RunningCollector:
             self.store.close()
 
 
+@pytest.fixture(autouse=True)
+def agent_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The agent's state folder (its host key, agent/hostid.py) in a temporary folder, for
+    the agent in this process and the agents tests start: never the tester's own."""
+    folder = tmp_path_factory.mktemp("agent-state")
+    monkeypatch.setenv("GPUBENCH_STATE", str(folder))
+    return folder
+
+
 @pytest.fixture
 def frontends() -> int:
     """Front-end processes of the collectors the fixtures start (1: a single process)."""

@@ -6,7 +6,9 @@ the documented event stream (agent/events.py) quickly, without a framework.
 FAKE_WORKLOAD_MODE picks the behaviour: ok (default), crash, oom-event, oom-exit,
 sigkill, hang, ignore-sigint, ignore-all, noisy. FAKE_WORKLOAD_PIDFILE, when set, gets
 this process's pid (and its helper child's, for `hang`) one per line.
-FAKE_WORKLOAD_EPOCH_SECONDS sets each epoch's length (default 0.3). `probe` prints the
+FAKE_WORKLOAD_EPOCH_SECONDS sets each epoch's length (default 0.3), and
+FAKE_WORKLOAD_FIRST_EPOCH_SECONDS the first's (default twice that: start-up);
+FAKE_WORKLOAD_PIPELINE_MODE the pipeline the result says ran (default cached). `probe` prints the
 probe answer recorded on the GPU machine (tests/data/probe-h200.json), or the file
 FAKE_WORKLOAD_PROBE names.
 """
@@ -130,9 +132,11 @@ def main() -> int:
     if mode == "noisy":
         emit("warning", message="the data folder has 2 unreadable files")
         emit("log", message="building the model")
+    first = float(os.environ.get("FAKE_WORKLOAD_FIRST_EPOCH_SECONDS", seconds * 2))
     for number in range(1, args.epochs + 1):
-        epoch(number, seconds * 2 if number == 1 else seconds)  # epoch 1 carries start-up
+        epoch(number, first if number == 1 else seconds)  # epoch 1 carries start-up
     emit("result", measured_epoch=2, train_images_per_second=39 / seconds,
+         pipeline_mode=os.environ.get("FAKE_WORKLOAD_PIPELINE_MODE", "cached"),
          step_time_median_seconds=seconds / STEPS, step_time_cv=0.05,
          memory=[{"gpu_index": i, "allocator_peak_bytes": 11_491_803_648,
                   "memory_total_bytes": 150_754_820_096} for i in range(args.gpus)],

@@ -26,7 +26,8 @@ HEAVY = ("tensorflow", "keras", "torch", "jax")
 
 
 def agent_env(tmp_path: Path, fake_workload_command: list[str] | None, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUBENCH_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPUBENCH_") or k == "GPUBENCH_STATE"}
     env["GPUBENCH_SPOOL"] = str(tmp_path / "spool")
     env["COLUMNS"] = "200"  # rich: one line per message, whatever the test's terminal
     if fake_workload_command:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import socket
 from pathlib import Path
@@ -10,13 +11,18 @@ from pathlib import Path
 from gpubench.agent import inventory, nvml
 
 
-def test_host_is_described_without_its_name() -> None:
+def test_host_is_described_without_its_name(agent_state: Path) -> None:
     host = inventory.host_record()
     assert host.cpu_cores == os.cpu_count()
     assert host.ram_bytes > 1 << 30
     assert host.cpu_model and host.os
-    assert host.hostname_hash == hashlib.sha256(socket.gethostname().encode()).hexdigest()
     assert socket.gethostname() not in str(host)
+    # A keyed hash, not the plain one anybody can compute from a list of hostnames.
+    assert host.hostname_hash != hashlib.sha256(socket.gethostname().encode()).hexdigest()
+    key = bytes.fromhex((agent_state / "host-key").read_text())
+    assert host.hostname_hash == hmac.new(key, socket.gethostname().encode(),
+                                          hashlib.sha256).hexdigest()
+    assert inventory.host_record().hostname_hash == host.hostname_hash  # stable
 
 
 def test_gpus_from_the_recorded_trace(trace_path: Path) -> None:

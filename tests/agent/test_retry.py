@@ -30,7 +30,8 @@ MIB = 1 << 20
 
 
 def _environment(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUBENCH_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPUBENCH_") or k == "GPUBENCH_STATE"}
     env.update(GPUBENCH_SPOOL=str(tmp_path / "spool"), GPUBENCH_CACHE=str(tmp_path / "cache"),
                COLUMNS="200", MALLOC_ARENA_MAX="1")
     env.update(extra)

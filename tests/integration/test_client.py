@@ -165,13 +165,15 @@ def test_compare_unknown_baseline_is_not_found(client: Client, make_run: Any) ->
 def test_leaderboard(client: Client, make_run: Any) -> None:
     for gpu, seconds in ((T4, 17.0), (T4, 18.0), (ADA, 3.9), ("NVIDIA H200", 5.0)):
         client.submit_run(make_run(gpu_name=gpu, epoch2_seconds=seconds))
-    board = client.leaderboard("B0")
+    # The factory's runs: Keras's own code path, the batch given.
+    board = client.leaderboard("B0", settings="keras", batch_rule="given")
     assert list(board.columns) == tables.LEADERBOARD_COLUMNS
     assert board["gpu_name"].tolist() == [ADA, "NVIDIA H200", T4]
     assert board["rank"].tolist() == [1, 2, 3]
     t4 = board.iloc[2]
     assert (t4["runs"], t4["best_epoch2_s"], t4["epoch2_median_s"]) == (2, 17.0, 17.5)
-    assert len(client.leaderboard("B0", limit=1)) == 1
+    assert len(client.leaderboard("B0", limit=1, settings="keras", batch_rule="given")) == 1
+    assert client.leaderboard("B0").empty  # no run of the default run's settings
 
 
 def test_delete_only_by_submitter_or_admin(collector: Any, make_run: Any) -> None:

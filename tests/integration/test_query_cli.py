@@ -160,6 +160,7 @@ def test_compare_pins_the_data_set_with_train_images(
 ) -> None:
     # A smoke run: `gpubench-agent run --limit-images 240` trains on 192 images an epoch.
     smoke = make_run(gpu_name=T4, epoch2_seconds=1.9, config__image_count=240,
+                     train_images_per_second=192 / (1.9 * 0.82),
                      config__train_images=192, config__validation_images=48)
     with Client(filled.address, filled.lab_token) as client:
         client.submit_run(smoke)
@@ -259,16 +260,23 @@ def test_delete_someone_elses_run_is_refused(invoke: Any, filled: Any) -> None:
     assert result.exit_code == ExitCode.AUTH and "deleting run" in result.stderr
 
 
+# The factory's runs: Keras's own code path, the batch given.
+KERAS_GIVEN = ("--settings", "keras", "--batch-rule", "given")
+
+
 def test_leaderboard_formats(invoke: Any) -> None:
-    table = invoke("leaderboard", "--model", "B0")
+    table = invoke("leaderboard", "--model", "B0", *KERAS_GIVEN)
     assert table.exit_code == 0 and "B0 leaderboard" in table.stdout
+    assert "ranked by the median epoch-2 time" in table.stdout
     board = pd.read_csv(
-        io.StringIO(invoke("leaderboard", "--model", "B0", "--format", "csv").stdout)
+        io.StringIO(invoke("leaderboard", "--model", "B0", "--format", "csv",
+                           *KERAS_GIVEN).stdout)
     )
     assert board["gpu_config"].tolist() == [f"2x {ADA}", "1x Tesla T4"]
     assert board["best_epoch2_s"].tolist() == pytest.approx([0.97, 16.4])
     limited = json.loads(
-        invoke("leaderboard", "--model", "B0", "--limit", "1", "--format", "json").stdout
+        invoke("leaderboard", "--model", "B0", "--limit", "1", "--format", "json",
+               *KERAS_GIVEN).stdout
     )
     assert [e["rank"] for e in limited] == [1]
 
@@ -309,3 +317,34 @@ def test_every_flag_is_explained() -> None:
     result = CliRunner().invoke(cli, ["compare", "--help"])
     assert result.exit_code == 0 and "--baseline-count" in result.stdout
     assert "--train-images N" in result.stdout and "one dataset size" in result.stdout
+
+
+def test_published_figures_stand_apart_and_flagged_runs_are_marked(
+    invoke: Any, filled: Any, make_run: Any
+) -> None:
+    article = make_run(gpu_name=T4, epoch2_seconds=17.0, label="the article's Tesla T4",
+                       config__weights="none", config__pipeline_mode="seed")
+    article.published = True
+    article.source = "the article, as published"
+    fabricated = make_run(gpu_name=T4, epoch2_seconds=0.01)  # 200,000 img/s on a T4
+    with Client(filled.address, filled.admin_token) as admin:
+        admin.submit_run(article)
+        admin.submit_run(fabricated)
+    table = invoke("compare", "--model", "B0")
+    assert table.exit_code == 0, table.stderr
+    measured, _, published = table.stdout.partition("published figures: transcribed")
+    assert "2x " + ADA in measured and "1x Tesla T4" in measured
+    assert "not like for like with the runs above" in published
+    assert "weights none" in published and "the article, as published" in published
+    document = json.loads(invoke("compare", "--model", "B0", "--format", "json").stdout)
+    [entry] = document["published"]
+    assert (entry["gpu_config"], entry["source"]) == ("1x Tesla T4", "the article, as published")
+    assert document["groups"][1]["runs"] == len(T4_SECONDS)  # the fabricated run left out
+    flagged = invoke("compare", "--model", "B0", "--include-flagged")
+    assert "(1 flagged)" in flagged.stdout and "flagged as implausible" in flagged.stderr
+    listed = invoke("runs", "list")
+    mine, _, theirs = listed.stdout.partition("published figures (transcribed")
+    assert "measured runs" in mine and "ok (flagged)" in mine
+    assert article.run_id in theirs and article.run_id not in mine
+    shown = invoke("runs", "show", fabricated.run_id)
+    assert "flagged because" in shown.stdout and "can compute" in shown.stdout

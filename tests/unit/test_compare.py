@@ -170,3 +170,46 @@ def test_runs_that_do_not_say_how_their_batch_was_chosen_are_named_unrecorded() 
     with pytest.raises(MixedRuns, match=r"batch_rule \(unrecorded, given; pin one with "):
         compare.compare("B7", [replace(T4, batch_rules=("",)),
                                replace(GTX, batch_rules=("given",))])
+
+
+def test_every_dimension_is_pinned_by_a_flag_gpubench_compare_has() -> None:
+    from gpubench.cli import compare as compare_command
+
+    flags = {opt for param in compare_command.params for opt in param.opts}
+    assert [flag for _, _, flag in compare.DIMENSIONS if flag not in flags] == []
+
+
+def test_every_dimension_is_a_column_of_the_outlier_groups() -> None:
+    from gpubench.collector import store
+
+    columns = store._KEY_COLUMNS
+    assert [d for d, _, _ in compare.DIMENSIONS] == list(columns)
+    assert set(columns) <= set(store.OUTLIER_GROUP)
+
+
+def test_a_refusal_names_each_difference_and_its_flag() -> None:
+    unlike = replace(T4, pipelines=("seed",), weights=("imagenet",), data_sets=("synthetic-rps",),
+                     epochs=(2,), gpu_name="NVIDIA H200")
+    alike = replace(T4, pipelines=("cached",), weights=("none",), data_sets=("sha256:ab",),
+                    epochs=(5,))
+    with pytest.raises(MixedRuns) as caught:
+        compare.compare("B7", [alike, unlike])
+    assert str(caught.value) == (
+        "the B7 runs differ in pipeline (cached, seed; pin one with --pipeline); weights "
+        "(imagenet, none; pin one with --weights); data (sha256:ab, synthetic-rps; pin one with "
+        "--data); epochs (2, 5; pin one with --epochs); or compare them anyway with "
+        "allow_mixed (--allow-mixed)")
+
+
+def test_published_groups_say_how_they_differ() -> None:
+    mine = replace(T4, backends=("torch",), settings=("kernels+cuda-graphs",),
+                   pipelines=("cached",), weights=("none",), data_sets=("synthetic-rps",))
+    article = replace(T4, pipelines=("seed",), weights=("imagenet",),
+                      data_sets=("rock-paper-scissors",), source="the article")
+    result = compare.compare("B7", [mine], published=[article])
+    [published] = result.published
+    assert published.figures.source == "the article"
+    assert published.differences == ("backend tensorflow", "settings keras", "pipeline seed",
+                                     "weights imagenet", "data rock-paper-scissors")
+    alone = compare.compare("B7", [], published=[article])
+    assert alone.groups == () and len(alone.published) == 1

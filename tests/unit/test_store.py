@@ -117,22 +117,24 @@ def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     store = Store(db)
     store.submit_many([make_run(epoch2_seconds=s) for s in (16.0, 17.0, 19.0)], "lab")
-    # As a database from before the figures existed: no table, no settings or batch rule
-    # columns, no record of them.
-    for statement in ("DROP TABLE group_figures", "ALTER TABLE runs DROP COLUMN settings",
-                      "ALTER TABLE runs DROP COLUMN batch_rule",
-                      "ALTER TABLE runs DROP COLUMN largest_batch_per_gpu"):
+    # As a database from before the figures existed: no table, no settings, batch rule
+    # or later columns, no record of them.
+    dropped = ["settings", "batch_rule", "largest_batch_per_gpu",
+               *COLUMNS_ADDED["0008_like_for_like_and_flags"]]
+    for statement in ("DROP TABLE group_figures",
+                      *(f"ALTER TABLE runs DROP COLUMN {c}" for c in dropped)):
         store._cursor().execute(statement)
     store._cursor().execute(
         "DELETE FROM schema_migrations WHERE name IN ('0003_group_figures', "
-        "'0004_group_figures_by_train_images', '0005_settings', '0007_batch_rule')"
+        "'0004_group_figures_by_train_images', '0005_settings', '0007_batch_rule', "
+        "'0008_like_for_like_and_flags')"
     )
     store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-4:] == [
+        assert store.applied_migrations()[-5:] == [
             "0003_group_figures", "0004_group_figures_by_train_images", "0005_settings",
-            "0007_batch_rule"]
+            "0007_batch_rule", "0008_like_for_like_and_flags"]
         [t4] = store.compare_groups(CompareQuery(model="B0"))
         assert (t4.gpu_name, t4.runs, t4.epoch2_median_seconds) == ("Tesla T4", 3, 17.0)
     finally:
@@ -154,9 +156,17 @@ GROUP_BEFORE_BATCH_RULE = (
     "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
     "settings", "benchmark_version",
 )
+# ... and before the pipeline, weights, data, epochs and memory limit were (0007's).
+GROUP_BEFORE_0008 = (
+    "model", "gpu_name", "gpu_count", "backend", "precision", "image_size", "train_images",
+    "settings", "batch_rule", "benchmark_version",
+)
 # The runs table's columns each migration added.
 COLUMNS_ADDED = {"0005_settings": ("settings",),
-                 "0007_batch_rule": ("batch_rule", "largest_batch_per_gpu")}
+                 "0007_batch_rule": ("batch_rule", "largest_batch_per_gpu"),
+                 "0008_like_for_like_and_flags": (
+                     "pipeline", "weights", "data", "epochs", "memory_limit_bytes",
+                     "published", "flagged", "flag_reasons")}
 # group_figures' last figure column, added by migration 0007.
 LAST_FIGURE = "    max(largest_batch_per_gpu) FILTER (WHERE keep)\n"
 
@@ -184,6 +194,11 @@ def _as_an_older_collector(
         figures = store_module._FIGURES.replace(",\n" + LAST_FIGURE, "\n")
         assert figures != store_module._FIGURES
         patch.setattr(store_module, "_FIGURES", figures)
+    if "0008_like_for_like_and_flags" not in {m.name for m in known}:
+        # No flags nor published runs to leave out, nor columns that say so.
+        patch.setattr(store_module, "SCORED_RUNS", "status = 'ok' AND epoch2_seconds IS NOT NULL")
+        patch.setattr(store_module, "_STORED_COLUMNS",
+                      store_module._STORED_COLUMNS.replace("flagged, flag_reasons", "false, ''"))
 
 
 def _smoke_run(seconds: float) -> object:
@@ -212,8 +227,9 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-3:] == [
-            "0004_group_figures_by_train_images", "0005_settings", "0007_batch_rule"]
+        assert store.applied_migrations()[-4:] == [
+            "0004_group_figures_by_train_images", "0005_settings", "0007_batch_rule",
+            "0008_like_for_like_and_flags"]
         # The smoke run is alone in its group now: no outlier, score 0.
         stored = store.get(smoke.run_id)
         assert (stored.outlier, stored.outlier_score) == (False, 0.0)
@@ -275,7 +291,8 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-2:] == ["0005_settings", "0007_batch_rule"]
+        assert store.applied_migrations()[-3:] == ["0005_settings", "0007_batch_rule",
+                                                   "0008_like_for_like_and_flags"]
         settings = dict(store._cursor().execute("SELECT run_id, settings FROM runs").fetchall())
         assert {settings[r.run_id] for r in keras} == {"keras"}
         assert [settings[r.run_id] for r in kernels] == ["kernels", "kernels"]
@@ -355,7 +372,8 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-1] == "0007_batch_rule"
+        assert store.applied_migrations()[-2:] == ["0007_batch_rule",
+                                                   "0008_like_for_like_and_flags"]
         found = {r: (rule, largest) for r, rule, largest in store._cursor().execute(
             "SELECT run_id, batch_rule, largest_batch_per_gpu FROM runs").fetchall()}
         assert {found[r.run_id] for r in given} == {("given", 0)}
@@ -383,5 +401,47 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         [both] = store.compare_groups(CompareQuery(model="B0", allow_mixed=True))
         assert (both.runs, both.largest_batch_per_gpu_max) == (8, 216)
         assert both.batch_rules == ("", "given", "largest", "steps")
+    finally:
+        store.close()
+
+
+def test_upgrading_from_0007_flags_what_the_checks_would_refuse_and_folds_gpu_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "c.duckdb"
+    honest = [make_run(epoch2_seconds=s) for s in (17.0, 17.2, 17.4)]
+    spaced = make_run(epoch2_seconds=17.1)
+    spaced.gpus[0].name = "Tesla T4 "
+    # Stored before the checks existed: epoch 2 of a nanosecond, its epochs saying 17 s.
+    fabricated = make_run()
+    fabricated.result.epoch2_seconds = 1e-9
+    streamed = make_run(epoch2_seconds=30.0, config__pipeline="cached",
+                        config__pipeline_mode="streaming")
+    with monkeypatch.context() as old:
+        _as_an_older_collector(old, 7, GROUP_BEFORE_0008)
+        store = Store(db)
+        store.submit_many([*honest, spaced, fabricated, streamed], "lab")
+        store.close()
+    store = Store(db)
+    try:
+        assert store.applied_migrations()[-1] == "0008_like_for_like_and_flags"
+        flagged = store.get(fabricated.run_id)
+        assert flagged.flagged and not flagged.outlier
+        assert any(r.startswith("inconsistent: run.result.epoch2_seconds: is 1e-09 s")
+                   for r in flagged.flag_reasons), flagged.flag_reasons
+        assert not any(store.get(r.run_id).flagged for r in [*honest, spaced, streamed])
+        names = {r: n for r, n in store._cursor().execute(
+            "SELECT run_id, gpu_name FROM runs").fetchall()}
+        assert names[spaced.run_id] == "Tesla T4"
+        # The streamed run is a pipeline of its own now (it was an outlier of the seed
+        # runs); the spaced name is one T4 with the others.
+        assert not store.get(streamed.run_id).outlier
+        [seed] = store.compare_groups(CompareQuery(model="B0", pipeline="seed"))
+        assert (seed.gpu_name, seed.runs, seed.outliers_excluded) == ("Tesla T4", 4, 0)
+        [alone] = store.compare_groups(CompareQuery(model="B0", pipeline="streaming"))
+        assert (alone.runs, alone.epoch2_median_seconds) == (1, 30.0)
+        [asked] = store.compare_groups(CompareQuery(model="B0", pipeline="seed",
+                                                    include_flagged=True))
+        assert asked.runs == 5 and asked.flagged_included == 1
     finally:
         store.close()

@@ -1,0 +1,135 @@
+"""How fast a GPU could possibly train the benchmark: the ceilings a run is held to.
+
+The figures are data (collector/gpu_specs.json): each known GPU's peak TFLOP/s and
+memory bandwidth, each model's FLOPs and memory per training image, and the fastest
+run the project verified on a GPU. A run faster than one of these ceilings is
+implausible (collector.plausibility flags it). Pure Python, no database: the front-end
+processes use it too.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SPECS_FILE = Path(__file__).with_name("gpu_specs.json")
+
+# A verified run is the fastest the project has seen on a card; a faster one is not
+# impossible (a better build, a newer version: torchvision's own B0 trains 5,136 img/s in
+# bfloat16 on the H200, 1.3x gpubench's fastest there, 3,941), but one more than this many
+# times faster is a claim nobody has shown.
+VERIFIED_MARGIN = 4.0
+# The memory a training image holds (the batch search's slope) is written at least once
+# per step; only part of it is assumed, so the bound stays below any real run: half at
+# float32 (XLA or another layout may keep less), a quarter in 16-bit precision.
+WRITTEN_SHARE = {"float32": 0.5}
+WRITTEN_SHARE_16BIT = 0.25
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """What one GPU model can do at most (a row of gpu_specs.json)."""
+
+    name: str
+    pattern: str
+    memory_gib: float
+    power_watts: float
+    fp32_tflops: float
+    tf32_tflops: float
+    fp16_tflops: float
+    bandwidth_gb_s: float
+
+    def peak_tflops(self, precision: str) -> float:
+        """The highest rate the run's precision may use: float32 runs may use TF32
+        tensor cores (torch's default for convolutions), mixed precision any unit."""
+        if precision == "float32":
+            return max(self.fp32_tflops, self.tf32_tflops)
+        return max(self.fp32_tflops, self.tf32_tflops, self.fp16_tflops)
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """What one training image of a model costs at its native size."""
+
+    gflop_per_image: float
+    mb_per_image: float
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The fastest run the project measured on a GPU model, training images/s."""
+
+    gpu: str
+    model: str
+    images_per_second: float
+    record: str
+
+
+@dataclass(frozen=True, eq=False)
+class Specs:
+    """The whole table."""
+
+    gpus: tuple[GpuSpec, ...]
+    models: dict[str, ModelCost]
+    verified: tuple[Verified, ...]
+    # GPU name -> its row (None: unknown); every run of a card looks its name up.
+    _found: dict[str, GpuSpec | None] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def unknown(self) -> GpuSpec:
+        """What a GPU no pattern matches is held to: the best of every column."""
+        return GpuSpec(
+            name="any known GPU", pattern="",
+            memory_gib=max(g.memory_gib for g in self.gpus),
+            power_watts=max(g.power_watts for g in self.gpus),
+            fp32_tflops=max(g.fp32_tflops for g in self.gpus),
+            tf32_tflops=max(g.tf32_tflops for g in self.gpus),
+            fp16_tflops=max(g.fp16_tflops for g in self.gpus),
+            bandwidth_gb_s=max(g.bandwidth_gb_s for g in self.gpus),
+        )
+
+    def spec_of(self, gpu_name: str) -> GpuSpec | None:
+        """The known GPU of that (normalised) name, or None."""
+        if gpu_name not in self._found:
+            self._found[gpu_name] = next(
+                (spec for spec in self.gpus
+                 if re.fullmatch(spec.pattern, gpu_name, flags=re.IGNORECASE)), None)
+        return self._found[gpu_name]
+
+    def verified_of(self, spec: GpuSpec, model: str) -> Verified | None:
+        """The fastest verified run of a GPU model and network, or None."""
+        return next((v for v in self.verified if v.gpu == spec.name and v.model == model), None)
+
+
+def read_specs(path: Path = SPECS_FILE) -> Specs:
+    """Read a table in gpu_specs.json's format; ValueError names the file and the entry."""
+    try:
+        data = json.loads(path.read_text())
+        gpus = tuple(GpuSpec(**{k: v for k, v in row.items() if k in _GPU_FIELDS})
+                     for row in data["gpus"])
+        models = {name: ModelCost(**cost) for name, cost in data["models"].items()}
+        verified = tuple(Verified(**row) for row in data["verified"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a GPU table ({exc})") from exc
+    names = {g.name for g in gpus}
+    for row in verified:
+        if row.gpu not in names or row.model not in models:
+            raise ValueError(f"{path}: verified run of {row.gpu} {row.model}: no such GPU or model")
+    return Specs(gpus, models, verified)
+
+
+_GPU_FIELDS = frozenset(GpuSpec.__dataclass_fields__)
+
+
+@functools.cache
+def specs() -> Specs:
+    """The collector's table (read once)."""
+    return read_specs()
+
+
+def written_share(precision: str) -> float:
+    """The share of an image's memory assumed written per step (WRITTEN_SHARE)."""
+    return WRITTEN_SHARE.get(precision, WRITTEN_SHARE_16BIT)

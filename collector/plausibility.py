@@ -1,0 +1,269 @@
+"""Whether a run's figures hang together, and whether they are believable.
+
+Two kinds of trouble, kept apart:
+
+- `inconsistencies`: the record contradicts itself (epoch 2 is not its measured epoch's
+  wall time, images/s disagrees with images over time, step times do not add up to the
+  epoch, energy is not power x time, power far beyond the card's own limit). Such a
+  record is refused, each field named (collector.validation calls this).
+- `implausibilities`: the record is consistent but claims more than the card can do: a
+  training rate past the card's peak FLOP/s or memory bandwidth (collector.ceilings), or
+  far past the fastest run verified on that card; a card with more memory or a higher
+  power limit than any of its name. Such a run is stored, flagged with the reasons, and
+  left out of Compare, outlier groups and the leaderboard unless asked for.
+
+The tolerances are wide: they are set from every run in docs/results (which all pass;
+bench/plausibility_margins.py shows how close each comes) so that an honest run is never
+refused; what they catch is fabrication, and the ceilings catch what is fabricated
+consistently.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpubench.collector import ceilings
+
+from gpubench import record
+from gpubench.v1 import run_pb2
+
+GIB = 1 << 30
+# epoch2_seconds is the measured epoch's wall time (the workload rounds both to 1 us);
+# startup_seconds is epoch 1's minus it.
+SAME_TIME_RELATIVE = 0.01
+SAME_TIME_ABSOLUTE = 0.002
+# An epoch's training and validation parts fit in its wall time (the parts are taken at
+# callbacks inside it); a little slack for rounding.
+PARTS_SLACK_RELATIVE = 0.02
+PARTS_SLACK_ABSOLUTE = 0.01
+# Images/s covers the measured epoch's steps after the first, images over time the whole
+# training part: real runs are 0.75-1.02x apart (docs/results); 3x is not measurement.
+RATE_FACTOR = 3.0
+# The full-sized steps at the median step time against the training part: real runs
+# 0.30-1.00x (a few slow steps pull the mean over the median); steps cannot take half
+# again as long as the epoch they are in, nor a twentieth of it.
+STEPS_OVER = 1.5
+STEPS_UNDER = 1 / 20
+# Energy is mean power x the epoch's time (the agent divides one by the other); 10% and
+# a joule of slack for the window's edges.
+ENERGY_RELATIVE = 0.10
+ENERGY_ABSOLUTE = 1.0
+# Mean power over an epoch stays under the cards' power limit; half again for the
+# counter's interpolation over a short epoch (real runs reach 0.94x of it).
+POWER_LIMIT_FACTOR = 1.5
+# A card's memory and power limit against the largest of its name in the table (NVML
+# reports a little less or more than the datasheet's round figure).
+MEMORY_FACTOR = 1.05
+POWER_FACTOR = 1.25
+
+
+def inconsistencies(run: run_pb2.Run) -> list[tuple[str, str]]:
+    """Where the record contradicts itself, as (field path, why); empty when it does not."""
+    found: list[tuple[str, str]] = []
+    res, cfg = run.result, run.config
+    epochs = {epoch.number: (i, epoch) for i, epoch in enumerate(res.epochs)}
+    for i, epoch in enumerate(res.epochs):
+        _epoch_parts(found, f"run.result.epochs[{i}]", epoch)
+        _energy(found, f"run.result.epochs[{i}]", epoch.energy_joules, epoch.mean_power_watts,
+                epoch.wall_seconds)
+    limit = _power_limit(run)
+    if limit:
+        for i, epoch in enumerate(res.epochs):
+            _power(found, f"run.result.epochs[{i}].mean_power_watts", epoch.mean_power_watts,
+                   limit)
+        _power(found, "run.result.mean_power_watts", res.mean_power_watts, limit)
+    measured = epochs.get(res.measured_epoch)
+    if measured is None:
+        return found
+    at, epoch = f"run.result.epochs[{measured[0]}]", measured[1]
+    if res.epoch2_seconds and epoch.wall_seconds and not _same(res.epoch2_seconds,
+                                                               epoch.wall_seconds):
+        found.append(("run.result.epoch2_seconds",
+                      f"is {res.epoch2_seconds:g} s but its measured epoch {res.measured_epoch} "
+                      f"took {epoch.wall_seconds:g} s ({at}.wall_seconds)"))
+    first = epochs.get(1)
+    if first is not None and res.measured_epoch != 1 and first[1].wall_seconds and \
+            epoch.wall_seconds:
+        expected = first[1].wall_seconds - epoch.wall_seconds
+        if not _same(res.startup_seconds, expected, scale=first[1].wall_seconds):
+            found.append(("run.result.startup_seconds",
+                          f"must be epoch 1 minus epoch {res.measured_epoch} = {expected:g} s, "
+                          f"got {res.startup_seconds:g}"))
+    if epoch.energy_joules and res.energy_per_epoch_joules and not _same(
+            res.energy_per_epoch_joules, epoch.energy_joules):
+        found.append(("run.result.energy_per_epoch_joules",
+                      f"must be the measured epoch's energy {epoch.energy_joules:g} J "
+                      f"({at}.energy_joules), got {res.energy_per_epoch_joules:g}"))
+    if epoch.mean_power_watts and res.mean_power_watts and not _same(
+            res.mean_power_watts, epoch.mean_power_watts):
+        found.append(("run.result.mean_power_watts",
+                      f"must be the measured epoch's mean power {epoch.mean_power_watts:g} W "
+                      f"({at}.mean_power_watts), got {res.mean_power_watts:g}"))
+    _rate(found, cfg, res, epoch)
+    _steps(found, cfg, res, epoch)
+    return found
+
+
+def _same(value: float, expected: float, *, scale: float | None = None) -> bool:
+    tolerance = SAME_TIME_RELATIVE * abs(scale if scale is not None else expected)
+    return abs(value - expected) <= tolerance + SAME_TIME_ABSOLUTE
+
+
+def _epoch_parts(found: list[tuple[str, str]], at: str, epoch: run_pb2.Epoch) -> None:
+    wall = epoch.wall_seconds
+    if not wall:
+        return
+    room = wall * (1 + PARTS_SLACK_RELATIVE) + PARTS_SLACK_ABSOLUTE
+    for name in ("train_seconds", "validation_seconds"):
+        part = getattr(epoch, name)
+        if part > room:
+            found.append((f"{at}.{name}", f"{part:g} s is more than the epoch's wall time "
+                                          f"{wall:g} s"))
+            return
+    both = epoch.train_seconds + epoch.validation_seconds
+    if both > room:
+        found.append((f"{at}.train_seconds", f"training {epoch.train_seconds:g} s and validation "
+                                             f"{epoch.validation_seconds:g} s are more than the "
+                                             f"epoch's wall time {wall:g} s"))
+
+
+def _energy(found: list[tuple[str, str]], at: str, joules: float, watts: float,
+            seconds: float) -> None:
+    if not (joules and watts and seconds):
+        return
+    expected = watts * seconds
+    if abs(joules - expected) > ENERGY_RELATIVE * max(joules, expected) + ENERGY_ABSOLUTE:
+        found.append((f"{at}.energy_joules",
+                      f"{joules:g} J is not mean power x wall time ({watts:g} W x {seconds:g} s "
+                      f"= {expected:g} J)"))
+
+
+def _power_limit(run: run_pb2.Run) -> float:
+    """The run's GPUs' power limits together; 0 where any is unknown."""
+    gpus = list(run.gpus[: run.config.gpu_count or len(run.gpus)])
+    if not gpus or any(gpu.power_limit_watts <= 0 for gpu in gpus):
+        return 0.0
+    return sum(gpu.power_limit_watts for gpu in gpus)
+
+
+def _power(found: list[tuple[str, str]], at: str, watts: float, limit: float) -> None:
+    if watts > limit * POWER_LIMIT_FACTOR:
+        found.append((at, f"{watts:g} W is more than {POWER_LIMIT_FACTOR:g}x the power limit of "
+                          f"the run's GPUs ({limit:g} W, run.gpus[].power_limit_watts)"))
+
+
+def _rate(found: list[tuple[str, str]], cfg: run_pb2.Config, res: run_pb2.Result,
+          epoch: run_pb2.Epoch) -> None:
+    if not (res.train_images_per_second and epoch.train_seconds and cfg.train_images):
+        return
+    from_time = cfg.train_images / epoch.train_seconds
+    ratio = res.train_images_per_second / from_time
+    if not 1 / RATE_FACTOR <= ratio <= RATE_FACTOR:
+        found.append(("run.result.train_images_per_second",
+                      f"{res.train_images_per_second:g} img/s disagrees with the measured epoch: "
+                      f"{cfg.train_images} training images in {epoch.train_seconds:g} s is "
+                      f"{from_time:.4g} img/s (more than {RATE_FACTOR:g}x apart)"))
+
+
+def _steps(found: list[tuple[str, str]], cfg: run_pb2.Config, res: run_pb2.Result,
+           epoch: run_pb2.Epoch) -> None:
+    full = cfg.train_images // cfg.global_batch if cfg.global_batch else 0
+    if not (res.step_time_median_seconds and epoch.train_seconds and full):
+        return
+    total = res.step_time_median_seconds * full
+    if total > epoch.train_seconds * STEPS_OVER + PARTS_SLACK_ABSOLUTE:
+        why = f"more than {STEPS_OVER:g}x"
+    elif total < epoch.train_seconds * STEPS_UNDER:
+        why = f"less than 1/{1 / STEPS_UNDER:g} of"
+    else:
+        return
+    found.append(("run.result.step_time_median_seconds",
+                  f"{full} full steps of {res.step_time_median_seconds:g} s add up to "
+                  f"{total:.4g} s, {why} the measured epoch's {epoch.train_seconds:g} s of "
+                  "training"))
+
+
+# -- implausible ----------------------------------------------------------------------
+
+
+def claimed_rate(run: run_pb2.Run) -> float:
+    """The most the record claims, in training images per second: its images/s, or its
+    training images over the measured epoch's training (or whole) time; 0 if none."""
+    res, cfg = run.result, run.config
+    rates = [res.train_images_per_second]
+    epoch = next((e for e in res.epochs if e.number == res.measured_epoch), None)
+    if cfg.train_images:
+        if epoch is not None and epoch.train_seconds > 0:
+            rates.append(cfg.train_images / epoch.train_seconds)
+        if res.epoch2_seconds > 0:
+            rates.append(cfg.train_images / res.epoch2_seconds)
+    return max((r for r in rates if r > 0 and math.isfinite(r)), default=0.0)
+
+
+def implausibilities(run: run_pb2.Run, specs: ceilings.Specs | None = None) -> list[str]:
+    """Why the run is not believable (empty: nothing found), one reason each."""
+    specs = specs or ceilings.specs()
+    cfg = run.config
+    used = list(run.gpus[: cfg.gpu_count])
+    if not used:
+        return []  # a CPU run: no GPU to hold it to
+    reasons: list[str] = []
+    cards = []
+    for gpu in used:
+        name = record.normalize_gpu_name(gpu.name)
+        spec = specs.spec_of(name)
+        cards.append((name, spec or specs.unknown, spec is not None))
+        if spec is None:
+            continue
+        if gpu.memory_total_bytes > spec.memory_gib * GIB * MEMORY_FACTOR:
+            reasons.append(f"{name} has at most {spec.memory_gib:g} GiB of memory; the record "
+                           f"says {gpu.memory_total_bytes / GIB:.1f} GiB")
+        if gpu.power_limit_watts > spec.power_watts * POWER_FACTOR:
+            reasons.append(f"{name} allows at most {spec.power_watts:g} W; the record's power "
+                           f"limit is {gpu.power_limit_watts:g} W")
+    reasons = list(dict.fromkeys(reasons))  # one line for several cards alike
+    if run.result.status == run_pb2.RUN_STATUS_OK:
+        reasons += _too_fast(run, specs, cards)
+    return reasons
+
+
+def _too_fast(run: run_pb2.Run, specs: ceilings.Specs,
+              cards: list[tuple[str, ceilings.GpuSpec, bool]]) -> list[str]:
+    cfg = run.config
+    cost = specs.models.get(cfg.model)
+    native = record.NATIVE_IMAGE_SIZE.get(cfg.model, 0)
+    rate = claimed_rate(run)
+    if cost is None or not native or not cfg.image_size or not rate:
+        return []
+    pixels = (cfg.image_size / native) ** 2  # an image's cost scales with its pixels
+    what = f"{cfg.model} at {_rate_text(rate)} training images/s"
+    names = " + ".join(dict.fromkeys(name for name, _, _ in cards))
+    known = all(found for _, _, found in cards)
+    whose = f"{len(cards)}x {names}" if known else f"{len(cards)} GPU(s) as fast as any known"
+    reasons = []
+    flops = sum(spec.peak_tflops(cfg.precision) for _, spec, _ in cards) * 1e12
+    most = flops / (cost.gflop_per_image * 1e9 * pixels)
+    if rate > most:
+        reasons.append(f"{what} is more than {whose} can compute ({flops / 1e12:,.0f} TFLOP/s at "
+                       f"{cost.gflop_per_image * pixels:.3g} GFLOP an image: at most "
+                       f"{_rate_text(most)} img/s)")
+    bandwidth = sum(spec.bandwidth_gb_s for _, spec, _ in cards) * 1e9
+    written = cost.mb_per_image * 1e6 * pixels * ceilings.written_share(cfg.precision)
+    most = bandwidth / written
+    if rate > most:
+        reasons.append(f"{what} is more than the memory of {whose} can write ("
+                       f"{bandwidth / 1e9:,.0f} GB/s, at least {written / 1e6:.3g} MB an image: "
+                       f"at most {_rate_text(most)} img/s)")
+    if known and len({spec.name for _, spec, _ in cards}) == 1:
+        best = specs.verified_of(cards[0][1], cfg.model)
+        if best is not None:
+            most = best.images_per_second * len(cards) / pixels * ceilings.VERIFIED_MARGIN
+            if rate > most:
+                reasons.append(f"{what} is more than {ceilings.VERIFIED_MARGIN:g}x the fastest "
+                               f"verified {cards[0][0]} run ({_rate_text(best.images_per_second)}"
+                               f" img/s a GPU, {best.record})")
+    return reasons
+
+
+def _rate_text(rate: float) -> str:
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"

@@ -1,0 +1,121 @@
+"""Plausibility: the GPU table is sound data, every real run in docs/results passes every
+check, and the ceilings and tolerances catch what they say they catch."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from factories import make_run
+from gpubench.collector import ceilings, plausibility
+
+from gpubench import record
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _records() -> list[tuple[str, dict]]:
+    """Every run record the project measured or transcribed: docs/results/**/*.json holding
+    a record, or a list of them (the agent's --json), named by file and position."""
+    found = []
+    for path in sorted((ROOT / "docs" / "results").rglob("*.json")):
+        data = json.loads(path.read_text())
+        items = data if isinstance(data, list) else [data]
+        for i, item in enumerate(items):
+            if isinstance(item, dict) and "schema_version" in item and "result" in item:
+                name = str(path.relative_to(ROOT)) + (f"[{i}]" if isinstance(data, list) else "")
+                found.append((name, item))
+    return found
+
+
+RECORDS = _records()
+
+
+def test_there_are_real_records_to_hold_the_checks_to() -> None:
+    assert len(RECORDS) >= 40
+
+
+@pytest.mark.parametrize("data", [d for _, d in RECORDS], ids=[n for n, _ in RECORDS])
+def test_every_real_run_is_consistent_and_plausible(data: dict) -> None:
+    run = record.from_dict(data)
+    assert plausibility.inconsistencies(run) == []
+    assert plausibility.implausibilities(run) == []
+
+
+def test_the_table_reads_and_every_pattern_compiles() -> None:
+    specs = ceilings.read_specs()
+    assert len(specs.gpus) >= 15
+    for spec in specs.gpus:
+        re.compile(spec.pattern)
+        assert spec.fp32_tflops > 0 and spec.bandwidth_gb_s > 0 and spec.memory_gib > 0
+    names = {"Tesla T4": "Tesla T4", "NVIDIA H200": "H200", "NVIDIA A100-SXM4-80GB": "A100",
+             "NVIDIA GeForce GTX 1070": "GeForce GTX 1070", "NVIDIA L4": "L4",
+             "NVIDIA RTX 6000 Ada Generation": "RTX 6000 Ada Generation",
+             "NVIDIA H100 80GB HBM3": "H100", "NVIDIA GeForce RTX 4090": "GeForce RTX 4090"}
+    for name, row in names.items():
+        assert specs.spec_of(name).name == row, name
+    assert specs.spec_of("Quantum GPU 9000") is None
+    assert specs.unknown.bandwidth_gb_s == max(g.bandwidth_gb_s for g in specs.gpus)
+
+
+def test_a_broken_table_is_refused_with_its_file(tmp_path: Path) -> None:
+    data = json.loads(ceilings.SPECS_FILE.read_text())
+    data["verified"].append({"gpu": "H900", "model": "B0", "images_per_second": 1,
+                             "record": "x"})
+    broken = tmp_path / "specs.json"
+    broken.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="specs.json: verified run of H900 B0"):
+        ceilings.read_specs(broken)
+
+
+def test_every_verified_figure_is_its_records() -> None:
+    for verified in ceilings.specs().verified:
+        path, _, position = verified.record.partition("[")
+        data = json.loads((ROOT / path).read_text())
+        run = record.from_dict(data[int(position.rstrip("]"))] if position else data)
+        assert run.config.model == verified.model
+        assert ceilings.specs().spec_of(run.gpus[0].name).name == verified.gpu
+        assert round(plausibility.claimed_rate(run)) == verified.images_per_second
+
+
+def test_the_ceilings_of_a_t4_running_b0() -> None:
+    # 8.1 TFLOP/s / 2.3 GFLOP = 3,522 img/s; 320 GB/s / (101.8 MB / 2) = 6,287 img/s.
+    just_under = make_run(gpu_name="Tesla T4", train_images_per_second=3500.0,
+                          epoch2_seconds=1709 / 3500.0 / 0.82)
+    assert plausibility.implausibilities(just_under) == []
+    over = make_run(gpu_name="Tesla T4", train_images_per_second=3600.0,
+                    epoch2_seconds=1709 / 3600.0 / 0.82)
+    [reason] = plausibility.implausibilities(over)
+    assert reason.startswith("B0 at 3,600 training images/s is more than 1x Tesla T4 can "
+                             "compute (8 TFLOP/s at 2.3 GFLOP an image: at most 3,522 img/s)")
+
+
+def test_a_smaller_image_is_held_to_a_ceiling_as_much_higher() -> None:
+    # At 112 px an image costs a quarter: four times the 224 px ceilings.
+    smoke = make_run(gpu_name="Tesla T4", image_size=112, train_images_per_second=12_000.0,
+                     epoch2_seconds=1709 / 12_000.0 / 0.82)
+    assert plausibility.implausibilities(smoke) == []
+
+
+def test_mixed_precision_may_use_the_tensor_cores() -> None:
+    # A T4 has 65 TFLOP/s in fp16 but 8.1 in fp32: 5,000 img/s only under mixed precision.
+    fast = dict(train_images_per_second=5000.0, epoch2_seconds=1709 / 5000.0 / 0.82)
+    assert plausibility.implausibilities(make_run(gpu_name="Tesla T4", **fast))
+    assert plausibility.implausibilities(
+        make_run(gpu_name="Tesla T4", precision="mixed_float16", **fast)) == []
+
+
+def test_two_cards_are_held_to_twice_one() -> None:
+    rate = 2 * 3941 * ceilings.VERIFIED_MARGIN * 0.9  # under 4x the verified run, per GPU
+    run = make_run(gpu_name="NVIDIA H200", gpu_count=2, train_images_per_second=rate,
+                   epoch2_seconds=1709 / rate / 0.82)
+    assert plausibility.implausibilities(run) == []
+    one = make_run(gpu_name="NVIDIA H200", train_images_per_second=rate,
+                   epoch2_seconds=1709 / rate / 0.82)
+    assert "fastest verified" in plausibility.implausibilities(one)[0]
+
+
+def test_a_run_that_is_not_ok_claims_no_speed() -> None:
+    assert plausibility.implausibilities(make_run(gpu_name="Tesla T4", status="error")) == []
