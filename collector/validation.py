@@ -134,7 +134,6 @@ NUMBER_LIMITS: dict[str, tuple[float, float]] = {
     "GpuMemory.device_peak_bytes": (0, MAX_MEMORY_BYTES),
     "GpuMemory.allocator_reserved_peak_bytes": (0, MAX_MEMORY_BYTES),
     "GpuMemory.memory_total_bytes": (0, MAX_MEMORY_BYTES),
-    "GpuMemory.allocator_reserved_peak_bytes": (0, MAX_MEMORY_BYTES),
     "Result.measured_epoch": (0, MAX_EPOCHS),
     "Result.epoch2_seconds": (0, MAX_SECONDS),
     # Epoch 1 minus epoch 2: below 0 when epoch 2 was the slower (a card that throttled).
