@@ -16,7 +16,8 @@ from typing import Any
 import click
 
 from gpubench import estimate as estimating
-from gpubench import record, stored_runs, tables
+from gpubench import fit as fitting
+from gpubench import record, sizes, stored_runs, tables
 from gpubench.cli import MODEL, _client, cli
 
 WIDTH = 80
@@ -137,4 +138,137 @@ def _group_document(group: estimating.GroupEstimate) -> dict[str, Any]:
         "seconds_median": group.median_s,
         "seconds_max": group.max_s,
         "per_run": [asdict(r) for r in group.runs],
+    }
+
+
+# -- fit --------------------------------------------------------------------------------
+
+
+def _parse_memory(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    try:
+        return sizes.parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _fit_line(found: fitting.RunFit, memory_bytes: int) -> None:
+    card = f"{found.setup.gpu_config} ({record.memory_size(found.capacity_bytes)})"
+    if found.basis == fitting.SEARCHED:
+        more = " or more (the training set capped the search)" if found.capped else ""
+        _echo_wrapped(f"{card}: batch {found.batch}{more}, searched", "    ")
+    elif found.basis == fitting.LINE and found.line is not None:
+        trials = ", ".join(str(b) for b in found.trial_batches)
+        _echo_wrapped(f"{card}: batch {found.batch}, predicted", "    ")
+        _echo_wrapped(
+            f"from its search's trials at batches {trials}: "
+            f"{_gib(found.line.fixed_bytes)} + {_gib(found.line.per_image_bytes)} an image; "
+            f"{record.memory_size(memory_bytes)} less {fitting.HEADROOM:.0%} headroom is "
+            f"{_gib(fitting.budget_bytes(memory_bytes))}", "      ")
+    else:
+        _echo_wrapped(f"{card}: at least batch {found.batch}, a floor", "    ")
+        _echo_wrapped(
+            f"from its peak of {_gib(found.peak_bytes)} at batch {found.peak_batch}: at "
+            f"most {_gib(found.peak_bytes / found.peak_batch)} an image", "      ")
+    _echo_wrapped(f"settings: {found.setup.describe()}", "      ")
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / tables.GIB:.2f} GiB"
+
+
+def _verdict(result: fitting.Answer) -> str:
+    if not result.basis:
+        return "no run says"
+    if result.basis == fitting.BOUND:
+        return f"fits, at batch {result.batch} at least" if result.batch else \
+            "not shown to fit (the runs' peaks are above the budget)"
+    if result.batch == 0:
+        return "does not fit, not even batch 1"
+    low, high = result.batches[0], result.batches[-1]
+    spread = f" ({low}-{high} across runs)" if low != high else ""
+    capped = any(f.capped and f.batch == result.batch for f in result.deciding)
+    return f"fits, at about batch {result.batch}{' or more' if capped else ''}{spread}"
+
+
+def _how_sure(result: fitting.Answer) -> str:
+    """Why the answer deserves the trust it does, in a sentence."""
+    runs = len(result.deciding)
+    count = f"{runs} run" + ("s" if runs > 1 else "")
+    if result.confidence == "high":
+        return f"high: searched on a card of (nearly) that memory ({count})"
+    if result.basis == fitting.SEARCHED:
+        return f"fair: searched at (nearly) that memory, but the {count} disagree"
+    tried = sorted({b for f in result.deciding for b in f.trial_batches})
+    span = f"{tried[0]}-{tried[-1]}" if tried else ""
+    if result.confidence == "fair":
+        return (f"fair: predicted by the memory line of {count} searched on another card, "
+                f"within the batches its trials measured ({span})")
+    if result.confidence == "rough":
+        return (f"rough: predicted by the memory line of {count} searched on another card, "
+                f"outside the batches its trials measured ({span}); the card's driver "
+                "context and allocator are left to the headroom")
+    return f"a floor only: one peak at one batch ({count}) bounds the memory per image"
+
+
+@cli.command()
+@click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
+@click.option("--memory", "memory_bytes", metavar="SIZE", required=True,
+              callback=_parse_memory, help="The card's memory, e.g. 8GiB, 16GB or 24000MiB "
+              "(GiB is 1024^3 bytes, GB 1000^3; a bare G is GiB).")
+@_gpu_option("Only runs on GPUs whose name contains this (default: every GPU).")
+@INCLUDE_OUTLIERS
+@FORMAT
+@click.pass_context
+def fit(ctx: click.Context, model: str, memory_bytes: int, gpu: str | None,
+        include_outliers: bool, fmt: str) -> None:
+    """Whether a card of `--memory` trains the model, and at about what batch.
+
+    From the stored runs: a run searched at or near that memory (its card's, or
+    --memory-limit) answers directly; otherwise the line of peak memory against batch
+    through each run's search trials predicts the largest batch that leaves 12% of
+    the card free, as the agent's search would. Says which runs the answer rests on
+    and how sure it is; published figures are answered apart."""
+    model = model.upper()
+    measured, published = _runs(ctx, model, gpu, include_outliers)
+    found = fitting.answers(measured, memory_bytes)
+    found_published = fitting.answers(published, memory_bytes)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "model": model, "memory_bytes": memory_bytes,
+            "measured": {label: _answer_document(a) for label, a in found.items()},
+            "published": {label: _answer_document(a) for label, a in found_published.items()},
+        }, indent=2))
+        return
+    size = record.memory_size(memory_bytes)
+    click.echo(f"{model} on a card of {size} ({memory_bytes / 1e9:.2f} GB)")
+    click.echo("")
+    click.echo("Measured runs")
+    if not found:
+        _echo_wrapped(f"none of {model} with batch trials or a searched largest batch", "  ")
+    _answer_lines(found, memory_bytes)
+    if found_published:
+        click.echo("")
+        click.echo(PUBLISHED_HEADING)
+        _answer_lines(found_published, memory_bytes)
+
+
+def _answer_lines(found: dict[str, fitting.Answer], memory_bytes: int) -> None:
+    for label, result in found.items():
+        if not result.basis:
+            continue
+        _echo_wrapped(f"{label}: {_verdict(result)}", "  ")
+        _echo_wrapped(f"How sure: {_how_sure(result)}.", "    ")
+        for run_fit in result.deciding:
+            _fit_line(run_fit, memory_bytes)
+        others = len(result.fits) - len(result.deciding)
+        if others:
+            _echo_wrapped(f"({others} more run(s) on a less direct basis left aside)", "    ")
+
+
+def _answer_document(result: fitting.Answer) -> dict[str, Any]:
+    return {
+        "basis": result.basis,
+        "batch": result.batch,
+        "confidence": result.confidence,
+        "runs": [{**asdict(f), "extrapolated": f.extrapolated} for f in result.deciding],
     }
