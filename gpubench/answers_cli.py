@@ -19,8 +19,8 @@ from rich.table import Table
 
 from gpubench import estimate as estimating
 from gpubench import fit as fitting
+from gpubench import plot_data, record, sizes, stored_runs, tables
 from gpubench import prices as price_book
-from gpubench import record, sizes, stored_runs, tables
 from gpubench.cli import MODEL, _client, cli
 from gpubench.cli import _console as cli_console
 
@@ -277,6 +277,55 @@ def _answer_document(result: fitting.Answer) -> dict[str, Any]:
         "runs": [{**asdict(f), "extrapolated": f.extrapolated} for f in result.deciding],
     }
 
+
+
+# -- plot -------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
+@_gpu_option("Only GPUs whose name contains this (default: every GPU with runs).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
+              show_default=True, help="The folder to write the charts into (made if "
+              "missing).")
+@click.option("--image-format", "formats", type=click.Choice(["png", "svg", "pdf"]),
+              multiple=True, help="Image format (repeat for several; default: png).")
+@click.option("--metric", "metrics", type=click.Choice([m.name for m in plot_data.METRICS]),
+              multiple=True, help="Draw only this chart (repeat for several; default: all "
+              "four).")
+@INCLUDE_OUTLIERS
+@click.pass_context
+def plot(ctx: click.Context, model: str, gpu: str | None, out_dir: str,
+         formats: tuple[str, ...], metrics: tuple[str, ...], include_outliers: bool) -> None:
+    """Draw charts of the stored runs of one model: epoch-2 time, throughput, peak
+    memory against the card's capacity and energy per epoch, one bar per GPU
+    configuration and settings at the median of its runs, the runs' spread (min-max)
+    as error bars. Published figures are drawn apart, hatched; a figure the
+    article did not publish is left out. Writes MODEL-METRIC.FORMAT files into --out
+    (e.g. b7-epoch-time.png) and names each on stderr."""
+    from pathlib import Path
+
+    from gpubench import charts
+
+    model = model.upper()
+    measured, published = _runs(ctx, model, gpu, include_outliers)
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    chosen = [m for m in plot_data.METRICS if not metrics or m.name in metrics]
+    for metric in chosen:
+        footnotes = []
+        absent = plot_data.missing(published, metric)
+        if absent:
+            footnotes.append(f"not published for {', '.join(sorted(set(absent)))}: left out")
+        absent = plot_data.missing(measured, metric)
+        if absent:
+            footnotes.append(f"not measured for {', '.join(sorted(set(absent)))}: left out")
+        for image_format in formats or ("png",):
+            target = folder / f"{model.lower()}-{metric.name}.{image_format}"
+            charts.metric_chart(model, metric, plot_data.bars(measured, metric, published=False),
+                                plot_data.bars(published, metric, published=True), target,
+                                footnotes=footnotes)
+            click.echo(f"wrote {target}", err=True)
 
 # -- compare --price / --prices -------------------------------------------------------------
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from gpubench import tables
+from gpubench import plot_data, tables
 from gpubench.errors import ExitCode, GpubenchError
 
 
@@ -54,6 +56,135 @@ def speedup_chart(frame: pd.DataFrame, path: str | Path) -> Path:
         target = Path(path)
         try:
             figure.savefig(target)
+        except (OSError, ValueError) as exc:
+            raise GpubenchError(
+                f"{target}: cannot write the chart ({exc})", exit_code=ExitCode.BAD_DATA
+            ) from None
+    finally:
+        plt.close(figure)
+    return target
+
+
+# -- gpubench plot: one metric per chart, the runs' spread as error bars -------------------
+
+MEASURED_COLOUR = "#3b75af"
+PUBLISHED_COLOUR = "#d08c45"
+CAPACITY_COLOUR = "#e4e4e4"
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, never a window
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise GpubenchError(
+            "gpubench plot needs matplotlib: pip install 'gpubench[charts]'",
+            exit_code=ExitCode.USAGE,
+        ) from None
+    return plt
+
+
+def _bar_label(bar: plot_data.Bar) -> str:
+    setup = bar.setup
+    batches = ", ".join(str(b) for b in bar.batches)
+    settings = "keras" if setup.settings == "keras" else setup.settings
+    return (f"{setup.gpu_config}\n{setup.backend} {setup.precision} {settings}\n"
+            f"batch {batches} ({setup.batch_rule or 'rule unrecorded'}), {setup.pipeline}, "
+            f"{setup.data}")
+
+
+def _value_text(metric: plot_data.Metric, bar: plot_data.Bar) -> str:
+    runs = f"{bar.runs} run" + ("s" if bar.runs > 1 else "")
+    if metric.name == "peak-memory":
+        share = bar.median / bar.capacity_gib if bar.capacity_gib else 0
+        text = f"{bar.median:.1f} of {bar.capacity_gib:.0f} GiB ({share:.0%})"
+    else:
+        text = tables.three_digits(bar.median)
+    if bar.high > bar.low:
+        text += f"  [{tables.three_digits(bar.low)}-{tables.three_digits(bar.high)}]"
+    return f"{text}, {runs}"
+
+
+def metric_chart(
+    model: str,
+    metric: plot_data.Metric,
+    measured: Sequence[plot_data.Bar],
+    published: Sequence[plot_data.Bar],
+    path: str | Path,
+    *,
+    footnotes: Sequence[str] = (),
+) -> Path:
+    """Draw one metric of `model` into `path` (format by suffix): a horizontal bar per
+    group of like runs at the median, the runs' min-max as an error bar, measured
+    runs on top and published figures (hatched, another colour) below a line.
+    Peak memory bars stand on the card's capacity drawn behind them."""
+    plt = _pyplot()
+    rows = list(measured) + list(published)
+    if not rows:
+        raise GpubenchError(f"nothing to draw: no run of {model} has {metric.title}",
+                            exit_code=ExitCode.FAILURE)
+    # Top to bottom: barh draws the first position at the bottom, so count down; a gap
+    # of one row parts measured from published.
+    gap = 1 if measured and published else 0
+    positions = [len(rows) + gap - i - (gap if i >= len(measured) else 0)
+                 for i in range(len(rows))]
+    medians = [bar.median for bar in rows]
+    errors = [[bar.median - bar.low for bar in rows], [bar.high - bar.median for bar in rows]]
+    colours = [PUBLISHED_COLOUR if bar.published else MEASURED_COLOUR for bar in rows]
+    hatches = ["//" if bar.published else "" for bar in rows]
+
+    figure, axes = plt.subplots(figsize=(9, 0.85 * (len(rows) + gap) + 1.9))
+    try:
+        right = max(bar.high for bar in rows)
+        if metric.name == "peak-memory":
+            capacities = [bar.capacity_gib for bar in rows]
+            axes.barh(positions, capacities, color=CAPACITY_COLOUR, edgecolor="#9a9a9a",
+                      height=0.72, label="the card's memory (or --memory-limit)")
+            right = max(right, *capacities)
+        drawn = axes.barh(positions, medians, color=colours, height=0.5, hatch=hatches,
+                          edgecolor="white")
+        # Whiskers only where runs differ: a single run's zero-width whisker reads as
+        # a spread that is not there.
+        spread = [i for i, bar in enumerate(rows) if bar.high > bar.low]
+        if spread:
+            axes.errorbar([medians[i] for i in spread], [positions[i] for i in spread],
+                          xerr=[[errors[0][i] for i in spread], [errors[1][i] for i in spread]],
+                          fmt="none", ecolor="#222222", capsize=5, elinewidth=1.2)
+        for rect, bar in zip(drawn, rows, strict=True):
+            axes.annotate(_value_text(metric, bar), (bar.high, rect.get_y() + 0.25),
+                          xytext=(6, 0), textcoords="offset points", va="center", fontsize=9)
+        axes.set_yticks(positions, [_bar_label(bar) for bar in rows], fontsize=8.5)
+        axes.set_xlim(0, right * 1.55)
+        axes.set_ylim(min(positions) - 0.7, max(positions) + 0.7)
+        axes.set_xlabel(metric.axis)
+        better = f" ({metric.better} is better)" if metric.better else ""
+        axes.set_title(f"{model}: {metric.title}{better}", loc="left", fontsize=12)
+        axes.grid(axis="x", color="#dddddd", linewidth=0.6)
+        axes.set_axisbelow(True)
+        for side in ("top", "right"):
+            axes.spines[side].set_visible(False)
+        if gap:
+            line = len(published) + 0.5 + 0.5 * gap
+            axes.axhline(line, color="#888888", linewidth=0.8, linestyle="--")
+            axes.text(right * 1.53, line - 0.12, "published (the article's, transcribed; "
+                      "not measured by gpubench)", ha="right", va="top", fontsize=8,
+                      color="#8a5a20")
+        elif published:
+            axes.text(0.99, 0.99, "published figures only (transcribed, not measured)",
+                      transform=axes.transAxes, ha="right", va="top", fontsize=8,
+                      color="#8a5a20")
+        notes = ["bar: median of the runs; whiskers: fastest to slowest run (min-max)",
+                 *footnotes]
+        figure.text(0.01, 0.01, "\n".join(notes), fontsize=7.5, color="#555555",
+                    va="bottom")
+        if metric.name == "peak-memory":
+            axes.legend(loc="lower right", fontsize=8, frameon=False)
+        figure.tight_layout(rect=(0, 0.03 + 0.025 * len(notes), 1, 1))
+        target = Path(path)
+        try:
+            figure.savefig(target, dpi=110)
         except (OSError, ValueError) as exc:
             raise GpubenchError(
                 f"{target}: cannot write the chart ({exc})", exit_code=ExitCode.BAD_DATA
