@@ -35,10 +35,21 @@ def _echo_wrapped(text: str, indent: str = "") -> None:
 
 def _runs(ctx: click.Context, model: str, gpu: str | None, include_outliers: bool,
           ) -> tuple[list[Any], list[Any]]:
-    """The usable (measured, published) runs of `model` on GPUs matching `gpu`."""
+    """The usable (measured, published) runs of `model` on GPUs matching `gpu`; the
+    outliers left out are kept in ctx.meta["outliers"] for a note."""
     stored = _client(ctx).iter_runs(model=model, gpu=gpu)
-    matching = (s for s in stored if gpu is None or stored_runs.matches_gpu(s.run, gpu))
+    matching = [s for s in stored if gpu is None or stored_runs.matches_gpu(s.run, gpu)]
+    left_out = [] if include_outliers else stored_runs.outliers(matching)
+    ctx.meta["outliers"] = stored_runs.grouped(left_out)
     return stored_runs.split(matching, include_outliers=include_outliers)
+
+
+def _outlier_note(ctx: click.Context, setup: stored_runs.Setup) -> str:
+    """'; 2 outliers left out (--include-outliers keeps them)', or ''."""
+    count = len(ctx.meta.get("outliers", {}).get(setup, []))
+    if not count:
+        return ""
+    return f"; {count} outlier{'s' if count > 1 else ''} left out: --include-outliers keeps them"
 
 
 def _gpu_option(help_text: str) -> Any:
@@ -58,8 +69,9 @@ FORMAT = click.option("--format", "fmt", type=click.Choice(["table", "json"]), d
 def _estimate_lines(group: estimating.GroupEstimate) -> None:
     runs = group.runs
     count = f"{len(runs)} run" + ("s" if len(runs) > 1 else "")
-    click.echo(f"  {group.setup.gpu_config}: {estimating.format_range(group.seconds)} "
-               f"({count})")
+    count += _outlier_note(click.get_current_context(), group.setup)
+    _echo_wrapped(f"{group.setup.gpu_config}: {estimating.format_range(group.seconds)} "
+                  f"({count})", "  ")
     epoch2 = sorted(r.epoch2_s for r in runs)
     epoch1 = sorted(r.epoch1_s for r in runs if r.epoch1_s > 0)
     images = sorted({r.run_images for r in runs})
@@ -75,10 +87,8 @@ def _estimate_lines(group: estimating.GroupEstimate) -> None:
 
 
 def _seconds_range(values: list[float]) -> str:
-    low, high = values[0], values[-1]
-    if low == high:
-        return f"{tables.three_digits(low)} s"
-    return f"{tables.three_digits(low)}-{tables.three_digits(high)} s"
+    low, high = tables.three_digits(values[0]), tables.three_digits(values[-1])
+    return f"{low} s" if low == high else f"{low}-{high} s"
 
 
 @cli.command()
@@ -320,6 +330,10 @@ def plot(ctx: click.Context, model: str, gpu: str | None, out_dir: str,
         absent = plot_data.missing(measured, metric)
         if absent:
             footnotes.append(f"not measured for {', '.join(sorted(set(absent)))}: left out")
+        for setup, runs in ctx.meta["outliers"].items():
+            footnotes.append(f"{setup.gpu_config}, {setup.settings}, batch rule "
+                             f"{setup.batch_rule}: {len(runs)} outlier run(s) left out "
+                             "(--include-outliers keeps them)")
         for image_format in formats or ("png",):
             target = folder / f"{model.lower()}-{metric.name}.{image_format}"
             charts.metric_chart(model, metric, plot_data.bars(measured, metric, published=False),

@@ -94,6 +94,13 @@ def split(stored_runs: Iterable[collector_pb2.StoredRun], *, include_outliers: b
     return measured, published
 
 
+def outliers(stored_runs: Iterable[collector_pb2.StoredRun]) -> list[run_pb2.Run]:
+    """The measured runs `split` leaves out as outliers of their GPU configuration."""
+    return [stored.run for stored in stored_runs
+            if stored.outlier and not stored.run.published
+            and usable(stored, include_outliers=True)]
+
+
 def grouped(runs: Iterable[run_pb2.Run]) -> dict[Setup, list[run_pb2.Run]]:
     """Runs by their Setup, in a stable order (by GPU configuration, then settings)."""
     groups: dict[Setup, list[run_pb2.Run]] = {}
