@@ -40,10 +40,10 @@ METRICS = (
            lambda run: run.result.epoch2_seconds, "lower"),
     Metric("throughput", "training throughput", "training images per second",
            lambda run: run.result.train_images_per_second, "higher"),
-    Metric("peak-memory", "peak GPU memory within the card's", "GiB (the allocator's peak)",
+    Metric("peak-memory", "peak GPU memory and the card's memory", "GiB (the allocator's peak)",
            lambda run: fit.run_peak(run) / GIB, ""),
-    Metric("energy", "energy per epoch (epoch 2, all GPUs)", "kJ",
-           lambda run: _energy(run) / 1000, "lower"),
+    Metric("energy", "energy of epoch 2, all GPUs", "joules",
+           _energy, "lower"),
 )
 
 
