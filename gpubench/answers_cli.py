@@ -30,7 +30,8 @@ PUBLISHED_HEADING = "Published figures (transcribed from the article, not measur
 
 def _echo_wrapped(text: str, indent: str = "") -> None:
     """`text` wrapped to WIDTH columns, every line indented by `indent`."""
-    click.echo(textwrap.fill(text, WIDTH, initial_indent=indent, subsequent_indent=indent))
+    click.echo(textwrap.fill(text, WIDTH, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False))
 
 
 def _runs(ctx: click.Context, model: str, gpu: str | None, include_outliers: bool,

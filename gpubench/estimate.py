@@ -105,7 +105,8 @@ def estimate(runs: Iterable[run_pb2.Run], epochs: int, images: int) -> list[Grou
 
 
 def format_duration(seconds: float) -> str:
-    """'42 s', '12.5 min', '2.57 h', '3.14 d (75.4 h)': a training time people read."""
+    """'42 s', '12.5 min', '2.57 h', '3.14 d (75 h)', '36.7 d (882 h)': a training
+    time people read."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:
@@ -113,7 +114,8 @@ def format_duration(seconds: float) -> str:
     hours = seconds / 3600
     if hours < 36:
         return f"{hours:.2f} h" if hours < 10 else f"{hours:.1f} h"
-    return f"{hours / 24:.2f} d ({hours:.0f} h)"
+    days = hours / 24
+    return f"{days:.2f} d ({hours:.0f} h)" if days < 10 else f"{days:.1f} d ({hours:,.0f} h)"
 
 
 def format_range(values: Sequence[float]) -> str:
