@@ -225,7 +225,13 @@ def _how_sure(result: fitting.Answer) -> str:
     return f"a floor only: one peak at one batch ({count}) bounds the memory per image"
 
 
-@cli.command()
+@cli.command(help=(
+    "Whether a card of --memory trains the model, and at about what batch.\n\n"
+    "From the stored runs: a run searched at or near that memory (its card's, or "
+    "--memory-limit) answers directly; otherwise the line of peak memory against batch "
+    "through each run's search trials predicts the largest batch that leaves "
+    f"{fitting.HEADROOM:.0%} of the card free, as the agent's search would. Says which runs "
+    "the answer rests on and how sure it is; published figures are answered apart."))
 @click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
 @click.option("--memory", "memory_bytes", metavar="SIZE", required=True,
               callback=_parse_memory, help="The card's memory, e.g. 8GiB, 16GB or 24000MiB "
@@ -236,13 +242,7 @@ def _how_sure(result: fitting.Answer) -> str:
 @click.pass_context
 def fit(ctx: click.Context, model: str, memory_bytes: int, gpu: str | None,
         include_outliers: bool, fmt: str) -> None:
-    """Whether a card of `--memory` trains the model, and at about what batch.
-
-    From the stored runs: a run searched at or near that memory (its card's, or
-    --memory-limit) answers directly; otherwise the line of peak memory against batch
-    through each run's search trials predicts the largest batch that leaves 12% of
-    the card free, as the agent's search would. Says which runs the answer rests on
-    and how sure it is; published figures are answered apart."""
+    """`gpubench fit`: the largest batch a card of `memory_bytes` holds (help above)."""
     model = model.upper()
     measured, published = _runs(ctx, model, gpu, include_outliers)
     found = fitting.answers(measured, memory_bytes)
