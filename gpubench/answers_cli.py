@@ -432,7 +432,10 @@ def _priced_compare(original: Any) -> Any:
 
 def _add_prices_to_compare() -> None:
     command = cli.commands["compare"]
-    position = next(i for i, p in enumerate(command.params) if p.name == "fmt")
+    # Before --format where there is one, so that --help lists the prices with the
+    # comparison's own options.
+    position = next((i for i, p in enumerate(command.params) if p.name == "fmt"),
+                    len(command.params))
     command.params[position:position] = PRICE_OPTIONS
     command.callback = _priced_compare(command.callback)
 
