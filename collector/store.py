@@ -91,9 +91,8 @@ OUTLIER_GROUP = (
 # not flagged as implausible.
 SCORED_RUNS = ("status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published "
                "AND NOT flagged")
-# The protocol's training set: 80% of the benchmark's 2136 images. The leaderboard ranks
-# only runs of it; a smoke run with --limit-images trains on fewer.
-STANDARD_TRAIN_IMAGES = 1709
+# The protocol's training set (1709 images): the leaderboard ranks only runs of it.
+STANDARD_TRAIN_IMAGES = record.STANDARD_TRAIN_IMAGES
 # The most runs one group commit inserts; more wait for the next commit.
 MAX_BATCH = 1024
 # How long a group commit waits for more submissions when there is concurrency (s):

@@ -433,6 +433,9 @@ def export(ctx: click.Context, fmt: str, out: str) -> None:
     click.echo(f"wrote {count} runs to {out}", err=True)
 
 
+from gpubench import answers_cli  # noqa: E402, F401  (estimate, fit, plot, compare --price)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The `gpubench` console script."""
     cli.main(args=argv, prog_name="gpubench")
