@@ -157,7 +157,9 @@ class Site:
         else:
             status, title = 502, "The collector failed"
             log.warning("collector failed: %s", exc)
-        context: dict[str, Any] = {"title": title, "detail": detail, "status": status}
+        context: dict[str, Any] = {"title": title, "detail": detail, "status": status,
+                                   "differences": views.differences(detail)
+                                   if status == 409 else []}
         if page == "compare" and status in (400, 404, 409):
             # The comparison page keeps its form, so the reader can pin what differs.
             try:
@@ -202,10 +204,9 @@ class Site:
     def _collector_metrics(self) -> list[Any]:
         serving, _ = self._health()
         stats = None
-        client = self.reader.client()
-        if serving and hasattr(client, "stats"):
+        if serving:
             try:
-                stats = client.stats()
+                stats = self.reader.client().stats()
             except GpubenchError as exc:  # a collector older than Stats, or no token
                 log.debug("no collector stats: %s", exc)
         return metrics.collector_families(serving, stats)

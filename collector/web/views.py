@@ -7,6 +7,7 @@ way the runs differ, as the CLI does).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,31 @@ SETTINGS = (record.DEFAULT_SETTINGS,
             *sorted(s for s in record.SETTINGS_LABELS if s != record.DEFAULT_SETTINGS
                     and (s == record.KERAS or s.startswith("kernels"))))
 RECENT_RUNS = 100
+# A Compare refusal names each difference as "DIMENSION (VALUES; pin one with --FLAG)".
+DIFFERENCE = re.compile(r"(\w+) \(([^;()]*); pin one with (--[\w-]+)\)")
+# The dimensions the comparison form pins, by the collector's name for them.
+FORM_FIELDS = {"settings": "Settings", "batch_rule": "Batch rule", "precision": "Precision",
+               "backend": "Backend", "pipeline": "Pipeline"}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way the runs of a refused comparison differ."""
+
+    dimension: str
+    values: str
+    pin: str  # how to pin it: the form's field, else the CLI flag
+
+
+def differences(detail: str) -> list[Difference]:
+    """The differences a Compare refusal names (none found: the caller shows its words)."""
+    found = []
+    for dimension, values, flag in DIFFERENCE.findall(detail):
+        field_label = FORM_FIELDS.get(dimension)
+        pin = f"choose one in {field_label} above" if field_label else \
+            f"not on this page: gpubench compare {flag} ..."
+        found.append(Difference(dimension.replace("_", " "), values, pin))
+    return found
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,12 @@ def test_comparison_refuses_unlike_runs_in_words(live_site):
     text = _text(body)
     assert "The collector refuses to compare these runs" in text
     # It names each difference, as the CLI does.
-    assert "differ in" in text and "settings (" in text and "batch_rule (" in text
+    assert "They differ in:" in text
+    words = " ".join(text.split())
+    assert "settings : keras, kernels+cuda-graphs, kernels+data-on-device+cuda-graphs " \
+           "(choose one in Settings above)" in words
+    assert "precision : float32, mixed_bfloat16 (choose one in Precision above)" in words
+    assert "batch rule :" in words and "choose one in Batch rule above" in words
     assert "<form" in body  # the form stays, to pin what differs
 
 
@@ -168,3 +173,32 @@ def test_the_site_only_reads(live_site):
             raise AssertionError(f"{method} answered")
         except urllib.error.HTTPError as exc:
             assert exc.code == 405
+
+
+def test_metrics_show_the_collectors_counts(live_site):
+    from gpubench.v1 import run_pb2
+
+    with Client(live_site.collector, token=live_site.admin_token) as client:
+        before = client.stats()
+        bad = run_pb2.Run(run_id="not-a-uuid")
+        with pytest.raises(Exception, match="INVALID_ARGUMENT|refused"):
+            client.submit_run(bad)
+    with Client(live_site.collector, token="gpb_wrong") as client:
+        with pytest.raises(Exception, match="token"):
+            client.submit_run(bad)
+    with Client(live_site.collector) as client:
+        after = client.stats()
+    assert after.refusals["invalid"] == before.refusals.get("invalid", 0) + 1
+    assert after.refusals["token"] == before.refusals.get("token", 0) + 1
+    assert after.submissions_accepted >= 16 and after.runs_stored >= 16
+    assert after.runs_flagged >= 1 and after.runs_published == 3
+    assert after.flushes >= 1 and after.flush_seconds_total > 0
+    _, metrics, _ = live_site.get("/metrics")
+    assert f"gpubench_collector_submissions_total {float(after.submissions_accepted)}" in metrics
+    assert 'gpubench_collector_refusals_total{reason="invalid"}' in metrics
+    assert 'gpubench_collector_runs{kind="flagged"}' in metrics
+    assert 'gpubench_collector_runs{kind="published"} 3.0' in metrics
+    for name in ("gpubench_collector_quarantined_runs 0.0", "gpubench_collector_journal_depth",
+                 "gpubench_collector_flushes_total", "gpubench_collector_flush_seconds_total",
+                 "gpubench_collector_last_flush_seconds"):
+        assert name in metrics
