@@ -99,10 +99,13 @@ def joules(value: float | None) -> str:
 
 
 def spread(low: float | None, high: float | None, median: float | None) -> str:
-    """The epoch-2 range of a group's runs as '0.687-0.713 s (3.7%)'; '' for one run."""
+    """The epoch-2 range of a group's runs as '0.687–0.713 s (3.7%)', with as many
+    decimals as `seconds` gives; '' for one run."""
     if not low or not high or not median or high <= low:
         return ""
-    return f"{low:.3f}-{high:.3f} s ({(high - low) / median * 100:.1f}%)"
+    digits = 3 if high < 10 else 1 if high < 100 else 0
+    # A no-break space keeps the unit with its figure when the cell wraps.
+    return f"{low:.{digits}f}–{high:.{digits}f}\u00a0s ({(high - low) / median * 100:.1f}%)"
 
 
 FILTERS = {

@@ -41,8 +41,8 @@ def test_leaderboard_ranks_the_default_runs_with_their_figures(live_site):
     assert len(order) == 4 and order == sorted(order)
     # The T4's three runs: median 9.300 s, spread 9.1-9.6 s, energy, memory of the card.
     row = text[text.index("1x Tesla T4"):text.index("1x NVIDIA GeForce GTX 1070")]
-    assert "9.300 s" in row and "9.100-9.600 s" in row and " 3 " in row
-    assert "GiB of 15.0 GiB" in row and " J " in row
+    assert "9.300 s" in row and "9.100–9.600\u00a0s" in row and " 3 " in row
+    assert "/ 15.0 GiB (8" in row and " J " in row
     # Published runs never rank; flagged runs are hidden unless asked for.
     assert "flagged" not in _text(body.split("<tbody>")[1].split("</tbody>")[0])
 
