@@ -141,8 +141,8 @@ def web(address: str, token_file: Path | None, ca: Path | None, tls: bool, host:
         out.print(f"results site on {url} (collector {address}, reading {reads})")
         sys.stdout.flush()
 
+    # Until SIGTERM or Ctrl-C: uvicorn finishes the requests in flight, then exits.
     serve_site(config, host=host, port=port, log_level=log_level, on_ready=ready)
-    err.print("results site stopped")
 
 
 @contextlib.contextmanager
