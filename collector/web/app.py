@@ -115,7 +115,8 @@ class Site:
         def endpoint(request: Request) -> Response:
             started = time.monotonic()
             try:
-                client = self.reader.client(_bearer(request))
+                visitor = _bearer(request) if self.config.visitor_tokens else None
+                client = self.reader.client(visitor)
                 template, context = view(client, request)
                 status = 200
             except GpubenchError as exc:
@@ -141,9 +142,9 @@ class Site:
         detail = getattr(exc, "detail", "") or str(exc)
         if isinstance(exc, AccessDenied):
             status, title = 401, "This collector needs a token to read"
-            detail = ("The collector lets only token holders read its runs. Start the site "
-                      "with a token (--token-file), or send one with each request "
-                      "(Authorization: Bearer ...). The collector said: " + detail)
+            detail = ("The collector lets only token holders read its runs, and did not "
+                      "accept the site's: start the site with a token (--token-file). "
+                      "The collector said: " + detail)
         elif isinstance(exc, NotFound):
             status, title = 404, "Not found"
         elif isinstance(exc, CollectorUnavailable):

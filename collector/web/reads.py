@@ -1,8 +1,8 @@
 """The collector calls the site's pages make, through gpubench.client.Client only.
 
-The site reads as its visitor may: with the token a request carries
-(`Authorization: Bearer ...`), else the site's own token (--token-file), else none,
-which a collector without --public-read refuses. Only read calls are made here.
+The site reads with its own token (--token-file), or none, which a collector without
+--public-read refuses; with `visitor_tokens`, a request's own token
+(`Authorization: Bearer ...`) goes first. Only read calls are made here.
 """
 
 from __future__ import annotations
@@ -31,7 +31,11 @@ class SiteConfig:
     """Where the collector is and how the site reaches it."""
 
     address: str
-    token: str | None = None  # the site's own token; None: only what requests carry
+    token: str | None = None  # the site's own token; None: tokenless reads
+    # Read with the token a request carries, when it carries one. Off by default: every
+    # wrong token a visitor sends counts against the collector's limit of failed
+    # authentications for the site's address, which would shut the site out.
+    visitor_tokens: bool = False
     ca: Path | None = None
     tls: bool = False
     timeout: float = 10.0

@@ -80,7 +80,10 @@ class LiveSite:
             return exc.code, exc.read().decode(), dict(exc.headers)
 
 
-def _start(tmp: Path, runs: list, public_read: bool) -> Iterator[tuple]:
+def _start(tmp: Path, runs: list, public_read: bool, *, site_token: bool = False,
+           visitor_tokens: bool = False) -> Iterator[tuple]:
+    """A collector holding `runs` and the site in front of it, reading with a token of
+    its own if `site_token`; yields (site, address, admin token, the token book)."""
     from gpubench.collector.auth import TokenBook
     from gpubench.collector.server import create_server
     from gpubench.collector.store import Store
@@ -101,7 +104,8 @@ def _start(tmp: Path, runs: list, public_read: bool) -> Iterator[tuple]:
         deadline = time.monotonic() + 10
         while store.count() < len(runs) and time.monotonic() < deadline:
             time.sleep(0.05)
-    site = start_in_thread(SiteConfig(address))
+    token = tokens.create("site", admin=False)[1] if site_token else None
+    site = start_in_thread(SiteConfig(address, token=token, visitor_tokens=visitor_tokens))
     try:
         yield site, address, admin, tokens
     finally:

@@ -147,20 +147,39 @@ def test_metrics_and_health(live_site):
 
 
 def test_private_collector_refuses_the_site_without_a_token(tmp_path):
+    from conftest import LiveSite
+
     runs = community_runs()[:3]
     for site, _, admin, tokens in _start(tmp_path, runs, public_read=False):
-        from conftest import LiveSite
-
         live = LiveSite(site.url, "", admin, "", "")
         status, body, headers = live.get("/leaderboard/B0")
         assert status == 401 and "needs a token to read" in body
         assert headers["www-authenticate"].startswith("Bearer")
         assert "1x Tesla T4" not in body
         _, reader = tokens.create("reader", admin=False)
-        status, body, _ = live.get("/leaderboard/B0?settings=kernels%2Bcuda-graphs", token=reader)
-        assert status == 200 and "1x Tesla T4" in body
-        assert live.get("/leaderboard/B0", token="gpb_wrong")[0] == 401
+        # A visitor's token is not used unless the site is told to (--visitor-tokens).
+        assert live.get("/leaderboard/B0", token=reader)[0] == 401
         assert live.get("/healthz")[0] == 200  # health needs no token
+
+
+@pytest.mark.parametrize("how", ["site token", "visitor tokens"])
+def test_private_collector_with_a_token(tmp_path, how):
+    from conftest import LiveSite
+
+    runs = community_runs()[:3]
+    for site, _, admin, tokens in _start(tmp_path, runs, public_read=False,
+                                         site_token=how == "site token",
+                                         visitor_tokens=how == "visitor tokens"):
+        live = LiveSite(site.url, "", admin, "", "")
+        if how == "site token":
+            status, body, _ = live.get("/runs")
+            assert status == 200 and "1x Tesla T4" in body
+        else:
+            _, reader = tokens.create("reader", admin=False)
+            status, body, _ = live.get("/runs", token=reader)
+            assert status == 200 and "1x Tesla T4" in body
+            assert live.get("/runs", token="gpb_wrong")[0] == 401
+            assert live.get("/runs")[0] == 401
 
 
 def test_the_site_only_reads(live_site):

@@ -42,6 +42,6 @@ def test_web_serves_a_private_collector_with_its_token(collector, make_run, tmp_
 def test_web_help_explains_every_flag():
     shown = subprocess.run([str(BIN / "gpubench-collector"), "web", "--help"],
                            capture_output=True, text=True, check=True).stdout
-    for flag in ("--collector", "--token-file", "--ca", "--tls", "--host", "--port",
-                 "--timeout", "--log-level"):
+    for flag in ("--collector", "--token-file", "--visitor-tokens", "--ca", "--tls", "--host",
+                 "--port", "--timeout", "--log-level"):
         assert flag in shown
