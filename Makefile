@@ -40,8 +40,23 @@ install: $(STAMP)
 proto: $(STAMP)
 	$(PY) -c "import setup; setup.generate_wire_code()"
 
-test: proto
+test: proto chromium
 	$(PY) -m pytest -m "not docker and not gpu" $(PYTEST_ARGS)
+
+# The results site's browser test (tests/web/test_browser.py) drives headless Chromium:
+# installed with apt-get when missing and run as root; otherwise that test is skipped.
+.PHONY: chromium
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium for the results site's browser test (apt-get)"; \
+	    apt-get install -y chromium >>$(LOG) 2>&1 \
+	      || { apt-get update >>$(LOG) 2>&1 && apt-get install -y chromium >>$(LOG) 2>&1; } \
+	      || echo "could not install chromium (see $(LOG)): the browser test will be skipped"; \
+	  else \
+	    echo "chromium is missing and this is not root: the results site's browser test" \
+	         "will be skipped (apt-get install chromium)"; \
+	  fi; }
 
 test-docker: proto
 	$(PY) -m pytest -m docker tests/docker tests/agent $(PYTEST_ARGS)

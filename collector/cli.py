@@ -104,6 +104,55 @@ def serve(
     err.print("collector stopped")
 
 
+@cli.command()
+@click.option("--collector", "address", envvar="GPUBENCH_COLLECTOR", default="127.0.0.1:50051",
+              show_default=True,
+              help="The collector's gRPC address (env GPUBENCH_COLLECTOR); the site reads "
+                   "through its API only, never its database, so it works the same in front "
+                   "of --frontends.")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A file holding the token the site reads with, for a collector without "
+                   "--public-read (env GPUBENCH_TOKEN also works); give the site a token of "
+                   "its own, not an admin token.")
+@click.option("--visitor-tokens", is_flag=True,
+              help="Read with the token a request carries (Authorization: Bearer) when it "
+                   "carries one, for a site only token holders reach. Leave it off on a "
+                   "public site: wrong tokens count against the collector's limit of failed "
+                   "authentications for the site's address and would shut the site out.")
+@click.option("--ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="PEM certificate to trust for a collector serving TLS.")
+@click.option("--tls", is_flag=True, help="Reach the collector over TLS with the system's roots.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address the site listens on (HTTP; put TLS in front of it in a proxy).")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
+              help="Port the site listens on (0: any free port, printed at start).")
+@click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a page waits for the collector.")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="uvicorn's log level; info logs every request.")
+def web(address: str, token_file: Path | None, visitor_tokens: bool, ca: Path | None,
+        tls: bool, host: str, port: int, timeout: float, log_level: str) -> None:
+    """Serve the read-only results site: leaderboards, comparisons, a page per GPU and per
+    run, /metrics (Prometheus) and /healthz, as a client of the collector's gRPC API."""
+    from gpubench.collector.web.reads import SiteConfig
+    from gpubench.collector.web.server import serve as serve_site
+
+    token = token_file.read_text().strip() if token_file else os.environ.get("GPUBENCH_TOKEN")
+    config = SiteConfig(address=address, token=token or None, visitor_tokens=visitor_tokens,
+                        ca=ca, tls=tls, timeout=timeout)
+
+    def ready(url: str) -> None:
+        reads = "with a token" if config.token else "without a token"
+        if visitor_tokens:
+            reads += ", or the visitor's"
+        out.print(f"results site on {url} (collector {address}, reading {reads})")
+        sys.stdout.flush()
+
+    # Until SIGTERM or Ctrl-C: uvicorn finishes the requests in flight, then exits.
+    serve_site(config, host=host, port=port, log_level=log_level, on_ready=ready)
+
+
 @contextlib.contextmanager
 def _local_or_live(db_path: Path, local: Callable[[Any], object]) -> Iterator[object]:
     """`local` of the store of `db_path` opened here, or, while a collector holds the file,
