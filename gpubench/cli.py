@@ -32,8 +32,52 @@ class CommandFailed(click.ClickException):
         click.echo(f"gpubench: error: {self.format_message()}", err=True, file=file)
 
 
+# The options that say how to reach the collector. They belong to the group (`gpubench
+# --collector X runs list`) and are accepted after any subcommand too (`gpubench runs list
+# --collector X`): Group.add_command gives every command a copy, which overrides the
+# group's value when given.
+CONNECTION_OPTIONS = ("collector", "token", "ca", "tls", "timeout")
+
+
+def _override_connection(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """A connection option given after the subcommand replaces the group's value."""
+    if value is None or value is False:
+        return
+    options = ctx.find_root().obj
+    if isinstance(options, dict) and param.name:
+        options[param.name] = value
+
+
+def _connection_copies(command: click.Command) -> list[click.Option]:
+    """The group's connection options as `command` accepts them after its name: no
+    default and no environment variable (the group has those), nothing passed to the
+    command's function."""
+    taken = {opt for param in command.params for opt in param.opts}
+    copies = []
+    for param in cli.params:
+        if param.name not in CONNECTION_OPTIONS or taken.intersection(param.opts):
+            continue
+        assert isinstance(param, click.Option)
+        copies.append(click.Option(
+            param.opts, type=param.type, is_flag=param.is_flag, default=None,
+            metavar=param.metavar, expose_value=False, callback=_override_connection,
+            help=f"{param.help} Also accepted here, after the command.",
+        ))
+    return copies
+
+
 class Group(click.Group):
-    """The command group that turns user-facing errors into one-line messages."""
+    """The command group that turns user-facing errors into one-line messages, and
+    whose commands (nested ones too) accept the connection options after their name."""
+
+    # Nested groups (`gpubench runs ...`) are of this class too.
+    group_class = type
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Register `cmd`; a command that is not a group gets the connection options."""
+        if not isinstance(cmd, click.Group):
+            cmd.params.extend(_connection_copies(cmd))
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

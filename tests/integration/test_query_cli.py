@@ -348,3 +348,35 @@ def test_published_figures_stand_apart_and_flagged_runs_are_marked(
     assert article.run_id in theirs and article.run_id not in mine
     shown = invoke("runs", "show", fabricated.run_id)
     assert "flagged because" in shown.stdout and "can compute" in shown.stdout
+
+
+# -- connection options after the subcommand -------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [
+    ("compare", "--model", "B0", *KERAS_GIVEN),
+    ("runs", "list"),
+    ("runs", "show", "RUN_ID"),
+    ("leaderboard", "--model", "B0", *KERAS_GIVEN),
+    ("export", "--format", "csv", "--out", "OUT"),
+    ("runs", "delete", "RUN_ID"),
+])
+def test_connection_options_after_the_subcommand(
+    filled: Any, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    runner = CliRunner()
+    run_id = Client(filled.address, filled.lab_token).list_runs(limit=1)["run_id"][0]
+    args = [str(tmp_path / "runs.csv") if a == "OUT" else run_id if a == "RUN_ID" else a
+            for a in command]
+    env = {"GPUBENCH_COLLECTOR": "", "GPUBENCH_TOKEN": ""}
+    # The group's options are left out: those after the command are the ones that count.
+    wrong = runner.invoke(cli, [*args, "--collector", filled.address, "--token", "wrong",
+                                "--timeout", "5"], env=env)
+    assert wrong.exit_code == ExitCode.AUTH, wrong.output
+    # Given after the command, they replace those given before it.
+    done = runner.invoke(cli, ["--collector", "127.0.0.1:1", "--token", "wrong", *args,
+                               "--collector", filled.address, "--token", filled.lab_token],
+                         env=env)
+    assert done.exit_code == 0, done.output
+    words = [w for w in command[:2] if not w.startswith("-")]
+    assert "--collector HOST:PORT" in runner.invoke(cli, [*words, "--help"]).output
