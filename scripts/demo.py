@@ -104,6 +104,15 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> N
                      f"{timeout:.0f} s")
 
 
+def is_published(path: Path) -> bool:
+    """Whether a reference run is published figures (one that cannot be read counts as
+    not: the import says what is wrong with it)."""
+    try:
+        return bool(json.loads(path.read_text()).get("published", False))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def reset() -> None:
     """Remove what the previous demo left (only the demo's own files), and say so."""
     DEMO.mkdir(parents=True, exist_ok=True)
@@ -142,7 +151,7 @@ def demo() -> int:
 
     references = sorted(REFERENCE_RUNS.glob("*.json"))
     if references:
-        published = sum(json.loads(p.read_text()).get("published", False) for p in references)
+        published = sum(is_published(p) for p in references)
         step(f"importing {len(references)} reference run(s): {len(references) - published} "
              f"measured on an H200 by this code, {published} published (the article's Tesla "
              "T4, transcribed, kept apart from measured runs)")
