@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich import box
 from rich.table import Table
 
 from gpubench import record
+from gpubench.tables import narrow_table
 from gpubench.v1 import run_pb2
 
 GIB = 1 << 30
@@ -50,10 +50,11 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
     where = (record.gpu_config_name(first.gpus[0].name, first.config.gpu_count)
              if first is not None and first.gpus else "CPU only")
     searched_any = any(r.result.largest_batch_per_gpu for r in runs)
-    table = Table(
-        title=f"gpubench on {where}", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
-        pad_edge=False,
-        caption="energy and power: the measured epoch, all GPUs"
+    # The query CLI's narrow layout: fits 80 columns, wraps rather than cuts.
+    table = narrow_table(
+        f"gpubench on {where}",
+        "epoch 1, epoch 2: wall time; img/s: training images a second in epoch 2; "
+        "energy and power: the measured epoch, all GPUs"
         + ("; fits: the largest batch per GPU that fits (+: every training image)"
            if searched_any else ""),
     )
@@ -65,7 +66,7 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
     table.add_column("batch", justify="right")
     if searched_any:
         table.add_column("fits", justify="right")
-    table.add_column("peak memory", justify="right", no_wrap=True)
+    table.add_column("peak memory", justify="right")
     table.add_column("energy", justify="right")
     table.add_column("power", justify="right")
     for run in runs:

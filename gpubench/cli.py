@@ -9,6 +9,7 @@ refused, 5 not found, ...).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -132,8 +133,11 @@ def _client(ctx: click.Context) -> Client:
 
 
 def _console() -> Console:
-    # Piped into a file or another program, rich would squeeze tables into 80 columns.
-    return Console() if sys.stdout.isatty() else Console(width=400)
+    # Piped into a file or another program, rich would squeeze tables into 80 columns:
+    # lines as long as they need, unless $COLUMNS asks for a width.
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console()
+    return Console(width=400)
 
 
 def _warn(lines: list[str]) -> None:
@@ -391,13 +395,36 @@ def runs_list(
                                         "not measured by gpubench)"))
 
 
+# A run id in full: 8-4-4-4-12 hex digits.
+FULL_RUN_ID = 36
+
+
+def _full_run_id(client: Client, given: str) -> str:
+    """The run id that `given` names: itself when complete, else the one stored run id
+    it is a prefix of (as `runs list` shortens them); none or several is an error."""
+    if len(given) >= FULL_RUN_ID:
+        return given
+    prefix = given.lower()
+    found = [s.run.run_id for s in client.iter_runs() if s.run.run_id.startswith(prefix)]
+    if not found:
+        raise GpubenchError(f"run_id {given}: no stored run id starts with it",
+                            exit_code=ExitCode.NOT_FOUND)
+    if len(found) > 1:
+        raise GpubenchError(f"run_id {given}: {len(found)} stored run ids start with it "
+                            f"({', '.join(found[:3])}...); give more of it",
+                            exit_code=ExitCode.USAGE)
+    return found[0]
+
+
 @runs.command("show")
 @click.argument("run_id")
 @_format_option("table", "json")
 @click.pass_context
 def runs_show(ctx: click.Context, run_id: str, fmt: str) -> None:
-    """One stored run: the full record as json, or a summary with its epochs."""
-    stored = _client(ctx).get_run(run_id)
+    """One stored run (RUN_ID, or the first characters of one as `runs list` shows them):
+    the full record as json, or a summary with its epochs."""
+    client = _client(ctx)
+    stored = client.get_run(_full_run_id(client, run_id))
     if fmt == "json":
         click.echo(json.dumps(tables.stored_run_dict(stored), indent=2))
         return
@@ -410,8 +437,10 @@ def runs_show(ctx: click.Context, run_id: str, fmt: str) -> None:
 @click.argument("run_id")
 @click.pass_context
 def runs_delete(ctx: click.Context, run_id: str) -> None:
-    """Delete a run (only its submitter or an admin may)."""
-    deleted = _client(ctx).delete_run(run_id)
+    """Delete a run (RUN_ID in full, or a prefix only one run id starts with; only its
+    submitter or an admin may)."""
+    client = _client(ctx)
+    deleted = client.delete_run(_full_run_id(client, run_id))
     click.echo(f"deleted run {deleted or run_id}")
 
 
