@@ -389,7 +389,8 @@ def runs_list(
     console = _console()
     measured, published = frame[~frame["published"]], frame[frame["published"]]
     if not measured.empty:
-        console.print(tables.runs_table(measured, title="measured runs"))
+        console.print(tables.runs_table(measured, title="measured runs",
+                                        legend=published.empty))
     if not published.empty:
         console.print(tables.runs_table(published, title="published figures (transcribed, "
                                         "not measured by gpubench)"))

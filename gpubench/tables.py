@@ -453,8 +453,8 @@ def _int(value: Any) -> int:
 # -- rich tables --------------------------------------------------------------------------
 
 
-# The narrowest a column that folds its words is made.
-FOLDED = 8
+# The narrowest a column that folds its words is made: words up to this long stay whole.
+FOLDED = 12
 
 
 class NarrowTable(Table):
@@ -646,13 +646,16 @@ def short_ids(run_ids: Iterable[str], least: int = SHORT_ID) -> dict[str, str]:
     return short
 
 
-def runs_table(frame: pd.DataFrame, *, title: str | None = None) -> Table:
+def runs_table(frame: pd.DataFrame, *, title: str | None = None,
+               legend: bool = True) -> Table:
     """Stored runs for the terminal (80 columns), newest first, one row each; run ids
-    shortened to a unique prefix, which `gpubench runs show` and `runs delete` accept."""
+    shortened to a unique prefix, which `gpubench runs show` and `runs delete` accept.
+    `legend`: explain the abbreviations below (once, under the last of several tables)."""
     table = narrow_table(
         title,
         "run: the run id's first characters (runs show takes them); tf: tensorflow; "
-        f"{PRECISION_LEGEND}; img/s: training images a second; peak memory: GiB (% of card)",
+        f"{PRECISION_LEGEND}; img/s: training images a second; peak memory: GiB (% of card)"
+        if legend else None,
     )
     table.add_column("run", overflow="fold")
     table.add_column("GPU config")

@@ -32,7 +32,7 @@ def _row_cells(row: dict) -> list[str | Text]:
 
 
 def _table(title: str, rows: pd.DataFrame, caption: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    table = tables.narrow_table(title, caption)
     for name, right in (("run", False), ("GPU config", False), ("px", True), ("img/ep", True),
                         ("batch", True), ("epoch 2 (s)", True), ("img/s", True)):
         table.add_column(name, justify="right" if right else "left")
@@ -76,7 +76,8 @@ def _verdict(mine: pd.DataFrame, others: pd.DataFrame) -> str:
         return "your run has no epoch-2 figure to compare (it did not finish)"
     run = mine.iloc[0].to_dict()
     yours = _per_second(run)
-    lines = [f"you: {tables.three_digits(yours)} images a second on {run['gpu_config']}"]
+    lines = [f"you: {tables.three_digits(yours)} training images a second on "
+             f"{run['gpu_config']}; the others, against that:"]
     for row in others.to_dict("records"):
         theirs = _per_second(row)
         if tables.is_missing(theirs):
@@ -86,6 +87,6 @@ def _verdict(mine: pd.DataFrame, others: pd.DataFrame) -> str:
                                          ("backend", "backend"), ("precision", "precision"))
                   if row[key] != run[key]]
         line = (f"{row['label'] or row['submitter']}: {tables.three_digits(theirs / yours)}x "
-                "yours")
+                "as many")
         lines.append(line + (f" (unlike yours in {', '.join(unlike)})" if unlike else ""))
     return "\n".join(lines)

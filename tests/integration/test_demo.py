@@ -67,7 +67,7 @@ def test_make_demo_twice_from_a_clean_checkout(tmp_path: Path) -> None:
     assert "B0 leaderboard" in out
     # Where this run stands, and what to try next.
     assert "where you stand" in out and "measured runs (yours in bold)" in out
-    assert "the article's Tesla T4 (Colab):" in out and "x yours (unlike yours in" in out
+    assert "the article's Tesla T4 (Colab):" in out and "x as many (unlike yours in" in out
     assert "what now: the collector served 127.0.0.1:" in out
     assert out.count("collector stopped") == 1
     for command in ("runs list --model B0", "compare --model B0 --allow-mixed",
