@@ -469,7 +469,14 @@ class NarrowTable(Table):
         # A column that folds its words (long names, ids) may be narrower than its longest.
         least = [min(r.minimum, FOLDED) if column.overflow == "fold" else r.minimum or 1
                  for r, column in zip(ranges, self.columns, strict=True)]
-        if sum(natural) <= options.max_width or sum(least) > options.max_width:
+        # Too narrow still: columns that fold give up more, the last first, down to 4.
+        excess = sum(least) - options.max_width
+        for index in reversed(range(len(least))):
+            if excess > 0 and self.columns[index].overflow == "fold":
+                cut = min(excess, max(least[index] - 4, 0))
+                least[index] -= cut
+                excess -= cut
+        if sum(natural) <= options.max_width or excess > 0:
             return super()._calculate_column_widths(console, options)
         wants = [n - m for n, m in zip(natural, least, strict=True)]
         extra = ratio_distribute(options.max_width - sum(least), wants)
