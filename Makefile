@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .PHONY: help install proto test test-docker test-gpu demo bench lint clean
 
 help:
-	@echo "make demo         run the benchmark against an embedded collector and compare"
+	@echo "make demo         run the benchmark against a local collector and compare (state: .demo/)"
 	@echo "make test         the default test suite (unit + integration, CPU only)"
 	@echo "make test-docker  build the images and run agent + collector containers"
 	@echo "make bench        collector and sampler benchmarks (figures and ratios)"
@@ -74,5 +74,7 @@ bench: proto
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# .demo/ holds what `make demo` left: its collector database, spool and token.
 clean:
 	rm -rf build dist *.egg-info .pytest_cache gpubench/v1/*_pb2*.py*
+	@if [ -e .demo ]; then rm -rf .demo && echo "removed .demo/ (make demo's database, spool and token)"; fi

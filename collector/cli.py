@@ -4,6 +4,7 @@ deal with runs in quarantine."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpubench import record
+from gpubench import __version__, record
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused
 
 err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
@@ -39,9 +40,21 @@ DB_OPTION = click.option(
 )
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
+@click.version_option(__version__, prog_name="gpubench-collector")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              default="INFO", show_default=True, envvar="GPUBENCH_LOG_LEVEL",
+              help="Least severe log lines shown on stderr (env GPUBENCH_LOG_LEVEL): INFO shows "
+                   "what the collector does on its own (runs stored from the intake journal at "
+                   "start, ...); WARNING only problems.")
+def cli(log_level: str) -> None:
     """The gpubench collector: stores benchmark runs and answers comparisons over gRPC."""
+    # A service's log: timestamped lines on stderr, where service managers collect them.
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 @cli.command()

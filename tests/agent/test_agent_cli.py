@@ -81,7 +81,8 @@ def test_run_sends_a_complete_record(tmp_path, fake_workload_command, collector,
     assert "replaying the NVML trace" in done.stderr
     assert "sent to the collector" in done.stderr
     assert "gpubench on 1x NVIDIA H200" in done.stderr  # the summary table
-    assert "1x NVIDIA H200  (baseline)" in done.stderr  # the collector's comparison
+    # The collector holds no other run like it: said plainly, never compared with itself.
+    assert "B0: nothing to compare with yet" in done.stderr and "(baseline)" not in done.stderr
     with Client(collector.address, collector.admin_token) as client:
         [stored] = list(client.iter_runs())
     run = stored.run
@@ -322,3 +323,25 @@ def test_end_to_end_with_the_real_workload(tmp_path, collector) -> None:
     assert run.result.epoch2_seconds > 0 and run.result.train_images_per_second > 0
     assert run.result.startup_seconds == pytest.approx(
         run.result.epochs[0].wall_seconds - run.result.epochs[1].wall_seconds)
+
+
+def test_a_run_is_compared_with_the_others_like_it_not_itself(
+        tmp_path, fake_workload_command, collector, trace_path, make_run) -> None:
+    env = agent_env(tmp_path, fake_workload_command, GPUBENCH_NVML_TRACE=str(trace_path),
+                    FAKE_WORKLOAD_EPOCH_SECONDS="0.5")
+    token = collector.make_token("lab")
+    args = ["run", "--models", "B0", "--batch", "8", "--collector", collector.address,
+            "--token", token]
+    first = agent(args, env)
+    assert first.returncode == 0, first.stderr
+    # Unlike runs (another precision) stay out of the comparison.
+    with Client(collector.address, token) as client:
+        client.submit_run(make_run(gpu_name="Tesla T4", precision="mixed_float16"))
+    second = agent(args, env)
+    assert second.returncode == 0, second.stderr
+    text = " ".join(second.stderr.split())
+    assert "B0: this run beside the collector's others like it" in text
+    assert "1x NVIDIA H200 (this run) 1" in text
+    assert "nothing to compare with" not in text and "Tesla T4" not in text
+    rows = [line for line in second.stderr.splitlines() if line.startswith("1x NVIDIA H200")]
+    assert len(rows) == 2 and rows[1].split()[3] == "1"  # the first run alone, not itself
