@@ -1,5 +1,4 @@
-"""`gpubench estimate`, `fit` and `plot`, and `--price`/`--prices` on `compare`: the
-answers people came for, from stored runs.
+"""`gpubench estimate`, `fit` and `plot`: the answers people came for, from stored runs.
 
 Registers itself with the `gpubench` group when gpubench.cli imports it. Output is
 plain text of at most 80 columns; measured runs answer, published figures (the
@@ -14,15 +13,11 @@ from dataclasses import asdict
 from typing import Any
 
 import click
-import pandas as pd
-from rich.table import Table
 
 from gpubench import estimate as estimating
 from gpubench import fit as fitting
 from gpubench import plot_data, record, sizes, stored_runs, tables
-from gpubench import prices as price_book
 from gpubench.cli import MODEL, _client, cli
-from gpubench.cli import _console as cli_console
 
 WIDTH = 80
 PUBLISHED_HEADING = "Published figures (transcribed from the article, not measured by gpubench)"
@@ -341,103 +336,3 @@ def plot(ctx: click.Context, model: str, gpu: str | None, out_dir: str,
                                 plot_data.bars(published, metric, published=True), target,
                                 footnotes=footnotes)
             click.echo(f"wrote {target}", err=True)
-
-# -- compare --price / --prices -------------------------------------------------------------
-
-
-PRICE_OPTIONS = [
-    click.Option(["--price"], multiple=True, metavar="NAME=USD",
-                 help='A card\'s price in USD, e.g. --price "Tesla T4=2300" (repeat for '
-                 "several): adds images/s per 1,000 USD beside img/J."),
-    click.Option(["--prices"], metavar="FILE", type=click.Path(dir_okay=False),
-                 help='Prices in USD by GPU name: a CSV file of "GPU name,USD" lines or '
-                 'a JSON object {"Tesla T4": 2300}.'),
-]
-# Compare's own arguments that are not the client's.
-_NOT_QUERY = ("chart", "fmt")
-
-
-def cost_frame(frame: pd.DataFrame, prices: price_book.Prices) -> pd.DataFrame:
-    """A comparison's rows with the configuration's price (`usd`: cards times the card's
-    price) and its training images a second per 1,000 USD (`images_per_s_per_kusd`)."""
-    costed = frame.copy()
-    costed["usd"] = [prices.config(name, count) for name, count
-                     in zip(frame["gpu_name"], frame["gpu_count"], strict=True)]
-    costed["images_per_s_per_kusd"] = [
-        price_book.images_per_kusd(speed, usd)
-        for speed, usd in zip(frame["images_per_s_median"], costed["usd"], strict=True)]
-    costed.attrs.update(frame.attrs)
-    return costed
-
-
-def cost_table(costed: pd.DataFrame) -> Table:
-    """The cost table: speed, price, images/s per 1,000 USD and images per joule."""
-    table = Table(title="what the cards buy (measured runs, medians)", title_justify="left")
-    for heading in ("GPU configuration", "img/s", "USD", "img/s per 1k USD", "img/J"):
-        table.add_column(heading, justify="left" if heading.startswith("GPU") else "right")
-    for row in costed.itertuples():
-        usd = row.usd
-        table.add_row(row.gpu_config, tables.three_digits(row.images_per_s_median),
-                      f"{usd:,.0f}" if usd is not None and not pd.isna(usd) else tables.MISSING,
-                      tables.three_digits(row.images_per_s_per_kusd),
-                      tables.three_digits(row.images_per_joule))
-    return table
-
-
-def _unpriced(costed: pd.DataFrame) -> list[str]:
-    names = sorted({n for n, usd in zip(costed["gpu_name"], costed["usd"], strict=True)
-                    if usd is None or pd.isna(usd)})
-    return [f'no price for {name} (--price "{name}=USD")' for name in names]
-
-
-def _priced_compare(original: Any) -> Any:
-    """Compare's callback, with --price and --prices read first (a bad price fails
-    before the collector is asked) and the cost table after the comparison."""
-
-    def callback(*args: Any, price: tuple[str, ...], prices: str | None, **params: Any) -> Any:
-        book = price_book.load(price, [prices] if prices else [])
-        if not len(book):
-            return original(*args, **params)
-        ctx = click.get_current_context()
-        query = {k: v for k, v in params.items() if k not in _NOT_QUERY}
-        query["model"] = query["model"].upper()
-        if params["fmt"] == "table":
-            original(*args, **params)
-            frame = _client(ctx).compare(**query)
-            if not frame.empty:
-                costed = cost_frame(frame, book)
-                cli_console().print(cost_table(costed))
-                for line in _unpriced(costed):
-                    click.echo(f"warning: {line}", err=True)
-            return None
-        # json and csv: one document with the cost figures in each row.
-        costed = cost_frame(_client(ctx).compare(**query), book)
-        if params["fmt"] == "json":
-            document = tables.compare_document(costed)
-            document["prices_usd"] = book.as_dict()
-            click.echo(json.dumps(document, indent=2))
-        else:
-            click.echo(costed.to_csv(index=False), nl=False)
-            for line in list(costed.attrs.get("warnings", [])) + _unpriced(costed):
-                click.echo(f"warning: {line}", err=True)
-        if params.get("chart"):
-            from gpubench import charts
-
-            charts.speedup_chart(costed, params["chart"])
-            click.echo(f"chart written to {params['chart']}", err=True)
-        return None
-
-    return callback
-
-
-def _add_prices_to_compare() -> None:
-    command = cli.commands["compare"]
-    # Before --format where there is one, so that --help lists the prices with the
-    # comparison's own options.
-    position = next((i for i, p in enumerate(command.params) if p.name == "fmt"),
-                    len(command.params))
-    command.params[position:position] = PRICE_OPTIONS
-    command.callback = _priced_compare(command.callback)
-
-
-_add_prices_to_compare()

@@ -17,7 +17,7 @@ import click
 import pandas as pd
 from rich.console import Console
 
-from gpubench import __version__, record, tables
+from gpubench import __version__, prices, record, tables
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
 from gpubench.errors import ExitCode, GpubenchError
 
@@ -260,6 +260,12 @@ def cli(
     type=click.Path(dir_okay=False, writable=True),
     help="Also draw the speedups into this image file (PNG, SVG or PDF; needs matplotlib).",
 )
+@click.option("--price", "price_options", multiple=True, metavar="NAME=USD",
+              help='A card\'s price in USD, e.g. --price "Tesla T4=2300" (repeat for '
+              "several): adds images/s per 1,000 USD beside img/J.")
+@click.option("--prices", "price_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help='Prices in USD by GPU name: a CSV file of "GPU name,USD" lines or '
+              'a JSON object {"Tesla T4": 2300}.')
 @_format_option("table", "json", "csv")
 @click.pass_context
 def compare(
@@ -283,6 +289,8 @@ def compare(
     include_outliers: bool,
     include_flagged: bool,
     chart: str | None,
+    price_options: tuple[str, ...],
+    price_file: str | None,
     fmt: str,
 ) -> None:
     """Compare GPU configurations on one model: epoch-2 time, throughput, largest
@@ -290,7 +298,10 @@ def compare(
 
     Only like with like: runs that differ in anything that changes what was timed are
     refused, each difference named with the flag that pins it. Published figures (the
-    article's, transcribed) are shown apart, below."""
+    article's, transcribed) are shown apart, below. With prices, what the cards buy:
+    images/s per 1,000 USD beside img/J."""
+    # Read before the collector is asked: a bad price fails at once, naming its line.
+    book = prices.load(price_options, [price_file] if price_file else [])
     frame = _client(ctx).compare(
         model.upper(),
         baseline=baseline,
@@ -312,8 +323,14 @@ def compare(
         include_flagged=include_flagged,
     )
     published = tables.published_frame(frame.attrs["response"])
+    priced = len(book) > 0 and not frame.empty
+    if priced:
+        frame = prices.cost_frame(frame, book)
     if fmt == "json":
-        click.echo(json.dumps(tables.compare_document(frame), indent=2))
+        document = tables.compare_document(frame)
+        if len(book):
+            document["prices_usd"] = book.as_dict()
+        click.echo(json.dumps(document, indent=2))
     elif fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     else:
@@ -326,8 +343,10 @@ def compare(
         if not published.empty:
             console.print(tables.published_table(
                 published, beside="the runs above" if not frame.empty else ""))
+        if priced:
+            console.print(tables.cost_table(frame))
     if fmt != "json":
-        _warn(frame.attrs.get("warnings", []))
+        _warn(list(frame.attrs.get("warnings", [])) + (prices.unpriced(frame) if priced else []))
     if chart:
         from gpubench import charts
 
@@ -507,7 +526,7 @@ def export(ctx: click.Context, fmt: str, out: str) -> None:
     click.echo(f"wrote {count} runs to {out}", err=True)
 
 
-from gpubench import answers_cli  # noqa: E402, F401  (estimate, fit, plot, compare --price)
+from gpubench import answers_cli  # noqa: E402, F401  (estimate, fit, plot)
 
 
 def main(argv: list[str] | None = None) -> None:

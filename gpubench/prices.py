@@ -17,6 +17,8 @@ import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import pandas as pd
+
 from gpubench import record
 from gpubench.errors import ExitCode, GpubenchError
 
@@ -150,3 +152,23 @@ def images_per_kusd(images_per_s: float, usd: float | None) -> float:
     if usd is None or not usd or images_per_s is None or math.isnan(images_per_s):
         return math.nan
     return images_per_s / (usd / 1000)
+
+
+def cost_frame(frame: pd.DataFrame, prices: Prices) -> pd.DataFrame:
+    """A comparison's rows with the configuration's price (`usd`: cards times the card's
+    price) and its training images a second per 1,000 USD (`images_per_s_per_kusd`)."""
+    costed = frame.copy()
+    costed["usd"] = [prices.config(name, count) for name, count
+                     in zip(frame["gpu_name"], frame["gpu_count"], strict=True)]
+    costed["images_per_s_per_kusd"] = [
+        images_per_kusd(speed, usd)
+        for speed, usd in zip(frame["images_per_s_median"], costed["usd"], strict=True)]
+    costed.attrs.update(frame.attrs)
+    return costed
+
+
+def unpriced(costed: pd.DataFrame) -> list[str]:
+    """A warning for each GPU of a costed comparison that has no price."""
+    names = sorted({n for n, usd in zip(costed["gpu_name"], costed["usd"], strict=True)
+                    if usd is None or pd.isna(usd)})
+    return [f'no price for {name} (--price "{name}=USD")' for name in names]

@@ -639,6 +639,21 @@ SHORT_ID = 8
 SHORT_BACKEND = {"tensorflow": "tf"}
 
 
+def cost_table(costed: pd.DataFrame) -> Table:
+    """What the cards buy: speed, price, images/s per 1,000 USD and images per joule
+    (a comparison with `prices.cost_frame`'s columns)."""
+    table = Table(title="what the cards buy (measured runs, medians)", title_justify="left")
+    for heading in ("GPU configuration", "img/s", "USD", "img/s per 1k USD", "img/J"):
+        table.add_column(heading, justify="left" if heading.startswith("GPU") else "right")
+    for row in costed.itertuples():
+        usd = row.usd
+        table.add_row(row.gpu_config, three_digits(row.images_per_s_median),
+                      f"{usd:,.0f}" if not is_missing(usd) else MISSING,
+                      three_digits(row.images_per_s_per_kusd),
+                      three_digits(row.images_per_joule))
+    return table
+
+
 def short_ids(run_ids: Iterable[str], least: int = SHORT_ID) -> dict[str, str]:
     """Each run id shortened to its shortest prefix of at least `least` characters that
     no other of `run_ids` starts with (as git shortens commits)."""
