@@ -15,7 +15,10 @@ Everything goes through the real commands a person would type:
    result;
 6. `gpubench compare` shows how this machine compares, like for like, with the article's
    T4 in a section of its own; `gpubench leaderboard` ranks the default run's runs;
-7. "where you stand": this run beside the reference runs and the published T4, and what
+7. `gpubench-collector web` serves the read-only results site beside the collector; the
+   demo checks that its front page answers and gives its address (in a terminal, both
+   stay up until Enter is pressed);
+8. "where you stand": this run beside the reference runs and the published T4, and what
    to try next.
 
 A step that fails stops the demo with what the command said and its exit code. The
@@ -31,7 +34,9 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,8 +48,9 @@ REFERENCE_RUNS = ROOT / "docs" / "results" / "runs"
 # What a demo leaves in DEMO; only these are removed when the next one starts.
 STATE = ("collector.duckdb", "collector.duckdb.wal", "collector.duckdb.intake", "spool",
          "token")
-# The port the "what now" commands start the collector on again.
+# The ports the "what now" commands start the collector and the results site on again.
 SUGGESTED_PORT = 50051
+SUGGESTED_SITE_PORT = 8080
 
 
 class StepFailed(Exception):
@@ -62,8 +68,10 @@ def tool(name: str) -> str:
 
 
 def step(text: str) -> None:
-    """A step's heading."""
-    print(f"\n==> {text}", flush=True)
+    """A step's heading, wrapped at 80 columns."""
+    heading = textwrap.fill(text, 80, initial_indent="==> ", subsequent_indent="    ",
+                            break_on_hyphens=False, break_long_words=False)
+    print(f"\n{heading}", flush=True)
 
 
 def run(what: str, args: Sequence[str], env: dict[str, str], *, capture: bool = False,
@@ -164,6 +172,7 @@ def demo() -> int:
     step(f"starting the collector on {address} (database {db})")
     server = subprocess.Popen([tool("gpubench-collector"), "serve", "--db", str(db),
                                "--port", str(port)], env=env)
+    site: subprocess.Popen | None = None
     try:
         wait_for_port(port, server)
         created = run("creating the demo's token",
@@ -174,6 +183,11 @@ def demo() -> int:
         token_file.write_text(token + "\n")
         token_file.chmod(0o600)
         env.update(GPUBENCH_COLLECTOR=address, GPUBENCH_TOKEN=token)
+        site_port = free_port()
+        # The site reads through the collector's API with the demo's token ($GPUBENCH_TOKEN).
+        site = subprocess.Popen([tool("gpubench-collector"), "web", "--collector", address,
+                                 "--port", str(site_port)], env=env)
+        wait_for_port(site_port, site)
 
         if has_gpu():
             step("benchmarking this machine's GPU: --quick, B0 at the article's T4 batch (128)")
@@ -212,14 +226,11 @@ def demo() -> int:
              "ranked by the median epoch-2 time")
         run("gpubench leaderboard", [tool("gpubench"), "leaderboard", "--model", "B0"], env)
         standing(address, token)
+        show_site(site_port)
     finally:
-        # The collector says "collector stopped" itself, once.
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        if site is not None:
+            stop(site)
+        stop(server)  # the collector says "collector stopped" itself, once
     what_now(db, port)
     return agent.returncode
 
@@ -237,6 +248,34 @@ def standing(address: str, token: str) -> None:
     console = Console(width=min(shutil.get_terminal_size().columns, 100), highlight=False)
     for renderable in standing_tables(frame, you="demo"):
         console.print(renderable)
+
+
+def show_site(port: int) -> None:
+    """Check that the results site's front page answers; in a terminal, keep the site and
+    the collector up until Enter is pressed."""
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as page:
+            page.read()
+    except OSError as exc:
+        raise StepFailed(f"opening the results site ({url})", 1, str(exc)) from None
+    step(f"the results site answers at {url}: leaderboards, the comparison with a chart, a "
+         "page per GPU and per run")
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        try:
+            input(f"open {url} in a browser; press Enter to stop the site and the collector ")
+        except EOFError:
+            pass
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM, as a service manager would; SIGKILL after 30 s."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def shown(path: Path | str) -> str:
@@ -261,6 +300,8 @@ then, in another terminal, try:
   {query} runs list --model B0
   {query} compare --model B0 --allow-mixed
   {query} leaderboard --model B0
+and the results site, at http://127.0.0.1:{SUGGESTED_SITE_PORT}/:
+  {shown(tool("gpubench-collector"))} web --token-file {token}
 `make demo` again starts afresh; `make clean` removes {shown(DEMO)}/.""", flush=True)
 
 

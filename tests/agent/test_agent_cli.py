@@ -256,12 +256,20 @@ def _lines(stream) -> queue.Queue:
     return lines
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_command) -> None:
     pidfile = tmp_path / "pids"
     env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="hang",
                     FAKE_WORKLOAD_PIDFILE=str(pidfile))
+    # As in a terminal: SIGINT at its default, whatever this test process inherited (a
+    # runner may start tests with SIGINT ignored, and an ignored signal stays ignored
+    # across exec).
     process = subprocess.Popen([*AGENT, "run", "--models", "B0,B3", "--batch", "8",
-                                "--offline"], env=env, stderr=subprocess.PIPE, text=True)
+                                "--offline"], env=env, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_sigint_default)
     lines = _lines(process.stderr)
     seen = []
     deadline = time.monotonic() + 60

@@ -4,6 +4,7 @@ clean checkout of the committed tree, twice."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,8 @@ def test_make_demo_twice_from_a_clean_checkout(tmp_path: Path) -> None:
     assert "where you stand" in out and "measured runs (yours in bold)" in out
     assert "the article's Tesla T4 (Colab):" in out and "x as many (unlike yours in" in out
     assert "what now: the collector served 127.0.0.1:" in out
+    assert re.search(r"the results site answers at http://127\.0\.0\.1:\d+/", out)
+    assert "web --token-file .demo/token" in out
     assert out.count("collector stopped") == 1
     for command in ("runs list --model B0", "compare --model B0 --allow-mixed",
                     "leaderboard --model B0"):
