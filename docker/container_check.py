@@ -30,6 +30,12 @@ MOUNTINFO = "/proc/self/mountinfo"
 CONNECT_TIMEOUT_S = 1.0
 WIDTH = 79
 LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback")
+NBSP = "\u00a0"  # textwrap does not break lines there
+
+
+def together(words: str) -> str:
+    """`words` kept on one line when the note is wrapped (a flag and its value)."""
+    return words.replace(" ", NBSP)
 
 
 def option(args: list[str], name: str) -> str | None:
@@ -81,22 +87,31 @@ def answers(address: str, timeout: float = CONNECT_TIMEOUT_S) -> bool:
 def notes(command: list[str], env: dict[str, str], mounts: list[str]) -> list[str]:
     """What to tell the user before `command` (gpubench-agent run|push ...) runs."""
     found: list[str] = []
-    args = command[2:]
+    verb, args = command[1], command[2:]
     spool = option(args, "--spool") or env.get(SPOOL_ENV)
     if spool and not on_a_mount(spool, mounts):
-        found.append(
-            f"note: the spool {spool} is inside this container, not on a volume: a run "
-            "the collector has not taken is lost when the container is removed (--rm). "
-            f"Keep it on a volume: docker run -v gpubench-spool:{spool} ..."
-        )
+        mount = together(f"-v gpubench-spool:{spool}")
+        if verb == "push":
+            found.append(
+                f"note: the spool {spool} is inside this container, not on a volume: it "
+                "holds no run of an earlier container. Mount the volume the runs were kept "
+                f"on: docker run {mount} ..."
+            )
+        else:
+            found.append(
+                f"note: the spool {spool} is inside this container, not on a volume: a "
+                "run the collector has not taken is lost when the container is removed "
+                f"(--rm). Keep it on a volume: docker run {mount} ..."
+            )
     offline = "--offline" in args
     collector = None if offline else option(args, "--collector") or env.get(COLLECTOR_ENV)
     if collector and loopback_host(collector) and not answers(collector):
         found.append(
             f"note: nothing answers at {collector} in this container. On docker's own "
             "network 127.0.0.1 is the container itself, not the host: reach a collector "
-            "on this host with --network host, or, started with docker/compose.yaml, as "
-            "--network gpubench --collector collector:50051."
+            f"on this host with {together('--network host')}, or, started with "
+            f"docker/compose.yaml, as {together('--network gpubench')} "
+            f"{together('--collector collector:50051')}."
         )
     return found
 
@@ -109,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(arg in ("-h", "--help") for arg in command[2:]):
         return 0
     for note in notes(command, dict(os.environ), mount_points()):
-        print(textwrap.fill(note, WIDTH), file=sys.stderr)
+        # Whole words and paths on a line: a flag broken at its hyphen cannot be copied.
+        text = textwrap.fill(note, WIDTH, break_on_hyphens=False, break_long_words=False)
+        print(text.replace(NBSP, " "), file=sys.stderr)
     return 0
 
 
