@@ -5,7 +5,7 @@ kept on the spool volume while the collector is down and pushed once it is back.
 `make test-docker` runs these (CI does, after `make test`). The blocks come from the
 README itself (readme_blocks.py), with the test's own names for the network, volumes,
 project and port. Every run is the README's small CPU example: B0 (`--quick`) at 32 px on
-256 synthetic images.
+1280 synthetic images.
 """
 
 from __future__ import annotations
