@@ -187,7 +187,8 @@ def main() -> None:
 
     Exit codes: 0 all ok, 1 a run failed or ran out of memory, 2 bad flags or no
     framework build that runs on this GPU, 3 the collector could not be reached (runs
-    stay in the spool), 4 token refused, 130 interrupted (Ctrl-C).
+    stay in the spool), 4 token refused, 130 interrupted (Ctrl-C, or SIGTERM during a
+    run).
     """
 
 
@@ -308,6 +309,7 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
         raise click.UsageError(
             "give --collector HOST:PORT --token T (or $GPUBENCH_COLLECTOR), or --offline"
         )
+    _sigterm_interrupts()
     display = RunDisplay()
     nvml, inventory = _open_host(display)
     try:
@@ -355,6 +357,17 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
             nvml.close()
     _report(outcome, display, as_json, collector, token, ca)
     return _exit_code(outcome)
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM (`kill`, `docker stop`, a service manager) stops a run as Ctrl-C does: the
+    workload is stopped, the model's run recorded as interrupted, the exit code 130."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _open_host(display: Any, *, as_workload_sees: bool = True) -> tuple[Any, Any]:

@@ -260,7 +260,9 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_command) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_command,
+                                                        stop) -> None:
     pidfile = tmp_path / "pids"
     env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="hang",
                     FAKE_WORKLOAD_PIDFILE=str(pidfile))
@@ -280,7 +282,7 @@ def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_c
         if line.startswith("B0: tensorflow"):
             break
     time.sleep(0.3)
-    process.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
+    process.send_signal(stop)  # what the terminal sends on Ctrl-C; what `kill` sends
     assert process.wait(timeout=30) == 130
     pids = [int(p) for p in pidfile.read_text().split()]
     time.sleep(0.2)
