@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from chromium import Chromium, find_chromium, save  # noqa: E402
-from conftest import REFERENCE_RUNS, _start  # noqa: E402
+from live_site import REFERENCE_RUNS, _start  # noqa: E402
 
 from gpubench import record  # noqa: E402
 from gpubench.client import Client  # noqa: E402

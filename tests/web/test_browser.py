@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 from chromium import Chromium, find_chromium, save
-from conftest import HOSTILE_GPU
+from live_site import HOSTILE_GPU
 
 CHROMIUM = find_chromium()
 WIDTHS = (1280, 390)

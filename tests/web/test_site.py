@@ -9,7 +9,7 @@ import re
 from urllib.parse import quote
 
 import pytest
-from conftest import HOSTILE_GPU, HOSTILE_LABEL, _start, community_runs
+from live_site import HOSTILE_GPU, HOSTILE_LABEL, _start, community_runs
 
 from gpubench.client import Client
 
@@ -147,7 +147,7 @@ def test_metrics_and_health(live_site):
 
 
 def test_private_collector_refuses_the_site_without_a_token(tmp_path):
-    from conftest import LiveSite
+    from live_site import LiveSite
 
     runs = community_runs()[:3]
     for site, _, admin, tokens in _start(tmp_path, runs, public_read=False):
@@ -164,7 +164,7 @@ def test_private_collector_refuses_the_site_without_a_token(tmp_path):
 
 @pytest.mark.parametrize("how", ["site token", "visitor tokens"])
 def test_private_collector_with_a_token(tmp_path, how):
-    from conftest import LiveSite
+    from live_site import LiveSite
 
     runs = community_runs()[:3]
     for site, _, admin, tokens in _start(tmp_path, runs, public_read=False,
