@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
-from gpubench.collector import compare, validation
+from gpubench.collector import compare, validation, wire
 from gpubench.collector.auth import Caller, TokenBook, current_caller
 from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.rows import ack_message
@@ -27,6 +27,11 @@ from gpubench.v1 import collector_pb2, collector_pb2_grpc
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 DEFAULT_LEADERBOARD = 20
+# The most bytes of runs a ListRuns page carries: half of gRPC's default 4 MiB receive
+# limit, so a client of any language reads full pages with its defaults, and eight runs
+# of the largest size a run may have (collector.wire.MAX_RUN_BYTES). A page ends early
+# (with a next_page_token) when the next run would pass it.
+PAGE_BYTES = 8 * wire.MAX_RUN_BYTES
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -129,7 +134,8 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             since=_optional_time(request, "since"),
             until=_optional_time(request, "until"),
         )
-        runs, token = self._store.list(where, page_size=page_size, page_token=request.page_token)
+        runs, token = self._store.list(where, page_size=page_size, page_token=request.page_token,
+                                       page_bytes=PAGE_BYTES)
         return collector_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
     @_translating_errors
