@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from gpubench.collector import compare, validation, wire
-from gpubench.collector.auth import Caller, TokenBook, current_caller
+from gpubench.collector import backup, compare, validation, wire
+from gpubench.collector.auth import LOCAL_ADMIN, Caller, TokenBook, current_caller
 from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.rows import ack_message
 from gpubench.collector.statuses import answer_of
@@ -354,4 +355,21 @@ class AdminService(collector_pb2_grpc.AdminServicer):
         dropped = self._store.drop_quarantined(list(request.run_ids))
         return collector_pb2.DropQuarantineResponse(
             dropped=[quarantined_message(r) for r in dropped]
+        )
+
+    @_translating_errors
+    def Backup(self, request, context):  # noqa: N802
+        # It writes into a folder of this machine: only its own operator, through the
+        # local credential (gpubench-collector backup), not an admin token from afar.
+        caller = _caller()
+        if caller.name != LOCAL_ADMIN:
+            raise AccessDenied(
+                f"Backup writes on the collector's machine: only `gpubench-collector "
+                f"backup` there (its local credential) may call it, not token {caller.name!r}"
+            )
+        self._tokens.flush()  # the last-used times noted so far, into the copy
+        manifest = backup.take(self._store, Path(request.folder))
+        return collector_pb2.BackupResponse(
+            folder=request.folder, runs=manifest.runs, tokens=manifest.tokens,
+            quarantined=manifest.quarantined,
         )

@@ -901,6 +901,39 @@ class Store:
                     con.execute("INSERT INTO runs SELECT * FROM pending_runs")
                 self._known.add(rows.column("run_id").to_pylist())
 
+    # -- backups ----------------------------------------------------------------------------
+
+    def export_to(self, folder: Path) -> dict[str, int]:
+        """Write a consistent copy of the database into `folder` (DuckDB's EXPORT
+        DATABASE, as Parquet) and return how many runs, tokens and quarantined runs it
+        holds.
+
+        Every run acknowledged before the call is in it: the journal's pending runs are
+        stored first. The copy reads one snapshot, taken right after, in a transaction
+        of its own, so submissions go on while it is written (and are not in it).
+        """
+        with self._cursor_lock:
+            if self._closed or self._conn is None:
+                raise ShuttingDown("collector shutting down (its database is closed)")
+            con = self._conn.cursor()
+            self._cursors.append(con)  # closed with the store if it stops meanwhile
+        try:
+            with self._write_lock:
+                self._flush()
+                con.execute("BEGIN TRANSACTION")
+                # The first read fixes the snapshot, before any later run is stored.
+                counts = _backup_counts(con)
+            with self._writing("database", f"writing a backup into {folder}"):
+                con.execute(f"EXPORT DATABASE {_sql_text(str(folder))} (FORMAT PARQUET)")
+            con.execute("COMMIT")
+            return counts
+        finally:
+            with self._cursor_lock:
+                with contextlib.suppress(duckdb.Error):
+                    con.close()
+                with contextlib.suppress(ValueError):
+                    self._cursors.remove(con)
+
     # -- reading runs -----------------------------------------------------------------------
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
@@ -1252,6 +1285,40 @@ _ROW_REFUSALS = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputExc
                  TypeError, ValueError, OverflowError)
 # The range of each integer column type, to say which value did not fit.
 _COLUMN_RANGES = {pa.int32(): (-(2**31), 2**31 - 1), pa.uint64(): (0, 2**64 - 1)}
+
+
+def import_database(folder: Path, db_path: Path) -> dict[str, int]:
+    """Make a new database file `db_path` from a folder `Store.export_to` wrote; returns
+    how many runs, tokens and quarantined runs it holds. `db_path` must not exist."""
+    con = duckdb.connect(str(db_path))
+    try:
+        con.execute(f"IMPORT DATABASE {_sql_text(str(folder))}")
+        con.execute("CHECKPOINT")
+        return _backup_counts(con)
+    finally:
+        con.close()
+
+
+def database_in_use(db_path: Path) -> bool:
+    """Whether another process (a serving collector) holds the database file."""
+    try:
+        duckdb.connect(str(db_path)).close()
+    except duckdb.IOException as exc:
+        return "lock" in str(exc).lower()
+    return False
+
+
+def _backup_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """What a backup is checked by: the rows of the tables it must carry whole."""
+    return {
+        table: con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+        for table in ("runs", "tokens", "quarantine")
+    }
+
+
+def _sql_text(text: str) -> str:
+    """`text` as an SQL string literal (EXPORT and IMPORT take no parameters)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _refused_by_database(error: BaseException) -> bool:
