@@ -550,9 +550,13 @@ def agent_push_part(folder: Path, *, runs: int, kills: int, rng: random.Random) 
              collector.address, "--token", token, "--spool", str(spool.root)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUBENCH_")}
     env["GPUBENCH_STATE"] = str(folder / "agent-state")
+    def pending() -> int:
+        # Counted by name: the push moves files while this looks (no stat of each).
+        return sum(1 for p in (spool.root / "pending").iterdir() if p.suffix == ".json")
+
     try:
         for _ in range(kills):
-            before = len(spool.pending())
+            before = pending()
             if not before:
                 break
             process = subprocess.Popen(agent, stdout=subprocess.DEVNULL,
@@ -560,7 +564,7 @@ def agent_push_part(folder: Path, *, runs: int, kills: int, rng: random.Random) 
             # Kill once it has sent some: pending/ shrinks.
             deadline = time.monotonic() + 60
             goal = before - rng.randint(1, max(1, before // 3))
-            while (len(spool.pending()) > goal and process.poll() is None
+            while (pending() > goal and process.poll() is None
                    and time.monotonic() < deadline):
                 time.sleep(0.01)
             process.send_signal(signal.SIGKILL)
@@ -635,7 +639,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         for part in parts:
             began = time.monotonic()
-            tally = plan[part]()
+            try:
+                tally = plan[part]()
+            except Exception as exc:  # the campaign's own failure: the part counts as failed
+                tally = Tally(part, wrong=1, note=f"the part failed: {exc!r}"[:300])
             print(f"  {part}: {time.monotonic() - began:.0f} s", flush=True)
             tallies.append(tally)
     print()
