@@ -97,7 +97,7 @@ def kill_part(name: str, folder: Path, *, frontends: int, victim: str, target: i
                 submitters.fault()
                 collector.kill()
                 collector.start()
-            tally.code("kill -9")
+            tally.code("kill-9")
         submitters.wait()
     finally:
         submitters.stop()
@@ -105,7 +105,7 @@ def kill_part(name: str, folder: Path, *, frontends: int, victim: str, target: i
     tally.tried = len(submitters.submitted)
     check_database(tally, collector.db, submitters.acknowledged, submitters.submitted)
     tally.note = tally.note or (f"{len(submitters.acknowledged)} acknowledged, "
-                                f"{tally.codes['kill -9']} kills")
+                                f"{tally.codes['kill-9']} kills")
     return tally
 
 
@@ -350,6 +350,7 @@ def auth_part(folder: Path, *, rounds: int, racers: int = 8) -> Tally:
         # The race first: failed authentications shut the address out for a while
         # (RESOURCE_EXHAUSTED), which the matrix below allows but the race cannot use.
         _race_revocation(tally, collector, channel, admin, racer, racers)
+        raced = tally.tried
         # The non-admin token first, for the same reason.
         kinds = {"non-admin": user, "no token": None, "wrong token": "gpb_not-a-token",
                  "revoked": revoked}
@@ -370,6 +371,9 @@ def auth_part(folder: Path, *, rounds: int, racers: int = 8) -> Tally:
                     if not _auth_allowed(kind, service, code):
                         tally.wrong += 1
                         tally.note = f"{kind} {service}/{method.name}: {code}"
+        tally.note = tally.note or (
+            f"{raced} submissions racing a revocation, {tally.tried - raced} calls of "
+            f"{len(methods)} methods x {len(kinds)} kinds of token")
     finally:
         channel.close()
         collector.stop()
@@ -569,7 +573,7 @@ def agent_push_part(folder: Path, *, runs: int, kills: int, rng: random.Random) 
                 time.sleep(0.01)
             process.send_signal(signal.SIGKILL)
             process.wait(10)
-            tally.code("kill -9")
+            tally.code("kill-9")
         began = time.monotonic()
         final = subprocess.run(agent, capture_output=True, text=True, env=env, timeout=300)
         tally.code(f"exit {final.returncode}")

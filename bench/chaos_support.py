@@ -274,9 +274,9 @@ def table(tallies: list[Tally]) -> str:
             f"{'codes seen':<29}{'recover':>9}")
     lines = [head, "-" * 80]
     for t in tallies:
-        codes = ", ".join(f"{SHORT_CODES.get(name, name)} {n}" for name, n in
-                          sorted(t.codes.items(), key=lambda kv: -kv[1]) if name != "tries")
-        wrapped = textwrap.wrap(codes or "-", 29) or ["-"]
+        items = [f"{SHORT_CODES.get(name, name)} {n}" for name, n in
+                 sorted(t.codes.items(), key=lambda kv: -kv[1]) if name != "tries"]
+        wrapped = _pack(items, 29)
         recover = f"{t.recover_s:.2f} s" if t.recover_s is not None else "-"
         lines.append(f"{t.part:<18}{t.tried:>7}{t.lost:>5}{t.duplicated:>4}{t.wrong:>6}  "
                      f"{wrapped[0]:<29}{recover:>9}")
@@ -284,3 +284,16 @@ def table(tallies: list[Tally]) -> str:
         if t.note:
             lines += [f"{'':<4}{more}" for more in textwrap.wrap(t.note, 76)]
     return "\n".join(lines)
+
+
+def _pack(items: list[str], width: int) -> list[str]:
+    """`items` joined with ", " into lines of at most `width` (an item is never split)."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 2 + len(item) <= width:
+            lines[-1] += ", " + item
+        else:
+            if lines:
+                lines[-1] += ","
+            lines.append(item)
+    return lines or ["-"]
