@@ -20,6 +20,7 @@ from gpubench.collector.auth import TokenBook
 from gpubench.collector.intake import journal_folder
 from gpubench.collector.store import RunFilter, Store
 
+from gpubench import Client
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc
 
@@ -164,8 +165,8 @@ def test_a_backup_taken_while_serving_restores_every_acknowledged_run_and_token(
     # The restored database serves: its tokens authenticate, a revoked one does not.
     process, address = serve(restored)
     stub = collector_pb2_grpc.CollectorStub(grpc.insecure_channel(address))
-    listed = stub.ListRuns(pb.ListRunsRequest(page_size=1000), metadata=bearer(admin), timeout=10)
-    assert len(listed.runs) == len(runs)
+    with Client(address, admin) as client:  # pages bounded in bytes: follow the tokens
+        assert {s.run.run_id for s in client.iter_runs(page_size=1000)} == set(runs)
     stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(lab), timeout=10)
     with pytest.raises(grpc.RpcError) as refused:
         stub.GetRun(pb.GetRunRequest(run_id=before_backup[0]), metadata=bearer("gpb_nope"))
