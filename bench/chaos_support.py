@@ -15,6 +15,7 @@ import textwrap
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,6 +145,18 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata carrying `token`."""
+    return (("authorization", f"Bearer {token}"),)
+
+
+def raw_submit(channel: grpc.Channel) -> Callable:
+    """SubmitRun taking the request as bytes (to send what no client would)."""
+    return channel.unary_unary("/gpubench.v1.Collector/SubmitRun",
+                               request_serializer=lambda b: b,
+                               response_deserializer=pb.SubmitRunResponse.FromString)
 
 
 def code_name(code: grpc.StatusCode) -> str:
