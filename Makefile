@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .PHONY: help install proto test test-docker test-gpu demo bench chaos lint clean
 
 help:
-	@echo "make demo         run the benchmark against an embedded collector and compare"
+	@echo "make demo         run the benchmark against a local collector and compare (state: .demo/)"
 	@echo "make test         the default test suite (unit + integration, CPU only)"
 	@echo "make test-docker  build the images and run agent + collector containers"
 	@echo "make bench        collector and sampler benchmarks (figures and ratios)"
@@ -41,8 +41,23 @@ install: $(STAMP)
 proto: $(STAMP)
 	$(PY) -c "import setup; setup.generate_wire_code()"
 
-test: proto
+test: proto chromium
 	$(PY) -m pytest -m "not docker and not gpu" $(PYTEST_ARGS)
+
+# The results site's browser test (tests/web/test_browser.py) drives headless Chromium:
+# installed with apt-get when missing and run as root; otherwise that test is skipped.
+.PHONY: chromium
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium for the results site's browser test (apt-get)"; \
+	    apt-get install -y chromium >>$(LOG) 2>&1 \
+	      || { apt-get update >>$(LOG) 2>&1 && apt-get install -y chromium >>$(LOG) 2>&1; } \
+	      || echo "could not install chromium (see $(LOG)): the browser test will be skipped"; \
+	  else \
+	    echo "chromium is missing and this is not root: the results site's browser test" \
+	         "will be skipped (apt-get install chromium)"; \
+	  fi; }
 
 test-docker: proto
 	$(PY) -m pytest -m docker tests/docker tests/agent $(PYTEST_ARGS)
@@ -65,5 +80,7 @@ chaos: proto
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# .demo/ holds what `make demo` left: its collector database, spool and token.
 clean:
 	rm -rf build dist *.egg-info .pytest_cache gpubench/v1/*_pb2*.py*
+	@if [ -e .demo ]; then rm -rf .demo && echo "removed .demo/ (make demo's database, spool and token)"; fi

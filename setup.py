@@ -61,6 +61,8 @@ if __name__ == "__main__":  # setuptools runs this file as __main__; `make proto
         packages=packages(),
         package_dir=LAYOUT,
         # The collector's GPU table (collector/ceilings.py reads it).
-        package_data={"gpubench.collector": ["gpu_specs.json"]},
+        package_data={"gpubench.collector": ["gpu_specs.json"],
+                      # the results site's templates and stylesheet
+                      "gpubench.collector.web": ["templates/*"]},
         cmdclass={"build_py": BuildWithWireCode},
     )

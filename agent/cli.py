@@ -187,7 +187,8 @@ def main() -> None:
 
     Exit codes: 0 all ok, 1 a run failed or ran out of memory, 2 bad flags or no
     framework build that runs on this GPU, 3 the collector could not be reached (runs
-    stay in the spool), 4 token refused, 130 interrupted (Ctrl-C).
+    stay in the spool), 4 token refused, 130 interrupted (Ctrl-C, or SIGTERM during a
+    run).
     """
 
 
@@ -308,6 +309,7 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
         raise click.UsageError(
             "give --collector HOST:PORT --token T (or $GPUBENCH_COLLECTOR), or --offline"
         )
+    _sigterm_interrupts()
     display = RunDisplay()
     nvml, inventory = _open_host(display)
     try:
@@ -355,6 +357,17 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
             nvml.close()
     _report(outcome, display, as_json, collector, token, ca)
     return _exit_code(outcome)
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM (`kill`, `docker stop`, a service manager) stops a run as Ctrl-C does: the
+    workload is stopped, the model's run recorded as interrupted, the exit code 130."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _open_host(display: Any, *, as_workload_sees: bool = True) -> tuple[Any, Any]:
@@ -531,9 +544,10 @@ def _report(outcome: Any, display: Any, as_json: bool, collector: str | None,
 
 def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
              ca: Path | None) -> None:
-    """How this host compares with the community's runs of the same models, like for
-    like: every dimension of the comparison key pinned to this run's."""
-    from gpubench import record, tables
+    """How each run compares with the collector's other runs like it (the same model and
+    comparison key, itself left out), or that there is nothing to compare with yet."""
+    from gpubench.agent.summary import others_like, standing
+
     from gpubench.client import Client
     from gpubench.errors import GpubenchError
 
@@ -542,19 +556,14 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
             for run in runs:
                 if run.result.status != 1:
                     continue
-                config = run.config
-                frame = client.compare(
-                    config.model, precision=config.precision, backend=run.software.backend,
-                    image_size=config.image_size, train_images=config.train_images,
-                    settings=record.settings_label(config), batch_rule=config.batch_rule,
-                    pipeline=record.pipeline_as_run(config), weights=config.weights,
-                    data=record.data_label(config), epochs=config.epochs,
-                    benchmark_version=run.benchmark_version,
-                )
-                if len(frame):
-                    display.console.print(tables.compare_table(frame))
-                for warning in frame.attrs.get("warnings", ()):
-                    display.note(f"compare {run.config.model}: {warning}", style="yellow")
+                stored = client.iter_runs(model=run.config.model,
+                                          backend=run.software.backend or None,
+                                          precision=run.config.precision or None)
+                shown = standing(run, others_like(run, stored))
+                if isinstance(shown, str):
+                    display.note(shown)
+                else:
+                    display.console.print(shown)
     except GpubenchError as exc:
         display.note(f"no comparison: {exc}", style="yellow")
 

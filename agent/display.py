@@ -2,11 +2,13 @@
 
 Live progress (model, epoch, step, power and memory from the sampler) where
 stderr is a terminal; one line per milestone everywhere, so logs and CI output
-show the run too.
+show the run too, and where stderr is not a terminal (a log, `make demo` piped) a
+line every half minute of a long step, so that a silent minute never looks hung.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -18,6 +20,8 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn,
 from rich.text import Text
 
 GIB = 1 << 30
+# Seconds between "still ..." lines where stderr is not a terminal.
+HEARTBEAT_S = 30.0
 
 
 def live_figures(tick: Tick | None) -> str:
@@ -82,7 +86,8 @@ class RunDisplay:
     is, about how long is left) and one for the running model (its phase or epoch,
     steps, elapsed time, power and memory)."""
 
-    def __init__(self, console: Console | None = None, *, quiet: bool = False) -> None:
+    def __init__(self, console: Console | None = None, *, quiet: bool = False,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
         self.console = console or Console(stderr=True)
         self.quiet = quiet
         self.clock: SuiteClock | None = None
@@ -90,11 +95,28 @@ class RunDisplay:
         self._task: int | None = None
         self._model = ""
         self._epochs = 0
+        # Without a live display: what the model is doing, since when, said again every
+        # heartbeat_s by a thread while nothing else is printed.
+        self.heartbeat_s = heartbeat_s
+        self._doing = self._step = ""
+        self._last_line = time.monotonic()
+        self._started = time.monotonic()
+        self._stop_heartbeat: threading.Event | None = None
 
     def note(self, message: str, style: str = "") -> None:
         """One line, above the live progress."""
         if not self.quiet:
+            self._last_line = time.monotonic()
             self.console.print(message, style=style or None, highlight=False)
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """Say what the model is doing when nothing was printed for heartbeat_s."""
+        while not stop.wait(self.heartbeat_s / 4):
+            now = time.monotonic()
+            if self._doing and now - self._last_line >= self.heartbeat_s:
+                self.note(f"{self._doing}{self._step}: still running, "
+                          f"{now - self._started:.0f} s "
+                          f"since {self._model} started", style="dim")
 
     def suite_started(self, models: list[str], epochs: int) -> None:
         """The run's models, in order: the suite row follows them."""
@@ -109,6 +131,12 @@ class RunDisplay:
         self.clock.model_started(index if index is not None else 0, time.monotonic())
         if self.quiet:
             return
+        self._started = self._last_line = time.monotonic()
+        self._doing = f"{model}: starting"
+        if not self.console.is_terminal:
+            self._stop_heartbeat = threading.Event()
+            threading.Thread(target=self._heartbeat, args=(self._stop_heartbeat,),
+                             name="display-heartbeat", daemon=True).start()
         self._progress = Progress(
             _SuiteColumn(lambda: self.clock),
             TextColumn("[bold]{task.description}"),
@@ -125,6 +153,8 @@ class RunDisplay:
         self._task = self._progress.add_task(f"{model}: starting", total=None, live=True)
 
     def _update(self, **fields: object) -> None:
+        if isinstance(fields.get("description"), str):
+            self._doing, self._step = str(fields["description"]), ""
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, **fields)  # type: ignore[arg-type]
 
@@ -152,6 +182,8 @@ class RunDisplay:
             )
         elif event.kind == "step":
             self._update(completed=event.get("step", 0), total=event.get("steps") or None)
+            if event.get("steps"):
+                self._step = f", step {event.get('step', 0)}/{event.get('steps')}"
         elif event.kind == "epoch_finished":
             seconds = float(event.get("wall_seconds", 0))
             if self.clock is not None:
@@ -196,6 +228,10 @@ class RunDisplay:
         """The model's run ended: remove its rows."""
         if self.clock is not None:
             self.clock.model_finished(time.monotonic())
+        self._doing = ""
+        if self._stop_heartbeat is not None:
+            self._stop_heartbeat.set()
+            self._stop_heartbeat = None
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

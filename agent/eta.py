@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpubench import record
+
 # Training time per image relative to B0, from the H200's float32 runs with CUDA
 # graphs (docs/results/h200.md: B0 2,637 img/s, B7 75 img/s; B3 from the bfloat16
 # pair, 3,898 against 1,246 img/s). Larger cards and smaller ones differ; the
@@ -39,7 +41,8 @@ class _Model:
 class SuiteClock:
     """Where a suite of models is and about how long is left."""
 
-    def __init__(self, models: list[str], epochs: int, train_images: int = 1709,
+    def __init__(self, models: list[str], epochs: int,
+                 train_images: int = record.STANDARD_TRAIN_IMAGES,
                  validation_images: int = 427) -> None:
         self.models = [_Model(name) for name in models]
         self.epochs = epochs

@@ -1,14 +1,16 @@
-"""The end of a run: one table of what was measured, and how this host compares."""
+"""The end of a run: one table of what was measured, and how this run compares with the
+collector's other runs like it (never with itself)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from gpubench import record
-from gpubench.v1 import run_pb2
+from gpubench.tables import narrow_table
+from gpubench.v1 import collector_pb2, run_pb2
 
 GIB = 1 << 30
 MISSING = "-"
@@ -50,10 +52,11 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
     where = (record.gpu_config_name(first.gpus[0].name, first.config.gpu_count)
              if first is not None and first.gpus else "CPU only")
     searched_any = any(r.result.largest_batch_per_gpu for r in runs)
-    table = Table(
-        title=f"gpubench on {where}", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
-        pad_edge=False,
-        caption="energy and power: the measured epoch, all GPUs"
+    # The query CLI's narrow layout: fits 80 columns, wraps rather than cuts.
+    table = narrow_table(
+        f"gpubench on {where}",
+        "epoch 1, epoch 2: wall time; img/s: training images a second in epoch 2; "
+        "energy and power: the measured epoch, all GPUs"
         + ("; fits: the largest batch per GPU that fits (+: every training image)"
            if searched_any else ""),
     )
@@ -65,7 +68,7 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
     table.add_column("batch", justify="right")
     if searched_any:
         table.add_column("fits", justify="right")
-    table.add_column("peak memory", justify="right", no_wrap=True)
+    table.add_column("peak memory", justify="right")
     table.add_column("energy", justify="right")
     table.add_column("power", justify="right")
     for run in runs:
@@ -87,4 +90,67 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
             _energy(result.energy_per_epoch_joules),
             f"{result.mean_power_watts:.0f} W" if result.mean_power_watts else MISSING,
         )
+    return table
+
+
+# -- after the push: this run against the collector's others ------------------------------
+
+
+def comparison_key(run: run_pb2.Run) -> tuple[object, ...]:
+    """What two runs must share to be compared like for like (the collector's comparison
+    key): benchmark version, backend, precision, image size, training images, settings,
+    batch rule, pipeline as run, weights, data and epochs."""
+    config = run.config
+    return (run.benchmark_version, run.software.backend, config.precision, config.image_size,
+            config.train_images, record.settings_label(config), config.batch_rule,
+            record.pipeline_as_run(config), config.weights, record.data_label(config),
+            config.epochs)
+
+
+def others_like(run: run_pb2.Run, stored: Iterable[collector_pb2.StoredRun]
+                ) -> list[collector_pb2.StoredRun]:
+    """The stored runs comparable with `run`: the same model and comparison key, finished
+    and measured (not published, flagged or an outlier), and not `run` itself."""
+    key = comparison_key(run)
+    return [s for s in stored
+            if s.run.run_id != run.run_id and s.run.config.model == run.config.model
+            and not (s.run.published or s.flagged or s.outlier)
+            and s.run.result.status == run_pb2.RUN_STATUS_OK and s.run.result.epoch2_seconds
+            and comparison_key(s.run) == key]
+
+
+def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Table | str:
+    """This run beside the others like it, grouped by GPU configuration (median epoch 2
+    and images a second; "vs this run": how many times faster each is); or, with none,
+    a sentence saying there is nothing to compare with."""
+    from gpubench import tables
+
+    config = run.config
+    if not others:
+        return (f"{config.model}: nothing to compare with yet: the collector holds no other "
+                f"run of {config.model} like this one ({run.software.backend}, "
+                f"{config.precision}, {config.image_size} px, {config.train_images} training "
+                f"images, settings {record.settings_label(config)}, batch "
+                f"{config.batch_rule or 'unrecorded'}); `gpubench compare --model "
+                f"{config.model} --allow-mixed` shows unlike ones")
+    frame = tables.runs_frame(others)
+    groups = frame.groupby("gpu_config", sort=False).agg(
+        runs=("run_id", "size"), epoch2=("epoch2_s", "median"),
+        per_second=("train_images_per_s", "median")).sort_values("epoch2")
+    mine = tables.run_row(collector_pb2.StoredRun(run=run))
+    table = tables.narrow_table(
+        f"{config.model}: this run beside the collector's others like it",
+        "vs this run: how many times faster than this run (epoch-2 median); img/s: "
+        "training images a second")
+    for name, right in (("GPU config", False), ("runs", True), ("epoch 2 (s)", True),
+                        ("img/s", True), ("vs this run", True)):
+        table.add_column(name, justify="right" if right else "left")
+    table.add_row(Text(f"{mine['gpu_config']} (this run)", style="bold"), "1",
+                  tables.format_seconds(mine["epoch2_s"]),
+                  tables.three_digits(mine["train_images_per_s"]), "1.00x")
+    for name, group in groups.iterrows():
+        table.add_row(Text(str(name)), str(int(group["runs"])),
+                      tables.format_seconds(group["epoch2"]),
+                      tables.three_digits(group["per_second"]),
+                      tables.format_speedup(mine["epoch2_s"] / group["epoch2"]))
     return table

@@ -8,6 +8,7 @@ metadata. The interceptor decides per method:
 - reads (GetRun, ListRuns, Compare, Leaderboard): a valid token, unless the
   collector runs with public reads;
 - writes (SubmitRun, DeleteRun): a valid token; SubmitRun is rate limited per token;
+- Stats, what operators watch: a read;
 - CheckAccess, an agent's preflight: the check a write goes through, so a valid token
   even with public reads, but no submission of the rate limit;
 - the Admin service (tokens, the quarantine): an admin token.
@@ -39,6 +40,7 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 from gpubench.collector.errors import ShuttingDown
+from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import Store, TokenRow, utc_now
 from gpubench.collector.transport import Refusal, parse_request
@@ -115,6 +117,7 @@ METHODS: dict[str, Access] = {
     "/gpubench.v1.Collector/Compare": Access.READ,
     "/gpubench.v1.Collector/Leaderboard": Access.READ,
     "/gpubench.v1.Collector/CheckAccess": Access.WRITE,
+    "/gpubench.v1.Collector/Stats": Access.READ,
     "/gpubench.v1.Admin/CreateToken": Access.ADMIN,
     "/gpubench.v1.Admin/ListTokens": Access.ADMIN,
     "/gpubench.v1.Admin/RevokeToken": Access.ADMIN,
@@ -341,12 +344,13 @@ class Gate:
 
     def __init__(
         self, tokens: TokenBook, *, public_read: bool = False, limiter: RateLimiter | None = None,
-        failures: AuthFailures | None = None,
+        failures: AuthFailures | None = None, counts: SubmissionCounts | None = None,
     ) -> None:
         self.tokens = tokens
         self._public_read = public_read
         self._limiter = limiter
         self._failures = failures
+        self._counts = counts  # submissions refused here are counted (collector.stats)
 
     def check(self, access: Access, secret: str | None, peer: str | None = None) -> Caller | None:
         """The caller for a call needing `access`; raises Refusal when it may not proceed.
@@ -355,6 +359,14 @@ class Gate:
         the call's gRPC peer, whose failed authentications are limited. Returns None
         only for a tokenless read on a public-read collector.
         """
+        try:
+            return self._check_peer(access, secret, peer)
+        except Refusal as refused:
+            if access is Access.SUBMIT and self._counts is not None:
+                self._counts.refuse(refused)
+            raise
+
+    def _check_peer(self, access: Access, secret: str | None, peer: str | None) -> Caller | None:
         if self._failures is None or (secret and self.tokens.is_local(secret)):
             return self._check(access, secret)
         key = peer_key(peer)

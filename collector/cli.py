@@ -4,6 +4,7 @@ deal with runs in quarantine, back the database up and restore it."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpubench import record
+from gpubench import __version__, record
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused
 
 err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
@@ -39,9 +40,21 @@ DB_OPTION = click.option(
 )
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
+@click.version_option(__version__, prog_name="gpubench-collector")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              default="INFO", show_default=True, envvar="GPUBENCH_LOG_LEVEL",
+              help="Least severe log lines shown on stderr (env GPUBENCH_LOG_LEVEL): INFO shows "
+                   "what the collector does on its own (runs stored from the intake journal at "
+                   "start, ...); WARNING only problems.")
+def cli(log_level: str) -> None:
     """The gpubench collector: stores benchmark runs and answers comparisons over gRPC."""
+    # A service's log: timestamped lines on stderr, where service managers collect them.
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 @cli.command()
@@ -102,6 +115,55 @@ def serve(
         on_ready=ready,
     )
     err.print("collector stopped")
+
+
+@cli.command()
+@click.option("--collector", "address", envvar="GPUBENCH_COLLECTOR", default="127.0.0.1:50051",
+              show_default=True,
+              help="The collector's gRPC address (env GPUBENCH_COLLECTOR); the site reads "
+                   "through its API only, never its database, so it works the same in front "
+                   "of --frontends.")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A file holding the token the site reads with, for a collector without "
+                   "--public-read (env GPUBENCH_TOKEN also works); give the site a token of "
+                   "its own, not an admin token.")
+@click.option("--visitor-tokens", is_flag=True,
+              help="Read with the token a request carries (Authorization: Bearer) when it "
+                   "carries one, for a site only token holders reach. Leave it off on a "
+                   "public site: wrong tokens count against the collector's limit of failed "
+                   "authentications for the site's address and would shut the site out.")
+@click.option("--ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="PEM certificate to trust for a collector serving TLS.")
+@click.option("--tls", is_flag=True, help="Reach the collector over TLS with the system's roots.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address the site listens on (HTTP; put TLS in front of it in a proxy).")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
+              help="Port the site listens on (0: any free port, printed at start).")
+@click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a page waits for the collector.")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="uvicorn's log level; info logs every request.")
+def web(address: str, token_file: Path | None, visitor_tokens: bool, ca: Path | None,
+        tls: bool, host: str, port: int, timeout: float, log_level: str) -> None:
+    """Serve the read-only results site: leaderboards, comparisons, a page per GPU and per
+    run, /metrics (Prometheus) and /healthz, as a client of the collector's gRPC API."""
+    from gpubench.collector.web.reads import SiteConfig
+    from gpubench.collector.web.server import serve as serve_site
+
+    token = token_file.read_text().strip() if token_file else os.environ.get("GPUBENCH_TOKEN")
+    config = SiteConfig(address=address, token=token or None, visitor_tokens=visitor_tokens,
+                        ca=ca, tls=tls, timeout=timeout)
+
+    def ready(url: str) -> None:
+        reads = "with a token" if config.token else "without a token"
+        if visitor_tokens:
+            reads += ", or the visitor's"
+        out.print(f"results site on {url} (collector {address}, reading {reads})")
+        sys.stdout.flush()
+
+    # Until SIGTERM or Ctrl-C: uvicorn finishes the requests in flight, then exits.
+    serve_site(config, host=host, port=port, log_level=log_level, on_ready=ready)
 
 
 @contextlib.contextmanager

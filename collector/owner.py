@@ -126,7 +126,11 @@ class Dispatcher:
         unless the token may write (without using up a submission of the rate limit;
         `submit` checks the token again and takes one)."""
         secret = bearer_secret(() if authorization is None else (("authorization", authorization),))
-        self._gate.check(Access.WRITE, secret, peer)
+        try:
+            self._gate.check(Access.WRITE, secret, peer)
+        except Refusal as refused:  # a submission refused: counted (collector.stats)
+            self._store.submissions.refuse(refused)
+            raise
 
     def submit(
         self, authorization: str | None, peer: str | None, row: dict[str, Any] | None,
@@ -142,7 +146,9 @@ class Dispatcher:
         if row is not None and row["published"] and not caller.admin:
             problems = [("run.published", validation.PUBLISHED_BY_OPERATORS)]
         if problems or row is None:
-            raise Refusal(*status_of(validation.InvalidRun(problems)))
+            invalid = Refusal(*status_of(validation.InvalidRun(problems)))
+            self._store.submissions.refuse(invalid)
+            raise invalid
         row["submitter"] = caller.name
         try:
             return self._store.submit_row(row)

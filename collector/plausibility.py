@@ -44,6 +44,11 @@ RATE_FACTOR = 3.0
 # again as long as the epoch they are in, nor a twentieth of it.
 STEPS_OVER = 1.5
 STEPS_UNDER = 1 / 20
+# Both step checks hold an epoch of this many full steps or more: in a shorter one the
+# first step (left out of images/s and the median) can be most of the epoch on an honest,
+# busy machine (a CPU epoch of 2 steps was refused so). The protocol's speed batch
+# leaves at least 8 steps an epoch (docs/protocol.md, "The batch").
+STEPS_CHECKED = 8
 # Energy is mean power x the epoch's time (the agent divides one by the other); 10% and
 # a joule of slack for the window's edges.
 ENERGY_RELATIVE = 0.10
@@ -156,6 +161,8 @@ def _rate(found: list[tuple[str, str]], cfg: run_pb2.Config, res: run_pb2.Result
           epoch: run_pb2.Epoch) -> None:
     if not (res.train_images_per_second and epoch.train_seconds and cfg.train_images):
         return
+    if not cfg.global_batch or cfg.train_images // cfg.global_batch < STEPS_CHECKED:
+        return
     from_time = cfg.train_images / epoch.train_seconds
     ratio = res.train_images_per_second / from_time
     if not 1 / RATE_FACTOR <= ratio <= RATE_FACTOR:
@@ -168,7 +175,7 @@ def _rate(found: list[tuple[str, str]], cfg: run_pb2.Config, res: run_pb2.Result
 def _steps(found: list[tuple[str, str]], cfg: run_pb2.Config, res: run_pb2.Result,
            epoch: run_pb2.Epoch) -> None:
     full = cfg.train_images // cfg.global_batch if cfg.global_batch else 0
-    if not (res.step_time_median_seconds and epoch.train_seconds and full):
+    if not (res.step_time_median_seconds and epoch.train_seconds and full >= STEPS_CHECKED):
         return
     total = res.step_time_median_seconds * full
     if total > epoch.train_seconds * STEPS_OVER + PARTS_SLACK_ABSOLUTE:

@@ -26,6 +26,7 @@ from gpubench.collector.auth import (
     new_secret,
 )
 from gpubench.collector.service import AdminService, CollectorService
+from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.store import Store
 from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback: public here too
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -58,12 +59,15 @@ MAX_AUTO_FRONTENDS = 4
 def make_gate(
     tokens: TokenBook, *, public_read: bool, rate_limit: float,
     auth_failures_per_minute: float = DEFAULT_AUTH_FAILURES_PER_MINUTE,
+    counts: SubmissionCounts | None = None,
 ) -> Gate:
     """The token check, the rate limit and the failed-authentication limit every call of
-    one collector goes through (0: no limit)."""
+    one collector goes through (0: no limit); submissions they refuse are counted in
+    `counts` (the store's, for the Stats call)."""
     limiter = RateLimiter(rate_limit) if rate_limit > 0 else None
     failures = AuthFailures(auth_failures_per_minute) if auth_failures_per_minute > 0 else None
-    return Gate(tokens, public_read=public_read, limiter=limiter, failures=failures)
+    return Gate(tokens, public_read=public_read, limiter=limiter, failures=failures,
+                counts=counts)
 
 
 def create_server(
@@ -96,7 +100,8 @@ def create_server(
     check_plaintext(host, tls, insecure)
     tokens = tokens or TokenBook(store)
     gate = gate or make_gate(tokens, public_read=public_read, rate_limit=rate_limit,
-                             auth_failures_per_minute=auth_failures_per_minute)
+                             auth_failures_per_minute=auth_failures_per_minute,
+                             counts=store.submissions)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=[AuthInterceptor(gate)],
@@ -154,7 +159,8 @@ def serve(
     try:
         secret = new_secret()
         tokens = TokenBook(store, local_admin_secret=secret)
-        gate = make_gate(tokens, public_read=public_read, rate_limit=rate_limit)
+        gate = make_gate(tokens, public_read=public_read, rate_limit=rate_limit,
+                         counts=store.submissions)
         if frontends > 1:
             _serve_with_frontends(
                 store, gate, credential, secret, host=host, port=port, tls=tls,

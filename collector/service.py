@@ -18,6 +18,7 @@ from gpubench.collector import backup, compare, validation, wire
 from gpubench.collector.auth import LOCAL_ADMIN, Caller, TokenBook, current_caller
 from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.rows import ack_message
+from gpubench.collector.stats import stats_message
 from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import CompareQuery, LeaderboardQuery, RunFilter, Store, TokenRow
 
@@ -105,7 +106,11 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
     def SubmitRun(self, request, context):  # noqa: N802 - gRPC's method names
         caller = _caller()
         # Published runs (transcribed, not measured) only from the collector's operators.
-        validation.validate(request.run, may_publish=caller.admin)
+        try:
+            validation.validate(request.run, may_publish=caller.admin)
+        except Exception as exc:  # the store counts the outcomes of what it is given
+            self._store.submissions.refuse(exc)
+            raise
         return ack_message(self._store.submit(request.run, caller.name))
 
     @_translating_errors
@@ -117,6 +122,10 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             token_name=caller.name, may_submit=True, admin=caller.admin,
             collector_version=__version__, schema_version=SCHEMA_VERSION,
         )
+
+    @_translating_errors
+    def Stats(self, request, context):  # noqa: N802
+        return stats_message(self._store)
 
     @_translating_errors
     def GetRun(self, request, context):  # noqa: N802

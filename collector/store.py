@@ -64,6 +64,7 @@ from gpubench.collector.errors import (
 from gpubench.collector.intake import Journal, JournalEntry, KnownRuns, journal_folder
 from gpubench.collector.quarantine import QuarantinedRun, first_line, insert_sorting_out
 from gpubench.collector.rows import REASON_SEPARATOR, Ack, run_row, utc_now
+from gpubench.collector.stats import SubmissionCounts
 
 from gpubench import record
 from gpubench.errors import InvalidRecord, NotFound
@@ -91,9 +92,8 @@ OUTLIER_GROUP = (
 # not flagged as implausible.
 SCORED_RUNS = ("status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published "
                "AND NOT flagged")
-# The protocol's training set: 80% of the benchmark's 2136 images. The leaderboard ranks
-# only runs of it; a smoke run with --limit-images trains on fewer.
-STANDARD_TRAIN_IMAGES = 1709
+# The protocol's training set (1709 images): the leaderboard ranks only runs of it.
+STANDARD_TRAIN_IMAGES = record.STANDARD_TRAIN_IMAGES
 # The most runs one group commit inserts; more wait for the next commit.
 MAX_BATCH = 1024
 # How long a group commit waits for more submissions when there is concurrency (s):
@@ -338,6 +338,11 @@ class Store:
         self.committed_runs = 0
         self.flushes = 0
         self.flushed_runs = 0
+        # For operators (the Stats call): submissions acknowledged and refused, and the
+        # time bulk inserts into DuckDB take.
+        self.submissions = SubmissionCounts()
+        self.flush_seconds_total = 0.0
+        self.flush_seconds_last = 0.0
         self._queue_ready = threading.Condition()
         self._stopping = False
         self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
@@ -480,10 +485,21 @@ class Store:
         pending = _Pending(row)
         with self._queue_ready:
             if self._stopping:
-                raise ShuttingDown("collector shutting down (its database is closing)")
+                refused = ShuttingDown("collector shutting down (its database is closing)")
+                self.submissions.refuse(refused)
+                raise refused
             self._queue.append(pending)
             self._queue_ready.notify()
+        pending.future.add_done_callback(self._count_outcome)
         return pending.future
+
+    def _count_outcome(self, future: Future) -> None:
+        """Count a submission's outcome (acknowledged, or refused by the store)."""
+        error = future.exception()
+        if error is None:
+            self.submissions.accept()
+        else:
+            self.submissions.refuse(error)
 
     def submit_many(self, runs: Iterable[run_pb2.Run], submitter: str) -> list[Ack | Exception]:
         """Store many validated runs at once, in DuckDB and rescored before this returns;
@@ -690,9 +706,12 @@ class Store:
             rows = list(self._pending.values())
             with self._writing("journal", f"starting a segment of {self._journal.folder}"):
                 sealed = self._journal.seal()  # every pending run is in these segments
+        started = time.monotonic()
         with self._writing("database", f"storing acknowledged runs in {self.path}, "
                                        "which every read must include"):
             self._store_rows(rows)
+        self.flush_seconds_last = time.monotonic() - started
+        self.flush_seconds_total += self.flush_seconds_last
         self.durability.recovered("database")
         with self._intake:
             for row in rows:
@@ -1139,6 +1158,20 @@ class Store:
             [*params, version, query.limit],
         ).fetchall()
         return [LeaderboardRow(*r) for r in rows], version
+
+    def figures(self) -> dict[str, Any]:
+        """The runs stored (flagged, outliers, published among them), quarantined and
+        waiting in the journal, and the bulk inserts so far: StatsResponse's fields."""
+        with self._intake:  # before the read below, which may store the pending runs
+            depth = len(self._pending)
+        stored, flagged, outlier, published = self._scored().execute(
+            "SELECT count(*), count(*) FILTER (WHERE flagged), count(*) FILTER (WHERE outlier),"
+            " count(*) FILTER (WHERE published) FROM runs").fetchall()[0]
+        return {"runs_stored": stored, "runs_flagged": flagged, "runs_outlier": outlier,
+                "runs_published": published, "runs_quarantined": self.quarantine_count(),
+                "journal_depth": depth, "flushes": self.flushes,
+                "flush_seconds_total": self.flush_seconds_total,
+                "flush_seconds_last": self.flush_seconds_last}
 
     # -- quarantine -------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ RUN /opt/gpubench/bin/pip uninstall -q -y pip setuptools \
 FROM ${BASE_IMAGE}
 COPY --from=build /opt/gpubench /opt/gpubench
 COPY docker/entrypoint.sh /usr/local/bin/gpubench-entrypoint
+COPY docker/container_check.py /usr/local/bin/gpubench-container-check
 # Runs wait in the spool until the collector has them: mount a volume there
 # (-v gpubench-spool:/var/lib/gpubench/spool) to keep unsent runs across containers.
 ENV PATH=/opt/gpubench/bin:$PATH \
@@ -48,5 +49,10 @@ ENV PATH=/opt/gpubench/bin:$PATH \
     GPUBENCH_RUN_DEFAULTS="--runner docker --image gpubench-workload:latest"
 # Root: the agent talks to the host's docker socket, which only root (or the docker group,
 # whose id differs between hosts) may use.
+# `docker stop` sends SIGINT, which the agent handles as Ctrl-C: it removes the workload
+# container and keeps what it has in the spool. The agent is PID 1 here, and the kernel
+# drops a SIGTERM that PID 1 has no handler for: the stop would end in SIGKILL after the
+# grace period and leave the workload container training.
+STOPSIGNAL SIGINT
 ENTRYPOINT ["gpubench-entrypoint"]
 CMD ["--help"]

@@ -40,7 +40,8 @@ RUN groupadd --system --gid 10001 gpubench \
     && useradd --system --uid 10001 --gid gpubench --home-dir /data --no-create-home gpubench \
     && mkdir /data && chown gpubench:gpubench /data
 COPY --from=build /opt/gpubench /opt/gpubench
-COPY docker/healthcheck.py /opt/gpubench/healthcheck.py
+# The health check; also `gpubench-healthcheck --wait 60` for scripts that need it serving.
+COPY docker/healthcheck.py /opt/gpubench/bin/gpubench-healthcheck
 # `serve` and `token ...` (run with docker exec) find the database through this.
 ENV PATH=/opt/gpubench/bin:$PATH \
     PYTHONUNBUFFERED=1 \
@@ -50,7 +51,7 @@ WORKDIR /data
 VOLUME /data
 EXPOSE 50051
 HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "/opt/gpubench/healthcheck.py"]
+    CMD ["/opt/gpubench/bin/gpubench-healthcheck"]
 # Exec form: the collector is PID 1 and gets the SIGTERM of `docker stop` itself.
 ENTRYPOINT ["gpubench-collector"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "50051", "--insecure"]

@@ -12,4 +12,7 @@ case "${1:-}" in
         set -- gpubench-agent run ${GPUBENCH_RUN_DEFAULTS:-} "$@"
         ;;
 esac
+# Before `run` and `push`: a note when the spool is not on a volume, or when a loopback
+# collector address does not answer (docker/container_check.py). Never stops the command.
+gpubench-container-check "$@" || true
 exec "$@"

@@ -43,10 +43,14 @@ RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/ro
 RUN --mount=type=bind,from=wheel,source=/wheels,target=/tmp/wheels \
     python3 -m pip --python /opt/gpubench/bin/python install --no-deps --no-cache-dir /tmp/wheels/gpubench-*.whl
 COPY docker/entrypoint.sh /usr/local/bin/gpubench-entrypoint
+COPY docker/container_check.py /usr/local/bin/gpubench-container-check
 ENV PATH=/opt/gpubench/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     TF_CPP_MIN_LOG_LEVEL=1 \
     GPUBENCH_SPOOL=/var/lib/gpubench/spool \
     GPUBENCH_RUN_DEFAULTS="--runner local"
+# `docker stop` sends SIGINT, which the agent handles as Ctrl-C (the training process is
+# stopped, the spool kept); PID 1 would not see a SIGTERM it has no handler for.
+STOPSIGNAL SIGINT
 ENTRYPOINT ["gpubench-entrypoint"]
 CMD ["--help"]

@@ -9,6 +9,7 @@ refused, 5 not found, ...).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -16,7 +17,7 @@ import click
 import pandas as pd
 from rich.console import Console
 
-from gpubench import __version__, record, tables
+from gpubench import __version__, prices, record, tables
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
 from gpubench.errors import ExitCode, GpubenchError
 
@@ -32,8 +33,52 @@ class CommandFailed(click.ClickException):
         click.echo(f"gpubench: error: {self.format_message()}", err=True, file=file)
 
 
+# The options that say how to reach the collector. They belong to the group (`gpubench
+# --collector X runs list`) and are accepted after any subcommand too (`gpubench runs list
+# --collector X`): Group.add_command gives every command a copy, which overrides the
+# group's value when given.
+CONNECTION_OPTIONS = ("collector", "token", "ca", "tls", "timeout")
+
+
+def _override_connection(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """A connection option given after the subcommand replaces the group's value."""
+    if value is None or value is False:
+        return
+    options = ctx.find_root().obj
+    if isinstance(options, dict) and param.name:
+        options[param.name] = value
+
+
+def _connection_copies(command: click.Command) -> list[click.Option]:
+    """The group's connection options as `command` accepts them after its name: no
+    default and no environment variable (the group has those), nothing passed to the
+    command's function."""
+    taken = {opt for param in command.params for opt in param.opts}
+    copies = []
+    for param in cli.params:
+        if param.name not in CONNECTION_OPTIONS or taken.intersection(param.opts):
+            continue
+        assert isinstance(param, click.Option)
+        copies.append(click.Option(
+            param.opts, type=param.type, is_flag=param.is_flag, default=None,
+            metavar=param.metavar, expose_value=False, callback=_override_connection,
+            help=f"{param.help} Also accepted here, after the command.",
+        ))
+    return copies
+
+
 class Group(click.Group):
-    """The command group that turns user-facing errors into one-line messages."""
+    """The command group that turns user-facing errors into one-line messages, and
+    whose commands (nested ones too) accept the connection options after their name."""
+
+    # Nested groups (`gpubench runs ...`) are of this class too.
+    group_class = type
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Register `cmd`; a command that is not a group gets the connection options."""
+        if not isinstance(cmd, click.Group):
+            cmd.params.extend(_connection_copies(cmd))
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -88,8 +133,11 @@ def _client(ctx: click.Context) -> Client:
 
 
 def _console() -> Console:
-    # Piped into a file or another program, rich would squeeze tables into 80 columns.
-    return Console() if sys.stdout.isatty() else Console(width=400)
+    # Piped into a file or another program, rich would squeeze tables into 80 columns:
+    # lines as long as they need, unless $COLUMNS asks for a width.
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console()
+    return Console(width=400)
 
 
 def _warn(lines: list[str]) -> None:
@@ -212,6 +260,12 @@ def cli(
     type=click.Path(dir_okay=False, writable=True),
     help="Also draw the speedups into this image file (PNG, SVG or PDF; needs matplotlib).",
 )
+@click.option("--price", "price_options", multiple=True, metavar="NAME=USD",
+              help='A card\'s price in USD, e.g. --price "Tesla T4=2300" (repeat for '
+              "several): adds images/s per 1,000 USD beside img/J.")
+@click.option("--prices", "price_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help='Prices in USD by GPU name: a CSV file of "GPU name,USD" lines or '
+              'a JSON object {"Tesla T4": 2300}.')
 @_format_option("table", "json", "csv")
 @click.pass_context
 def compare(
@@ -235,6 +289,8 @@ def compare(
     include_outliers: bool,
     include_flagged: bool,
     chart: str | None,
+    price_options: tuple[str, ...],
+    price_file: str | None,
     fmt: str,
 ) -> None:
     """Compare GPU configurations on one model: epoch-2 time, throughput, largest
@@ -242,7 +298,10 @@ def compare(
 
     Only like with like: runs that differ in anything that changes what was timed are
     refused, each difference named with the flag that pins it. Published figures (the
-    article's, transcribed) are shown apart, below."""
+    article's, transcribed) are shown apart, below. With prices, what the cards buy:
+    images/s per 1,000 USD beside img/J."""
+    # Read before the collector is asked: a bad price fails at once, naming its line.
+    book = prices.load(price_options, [price_file] if price_file else [])
     frame = _client(ctx).compare(
         model.upper(),
         baseline=baseline,
@@ -264,8 +323,14 @@ def compare(
         include_flagged=include_flagged,
     )
     published = tables.published_frame(frame.attrs["response"])
+    priced = len(book) > 0 and not frame.empty
+    if priced:
+        frame = prices.cost_frame(frame, book)
     if fmt == "json":
-        click.echo(json.dumps(tables.compare_document(frame), indent=2))
+        document = tables.compare_document(frame)
+        if len(book):
+            document["prices_usd"] = book.as_dict()
+        click.echo(json.dumps(document, indent=2))
     elif fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     else:
@@ -278,8 +343,10 @@ def compare(
         if not published.empty:
             console.print(tables.published_table(
                 published, beside="the runs above" if not frame.empty else ""))
+        if priced:
+            console.print(tables.cost_table(frame))
     if fmt != "json":
-        _warn(frame.attrs.get("warnings", []))
+        _warn(list(frame.attrs.get("warnings", [])) + (prices.unpriced(frame) if priced else []))
     if chart:
         from gpubench import charts
 
@@ -341,10 +408,32 @@ def runs_list(
     console = _console()
     measured, published = frame[~frame["published"]], frame[frame["published"]]
     if not measured.empty:
-        console.print(tables.runs_table(measured, title="measured runs"))
+        console.print(tables.runs_table(measured, title="measured runs",
+                                        legend=published.empty))
     if not published.empty:
         console.print(tables.runs_table(published, title="published figures (transcribed, "
                                         "not measured by gpubench)"))
+
+
+# A run id in full: 8-4-4-4-12 hex digits.
+FULL_RUN_ID = 36
+
+
+def _full_run_id(client: Client, given: str) -> str:
+    """The run id that `given` names: itself when complete, else the one stored run id
+    it is a prefix of (as `runs list` shortens them); none or several is an error."""
+    if len(given) >= FULL_RUN_ID:
+        return given
+    prefix = given.lower()
+    found = [s.run.run_id for s in client.iter_runs() if s.run.run_id.startswith(prefix)]
+    if not found:
+        raise GpubenchError(f"run_id {given}: no stored run id starts with it",
+                            exit_code=ExitCode.NOT_FOUND)
+    if len(found) > 1:
+        raise GpubenchError(f"run_id {given}: {len(found)} stored run ids start with it "
+                            f"({', '.join(found[:3])}...); give more of it",
+                            exit_code=ExitCode.USAGE)
+    return found[0]
 
 
 @runs.command("show")
@@ -352,8 +441,10 @@ def runs_list(
 @_format_option("table", "json")
 @click.pass_context
 def runs_show(ctx: click.Context, run_id: str, fmt: str) -> None:
-    """One stored run: the full record as json, or a summary with its epochs."""
-    stored = _client(ctx).get_run(run_id)
+    """One stored run (RUN_ID, or the first characters of one as `runs list` shows them):
+    the full record as json, or a summary with its epochs."""
+    client = _client(ctx)
+    stored = client.get_run(_full_run_id(client, run_id))
     if fmt == "json":
         click.echo(json.dumps(tables.stored_run_dict(stored), indent=2))
         return
@@ -366,8 +457,10 @@ def runs_show(ctx: click.Context, run_id: str, fmt: str) -> None:
 @click.argument("run_id")
 @click.pass_context
 def runs_delete(ctx: click.Context, run_id: str) -> None:
-    """Delete a run (only its submitter or an admin may)."""
-    deleted = _client(ctx).delete_run(run_id)
+    """Delete a run (RUN_ID in full, or a prefix only one run id starts with; only its
+    submitter or an admin may)."""
+    client = _client(ctx)
+    deleted = client.delete_run(_full_run_id(client, run_id))
     click.echo(f"deleted run {deleted or run_id}")
 
 
@@ -431,6 +524,9 @@ def export(ctx: click.Context, fmt: str, out: str) -> None:
     """Write every stored run to a file, one row per run with flattened columns."""
     count = _client(ctx).export(out, format=fmt)
     click.echo(f"wrote {count} runs to {out}", err=True)
+
+
+from gpubench import answers_cli  # noqa: E402, F401  (estimate, fit, plot)
 
 
 def main(argv: list[str] | None = None) -> None:

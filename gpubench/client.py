@@ -279,6 +279,13 @@ class Client:
             schema_version=response.schema_version,
         )
 
+    def stats(self) -> collector_pb2.StatsResponse:
+        """What the collector's operators watch: submissions acknowledged and refused
+        by reason since it started, runs stored, flagged, quarantined, the journal's
+        depth and DuckDB's bulk inserts (a read: needs a token unless --public-read)."""
+        return self._call(self._collector.Stats, collector_pb2.StatsRequest(),
+                          "reading the collector's stats")
+
     # -- runs -----------------------------------------------------------------------
 
     def submit_run(self, run: run_pb2.Run) -> collector_pb2.SubmitRunResponse:

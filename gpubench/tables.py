@@ -15,6 +15,9 @@ from typing import Any
 
 import pandas as pd
 from google.protobuf import json_format
+from rich import box
+from rich._ratio import ratio_distribute
+from rich.console import Console, ConsoleOptions
 from rich.table import Table
 from rich.text import Text
 
@@ -450,44 +453,129 @@ def _int(value: Any) -> int:
 # -- rich tables --------------------------------------------------------------------------
 
 
+# The narrowest a column that folds its words is made: words up to this long stay whole.
+FOLDED = 12
+
+
+class NarrowTable(Table):
+    """A table that wraps its columns at spaces rather than cut them: where the columns
+    do not fit side by side at their natural widths, each keeps at least its longest word
+    and the room left goes to those that want more, in proportion. (rich's own layout
+    narrows the widest columns first, down to cutting their words with "…".)"""
+
+    def _calculate_column_widths(self, console: Console, options: ConsoleOptions) -> list[int]:
+        ranges = [self._measure_column(console, options, column) for column in self.columns]
+        natural = [r.maximum or 1 for r in ranges]
+        # A column that folds its words (long names, ids) may be narrower than its longest.
+        least = [min(r.minimum, FOLDED) if column.overflow == "fold" else r.minimum or 1
+                 for r, column in zip(ranges, self.columns, strict=True)]
+        # Too narrow still: columns that fold give up more, the last first, down to 4.
+        excess = sum(least) - options.max_width
+        for index in reversed(range(len(least))):
+            if excess > 0 and self.columns[index].overflow == "fold":
+                cut = min(excess, max(least[index] - 4, 0))
+                least[index] -= cut
+                excess -= cut
+        if sum(natural) <= options.max_width or excess > 0:
+            return super()._calculate_column_widths(console, options)
+        wants = [n - m for n, m in zip(natural, least, strict=True)]
+        extra = ratio_distribute(options.max_width - sum(least), wants)
+        return [m + e for m, e in zip(least, extra, strict=True)]
+
+
+def narrow_table(title: str | None = None, caption: str | None = None,
+                 show_header: bool = True) -> Table:
+    """A table for 80 columns: a rule under the header instead of a box, one space
+    between columns; title and legend (caption) left-aligned, wrapped, never cut."""
+    # The box's own separator is the one space between columns: no padding, no edges.
+    return NarrowTable(title=title, caption=caption, box=box.SIMPLE_HEAD, padding=0,
+                 show_edge=False, title_justify="left", caption_justify="left",
+                 show_header=show_header)
+
+
+# Precisions as a narrow column shows them (explained by PRECISION_LEGEND).
+SHORT_PRECISION = {"float32": "fp32", "mixed_bfloat16": "mixed bf16",
+                   "mixed_float16": "mixed fp16"}
+PRECISION_LEGEND = "fp32: float32; mixed bf16/fp16: mixed_bfloat16/mixed_float16"
+
+
+def short_precision(precision: str) -> str:
+    """'fp32', 'mixed bf16', 'mixed fp16' (anything else as it is)."""
+    return SHORT_PRECISION.get(precision, precision)
+
+
+# The shared dimensions' names in a title or legend.
+DIMENSION_WORDS = {"benchmark_version": "benchmark version", "backend": "backend",
+                   "precision": "precision", "image_size": "image size",
+                   "train_images": "training images", "settings": "settings",
+                   "batch_rule": "batch rule", "pipeline": "pipeline", "weights": "weights",
+                   "data": "data", "epochs": "epochs"}
+# Dimensions counted in integers: a comparison of unlike runs reads 0 where they differ.
+_NUMERIC = ("image_size", "train_images", "epochs")
+
+
+def mixed_dimensions(frame: pd.DataFrame) -> list[str]:
+    """The dimensions in which a comparison's runs differ (--allow-mixed), in SHARED's
+    order; none for a like-for-like comparison."""
+    if frame.empty:
+        return []
+    attrs = frame.attrs
+    return [name for name in SHARED
+            if (name in _NUMERIC and name in attrs and not attrs[name])
+            or attrs.get(name) == "mixed"]
+
+
 def compare_title(frame: pd.DataFrame) -> str:
     """'B7 · tensorflow · float32 · 600 px · 1709 training images · settings keras ·
     batch steps · pipeline cached · weights none · data synthetic-rps · 2 epochs ·
-    benchmark 1': what the compared runs share."""
+    benchmark 1': what the compared runs share (what differs is left out; the table's
+    legend names it)."""
     attrs = frame.attrs
     parts = [attrs.get("model", "")]
+    shared = {k: v for k, v in attrs.items() if k in SHARED and v != "mixed"}
     for key in ("backend", "precision"):
-        if attrs.get(key):
-            parts.append(str(attrs[key]))
-    if attrs.get("image_size"):
-        parts.append(f"{attrs['image_size']} px")
-    if attrs.get("train_images"):
-        parts.append(f"{attrs['train_images']} training images")
+        if shared.get(key):
+            parts.append(str(shared[key]))
+    if shared.get("image_size"):
+        parts.append(f"{shared['image_size']} px")
+    if shared.get("train_images"):
+        parts.append(f"{shared['train_images']} training images")
     for key, word in (("settings", "settings"), ("batch_rule", "batch"),
                       ("pipeline", "pipeline"), ("weights", "weights"), ("data", "data")):
-        if attrs.get(key):
-            parts.append(f"{word} {attrs[key]}")
-    if attrs.get("epochs"):
-        parts.append(f"{attrs['epochs']} epochs")
-    if attrs.get("benchmark_version"):
-        parts.append(f"benchmark {attrs['benchmark_version']}")
+        if shared.get(key):
+            parts.append(f"{word} {shared[key]}")
+    if shared.get("epochs"):
+        parts.append(f"{shared['epochs']} epochs")
+    if shared.get("benchmark_version"):
+        parts.append(f"benchmark {shared['benchmark_version']}")
     return " · ".join(p for p in parts if p)
 
 
+# The mark of a row compared with runs unlike it (--allow-mixed).
+UNLIKE = "*"
+
+
 def compare_table(frame: pd.DataFrame) -> Table:
-    """A comparison for the terminal: figures with units, the baseline marked."""
+    """A comparison for the terminal (80 columns): figures with units, the baseline
+    marked; where unlike runs are shown together (--allow-mixed), each speedup marked
+    and the legend saying in what they differ."""
     baseline = frame.attrs.get("baseline", "")
-    table = Table(
-        title=compare_title(frame),
-        caption=f"speedup: epoch 2 median against {baseline}" if baseline else None,
-    )
+    mixed = mixed_dimensions(frame)
+    legend = ["img/s: training images a second; img/J: training images a joule"]
+    if baseline:
+        legend.append(f"speedup: epoch-2 median against {baseline}")
+    if mixed:
+        legend.append(f"{UNLIKE} unlike runs shown together (--allow-mixed): they differ in "
+                      f"{', '.join(DIMENSION_WORDS[m] for m in mixed)}; not like for like")
+    title = compare_title(frame) + (" · UNLIKE RUNS" if mixed else "")
+    table = narrow_table(title, "\n".join(legend))
     table.add_column("GPU config")
     table.add_column("runs", justify="right")
-    table.add_column(Text("epoch 2 (s)\nmedian [min-max]"), justify="right")
+    table.add_column(Text("epoch 2 (s) median [min-max]"), justify="right")
     table.add_column("img/s", justify="right")
     table.add_column("max batch", justify="right")
-    table.add_column("peak memory\n(% of card)", justify="right")
-    table.add_column("energy/epoch", justify="right")
+    table.add_column("peak memory (% of card)", justify="right")
+    table.add_column("energy per epoch", justify="right")
     table.add_column("img/J", justify="right")
     table.add_column("speedup", justify="right")
     for row in frame.to_dict("records"):
@@ -512,26 +600,27 @@ def compare_table(frame: pd.DataFrame) -> Table:
             format_memory(row["peak_memory_median_gib"], row["peak_memory_share"]),
             format_energy(row["energy_per_epoch_j"]),
             three_digits(row["images_per_joule"]),
-            format_speedup(row["speedup"]),
+            format_speedup(row["speedup"]) + (UNLIKE if mixed else ""),
         )
     return table
 
 
 def published_table(published: pd.DataFrame, *, beside: str = "") -> Table:
     """Published runs for the terminal, apart from measured ones: their figures, how they
-    differ from the runs they stand beside, and where they come from."""
-    table = Table(
-        title="published figures: transcribed, not measured by gpubench"
+    differ from the runs they stand beside, and, in the legend, where they come from."""
+    sources = [f"{row['gpu_config']}: {row['source']}"
+               for row in published.to_dict("records") if row["source"]]
+    table = narrow_table(
+        "published figures: transcribed, not measured by gpubench"
         + (f"; not like for like with {beside}" if beside else ""),
-        title_justify="left",
+        "\n".join(dict.fromkeys(sources)) or None,
     )
     table.add_column("GPU config")
     table.add_column("runs", justify="right")
     table.add_column("epoch 2 (s)", justify="right")
     table.add_column("batch", justify="right")
-    table.add_column("peak memory\n(% of card)", justify="right")
-    table.add_column("unlike the runs above")
-    table.add_column("source")
+    table.add_column("peak memory (% of card)", justify="right")
+    table.add_column("unlike the runs above", overflow="fold")
     for row in published.to_dict("records"):
         table.add_row(
             Text(row["gpu_config"]),
@@ -540,44 +629,85 @@ def published_table(published: pd.DataFrame, *, beside: str = "") -> Table:
             str(_int(row["max_batch_per_gpu"]) or MISSING),
             format_memory(row["peak_memory_median_gib"], row["peak_memory_share"]),
             Text(row["differences"] or MISSING),
-            Text(row["source"]),
         )
     return table
 
 
-def runs_table(frame: pd.DataFrame, *, title: str | None = None) -> Table:
-    """Stored runs for the terminal, one line each."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("run id", no_wrap=True)
-    table.add_column("created (UTC)", no_wrap=True)
+# The fewest characters of a run id a table shows (`gpubench runs show` takes them).
+SHORT_ID = 8
+# Backends as a narrow column shows them.
+SHORT_BACKEND = {"tensorflow": "tf"}
+
+
+def cost_table(costed: pd.DataFrame) -> Table:
+    """What the cards buy: speed, price, images/s per 1,000 USD and images per joule
+    (a comparison with `prices.cost_frame`'s columns)."""
+    table = Table(title="what the cards buy (measured runs, medians)", title_justify="left")
+    for heading in ("GPU configuration", "img/s", "USD", "img/s per 1k USD", "img/J"):
+        table.add_column(heading, justify="left" if heading.startswith("GPU") else "right")
+    for row in costed.itertuples():
+        usd = row.usd
+        table.add_row(row.gpu_config, three_digits(row.images_per_s_median),
+                      f"{usd:,.0f}" if not is_missing(usd) else MISSING,
+                      three_digits(row.images_per_s_per_kusd),
+                      three_digits(row.images_per_joule))
+    return table
+
+
+def short_ids(run_ids: Iterable[str], least: int = SHORT_ID) -> dict[str, str]:
+    """Each run id shortened to its shortest prefix of at least `least` characters that
+    no other of `run_ids` starts with (as git shortens commits)."""
+    ids = list(dict.fromkeys(run_ids))
+    short = {}
+    for run_id in ids:
+        size = least
+        while size < len(run_id) and any(o != run_id and o.startswith(run_id[:size])
+                                         for o in ids):
+            size += 1
+        short[run_id] = run_id[:size]
+    return short
+
+
+def runs_table(frame: pd.DataFrame, *, title: str | None = None,
+               legend: bool = True) -> Table:
+    """Stored runs for the terminal (80 columns), newest first, one row each; run ids
+    shortened to a unique prefix, which `gpubench runs show` and `runs delete` accept.
+    `legend`: explain the abbreviations below (once, under the last of several tables)."""
+    table = narrow_table(
+        title,
+        "run: the run id's first characters (runs show takes them); tf: tensorflow; "
+        f"{PRECISION_LEGEND}; img/s: training images a second; peak memory: GiB (% of card)"
+        if legend else None,
+    )
+    table.add_column("run", overflow="fold")
     table.add_column("GPU config")
     table.add_column("model")
-    table.add_column("backend")
-    table.add_column("precision")
+    table.add_column("backend precision")
     table.add_column("batch", justify="right")
     table.add_column("epoch 2 (s)", justify="right")
     table.add_column("img/s", justify="right")
     table.add_column("peak memory", justify="right")
-    table.add_column("energy/epoch", justify="right")
     table.add_column("status")
-    table.add_column("submitter")
+    table.add_column("submitter", overflow="fold")
+    ids = short_ids(str(i) for i in frame["run_id"])
     for row in frame.to_dict("records"):
         status = row["status"] + (" (outlier)" if row["outlier"] else "")
         status += " (flagged)" if row["flagged"] else ""
+        peak = row["peak_memory_gib"]
+        backend = SHORT_BACKEND.get(row["backend"], row["backend"])
         table.add_row(
-            Text(row["run_id"]),
-            format_time(row["created_at"]),
+            Text(ids[str(row["run_id"])]),
             Text(row["gpu_config"]),
             row["model"],
-            row["backend"],
-            row["precision"],
+            Text(f"{backend} {short_precision(row['precision'])}".strip()),
             format_batch(
                 _int(row["batch_per_gpu"]), _int(row["global_batch"]), _int(row["gpu_count"])
             ),
             format_seconds(row["epoch2_s"]),
             three_digits(row["train_images_per_s"]),
-            format_memory(row["peak_memory_gib"], row["peak_memory_share"]),
-            format_energy(row["energy_per_epoch_j"]),
+            MISSING if is_missing(peak) else (
+                f"{peak:.1f}" + ("" if is_missing(row["peak_memory_share"])
+                                 else f" ({row['peak_memory_share'] * 100:.0f}%)")),
             status,
             Text(row["submitter"]),
         )
@@ -601,23 +731,25 @@ AS_RUN = ("pipeline", "weights", "data", "epochs")
 
 
 def leaderboard_table(frame: pd.DataFrame) -> Table:
-    """A leaderboard for the terminal: ranked by the median epoch-2 time (the caption
-    says so), the best single run beside it."""
+    """A leaderboard for the terminal (80 columns): ranked by the median epoch-2 time
+    (the legend says so), the best single run beside it."""
     varies = any(frame[c].nunique() > 1 for c in AS_RUN) if not frame.empty else False
-    table = Table(title=leaderboard_title(frame),
-                  caption="ranked by the median epoch-2 time of each configuration's runs; "
-                          "best: its fastest run")
+    table = narrow_table(
+        leaderboard_title(frame),
+        "ranked by the median epoch-2 time of each configuration's runs; best: its fastest "
+        f"run; img/s: training images a second; {PRECISION_LEGEND}",
+    )
     table.add_column("#", justify="right")
     table.add_column("GPU config")
     table.add_column("runs", justify="right")
     table.add_column("best epoch 2 (s)", justify="right")
     table.add_column("median epoch 2 (s)", justify="right")
     table.add_column("img/s", justify="right")
-    table.add_column("max batch/GPU", justify="right")
+    table.add_column("max batch per GPU", justify="right")
     table.add_column("backend")
     table.add_column("precision")
     if varies:
-        table.add_column("as run")
+        table.add_column("as run", overflow="fold")
     for row in frame.to_dict("records"):
         cells = [
             str(_int(row["rank"])),
@@ -628,7 +760,7 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
             three_digits(row["images_per_s_median"]),
             str(_int(row["max_batch_per_gpu"]) or MISSING),
             row["backend"],
-            row["precision"],
+            Text(short_precision(row["precision"])),
         ]
         if varies:
             cells.append(Text(f"{row['pipeline']} · weights {row['weights']} · {row['data']} · "
@@ -640,9 +772,9 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
 def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
     """One stored run for the terminal: a summary, its epochs and its batch trials."""
     row = run_row(stored)
-    summary = Table(title=f"run {row['run_id']}", show_header=False)
+    summary = narrow_table(f"run {row['run_id']}", show_header=False)
     summary.add_column("field", style="bold")
-    summary.add_column("value")
+    summary.add_column("value", overflow="fold")
 
     def add(name: str, value: Any) -> None:
         if is_missing(value) or value in ("", MISSING):
@@ -689,7 +821,7 @@ def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
 
     result = stored.run.result
     if result.epochs:
-        epochs = Table(title="epochs")
+        epochs = narrow_table("epochs")
         for name in ("epoch", "wall (s)", "train (s)", "energy", "mean power (W)",
                      "max °C", "accuracy", "val accuracy"):  # fmt: skip
             epochs.add_column(name, justify="right")
@@ -706,9 +838,10 @@ def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
             )
         tables.append(epochs)
     if result.batch_trials:
-        trials = Table(title="largest-batch search")
+        trials = narrow_table("largest-batch search")
         for name in ("batch", "fits", "peak memory", "seconds", "why not"):
-            trials.add_column(name, justify="right" if name != "why not" else "left")
+            trials.add_column(name, justify="right" if name != "why not" else "left",
+                              overflow="fold")
         for t in result.batch_trials:
             trials.add_row(
                 str(t.batch),

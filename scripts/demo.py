@@ -2,18 +2,27 @@
 
 Everything goes through the real commands a person would type:
 
-1. `gpubench-collector import` loads the reference runs (docs/results/runs/*.json) into
+1. the previous demo's state in .demo/ (database, spool, token) is removed, so that every
+   demo starts alike and runs any number of times (`make clean` removes .demo/ too);
+2. `gpubench-collector import` loads the reference runs (docs/results/runs/*.json) into
    .demo/collector.duckdb: the current code's default run and --quick measured on an
    H200, and the article's published Tesla T4 figures (transcribed, kept apart);
-2. `gpubench-collector serve` starts the collector on a free loopback port;
-3. `gpubench-collector token create` makes a token against the live collector;
-4. `gpubench-agent run` benchmarks this machine (with a GPU: `--quick`, B0 at the
+3. `gpubench-collector serve` starts the collector on a free loopback port;
+4. `gpubench-collector token create` makes a token against the live collector (kept in
+   .demo/token for the commands suggested at the end);
+5. `gpubench-agent run` benchmarks this machine (with a GPU: `--quick`, B0 at the
    article's T4 batch; without one: a small, clearly labelled CPU run) and pushes the
    result;
-5. `gpubench compare` shows how this machine compares, like for like, with the article's
-   T4 in a section of its own; `gpubench leaderboard` ranks the default run's runs.
+6. `gpubench compare` shows how this machine compares, like for like, with the article's
+   T4 in a section of its own; `gpubench leaderboard` ranks the default run's runs;
+7. `gpubench-collector web` serves the read-only results site beside the collector; the
+   demo checks that its front page answers and gives its address (in a terminal, both
+   stay up until Enter is pressed);
+8. "where you stand": this run beside the reference runs and the published T4, and what
+   to try next.
 
-The collector is stopped with SIGTERM at the end, as a service manager would.
+A step that fails stops the demo with what the command said and its exit code. The
+collector is stopped with SIGTERM at the end, as a service manager would.
 """
 
 from __future__ import annotations
@@ -25,14 +34,31 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
+import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Where the demo keeps its database and spool ($GPUBENCH_DEMO_DIR, else .demo/).
+# Where the demo keeps its database, spool and token ($GPUBENCH_DEMO_DIR, else .demo/).
 DEMO = Path(os.environ.get("GPUBENCH_DEMO_DIR", ROOT / ".demo")).resolve()
 BIN = Path(sys.executable).parent
 REFERENCE_RUNS = ROOT / "docs" / "results" / "runs"
+# What a demo leaves in DEMO; only these are removed when the next one starts.
+STATE = ("collector.duckdb", "collector.duckdb.wal", "collector.duckdb.intake", "spool",
+         "token")
+# The ports the "what now" commands start the collector and the results site on again.
+SUGGESTED_PORT = 50051
+SUGGESTED_SITE_PORT = 8080
+
+
+class StepFailed(Exception):
+    """A command of the demo failed: what it was doing, its exit code, what it said."""
+
+    def __init__(self, what: str, code: int, said: str = "") -> None:
+        super().__init__(what)
+        self.what, self.code, self.said = what, code, said.strip()
 
 
 def tool(name: str) -> str:
@@ -42,7 +68,21 @@ def tool(name: str) -> str:
 
 
 def step(text: str) -> None:
-    print(f"\n==> {text}", flush=True)
+    """A step's heading, wrapped at 80 columns."""
+    heading = textwrap.fill(text, 80, initial_indent="==> ", subsequent_indent="    ",
+                            break_on_hyphens=False, break_long_words=False)
+    print(f"\n{heading}", flush=True)
+
+
+def run(what: str, args: Sequence[str], env: dict[str, str], *, capture: bool = False,
+        ok: Sequence[int] = (0,)) -> subprocess.CompletedProcess:
+    """Run one command; an exit code not in `ok` raises StepFailed. Uncaptured, its
+    output (errors included) goes straight to the terminal; captured, its stderr comes
+    with the failure."""
+    done = subprocess.run(list(args), env=env, capture_output=capture, text=True)
+    if done.returncode not in ok:
+        raise StepFailed(what, done.returncode, done.stderr if capture else "")
+    return done
 
 
 def free_port() -> int:
@@ -62,44 +102,92 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> N
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"demo: the collector exited early (code {proc.returncode})")
+            raise StepFailed("starting the collector", proc.returncode or 1,
+                             "it exited before listening; its error is above")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.2)
-    raise SystemExit(f"demo: the collector did not listen on port {port} in {timeout:.0f} s")
+    raise StepFailed("starting the collector", 1, f"it did not listen on port {port} in "
+                     f"{timeout:.0f} s")
+
+
+def is_published(path: Path) -> bool:
+    """Whether a reference run is published figures (one that cannot be read counts as
+    not: the import says what is wrong with it)."""
+    try:
+        return bool(json.loads(path.read_text()).get("published", False))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def reset() -> None:
+    """Remove what the previous demo left (only the demo's own files), and say so."""
+    DEMO.mkdir(parents=True, exist_ok=True)
+    found = [DEMO / name for name in STATE if (DEMO / name).exists()]
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if found:
+        step(f"starting afresh: removed the previous demo's {', '.join(p.name for p in found)} "
+             f"from {DEMO}")
+    else:
+        step(f"a first demo: its database, spool and token go to {DEMO}")
 
 
 def main() -> int:
-    DEMO.mkdir(parents=True, exist_ok=True)
+    """The demo; its exit code is the agent's (0, or 1 when its run failed), or the
+    failed step's."""
+    try:
+        return demo()
+    except StepFailed as failed:
+        said = f": {failed.said}" if failed.said else " (its error is above)"
+        print(f"\ndemo: {failed.what} failed with exit code {failed.code}{said}",
+              file=sys.stderr, flush=True)
+        return failed.code or 1
+    except KeyboardInterrupt:
+        print("\ndemo: interrupted", file=sys.stderr, flush=True)
+        return 130
+
+
+def demo() -> int:
+    reset()
     db = DEMO / "collector.duckdb"
     env = dict(os.environ, GPUBENCH_COLLECTOR_DB=str(db))
 
     references = sorted(REFERENCE_RUNS.glob("*.json"))
     if references:
-        published = sum(json.loads(p.read_text()).get("published", False) for p in references)
+        published = sum(is_published(p) for p in references)
         step(f"importing {len(references)} reference run(s): {len(references) - published} "
              f"measured on an H200 by this code, {published} published (the article's Tesla "
              "T4, transcribed, kept apart from measured runs)")
-        subprocess.run([tool("gpubench-collector"), "import", "--db", str(db),
-                        "--submitter", "reference", *map(str, references)], check=True, env=env)
+        run("importing the reference runs",
+            [tool("gpubench-collector"), "import", "--db", str(db), "--submitter", "reference",
+             *map(str, references)], env)
 
     port = free_port()
     address = f"127.0.0.1:{port}"
     step(f"starting the collector on {address} (database {db})")
     server = subprocess.Popen([tool("gpubench-collector"), "serve", "--db", str(db),
                                "--port", str(port)], env=env)
+    site: subprocess.Popen | None = None
     try:
         wait_for_port(port, server)
-        # A demo before this one left its token: revoke it, so that the name is free again
-        # (`token create` replaces a revoked token) and the demo runs any number of times.
-        subprocess.run([tool("gpubench-collector"), "token", "revoke", "demo", "--db", str(db)],
-                       capture_output=True, env=env)
-        created = subprocess.run([tool("gpubench-collector"), "token", "create", "demo",
-                                  "--db", str(db)], check=True, capture_output=True, text=True,
-                                 env=env)
+        created = run("creating the demo's token",
+                      [tool("gpubench-collector"), "token", "create", "demo", "--db", str(db)],
+                      env, capture=True)
         token = created.stdout.strip().splitlines()[-1].strip()
+        token_file = DEMO / "token"
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
         env.update(GPUBENCH_COLLECTOR=address, GPUBENCH_TOKEN=token)
+        site_port = free_port()
+        # The site reads through the collector's API with the demo's token ($GPUBENCH_TOKEN).
+        site = subprocess.Popen([tool("gpubench-collector"), "web", "--collector", address,
+                                 "--port", str(site_port)], env=env)
+        wait_for_port(site_port, site)
 
         if has_gpu():
             step("benchmarking this machine's GPU: --quick, B0 at the article's T4 batch (128)")
@@ -107,18 +195,20 @@ def main() -> int:
             compare = ["--model", "B0", "--batch-rule", "quick"]
         else:
             step("no NVIDIA GPU here: a small CPU run of B0 (64 px, 240 images, batch 16, "
-                 "TensorFlow), labelled CPU; its figures are not comparable with GPU runs")
+                 "TensorFlow), labelled CPU; its figures are not comparable with GPU runs. "
+                 "About a minute: TensorFlow starts, then epoch 1 builds its kernels")
             settings = ["--models", "B0", "--image-size", "64", "--limit-images", "240",
                         "--batch", "16"]
             compare = ["--model", "B0", "--allow-mixed"]
-        agent = subprocess.run([tool("gpubench-agent"), "run", *settings,
-                                "--spool", str(DEMO / "spool"), "--label", "make demo"], env=env)
-        if agent.returncode not in (0, 1):
-            return agent.returncode
+        # 1: the run failed or was refused; it is reported in the summary, the demo goes on.
+        agent = run("benchmarking this machine (gpubench-agent run)",
+                    [tool("gpubench-agent"), "run", *settings, "--spool", str(DEMO / "spool"),
+                     "--label", "make demo"], env, ok=(0, 1))
 
         if "--allow-mixed" in compare:
             step("gpubench compare refuses to put unlike runs side by side, and says why")
-            subprocess.run([tool("gpubench"), "compare", "--model", "B0"], env=env)
+            run("gpubench compare", [tool("gpubench"), "compare", "--model", "B0"], env,
+                ok=(0, 1))
             step("asked to anyway (--allow-mixed): the CPU run is a 64 px smoke run, so its "
                  "speedup says nothing about the GPU")
         else:
@@ -131,15 +221,88 @@ def main() -> int:
                      "compared anyway (--allow-mixed)")
                 compare.append("--allow-mixed")
         if compare:
-            subprocess.run([tool("gpubench"), "compare", *compare], env=env, check=True)
+            run("gpubench compare --allow-mixed", [tool("gpubench"), "compare", *compare], env)
         step("the B0 leaderboard: standard runs of the default run's settings and batch rule, "
              "ranked by the median epoch-2 time")
-        subprocess.run([tool("gpubench"), "leaderboard", "--model", "B0"], env=env, check=True)
-        return agent.returncode
+        run("gpubench leaderboard", [tool("gpubench"), "leaderboard", "--model", "B0"], env)
+        standing(address, token)
+        show_site(site_port)
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
-        print(f"\ncollector stopped; runs kept in {db}", flush=True)
+        if site is not None:
+            stop(site)
+        stop(server)  # the collector says "collector stopped" itself, once
+    what_now(db, port)
+    return agent.returncode
+
+
+def standing(address: str, token: str) -> None:
+    """Where the demo's run stands beside the reference runs and the published T4."""
+    from demo_standing import standing_tables
+    from rich.console import Console
+
+    from gpubench import Client
+
+    step("where you stand: this run beside the reference runs (B0)")
+    with Client(address, token) as client:
+        frame = client.list_runs(model="B0", limit=100)
+    console = Console(width=min(shutil.get_terminal_size().columns, 100), highlight=False)
+    for renderable in standing_tables(frame, you="demo"):
+        console.print(renderable)
+
+
+def show_site(port: int) -> None:
+    """Check that the results site's front page answers; in a terminal, keep the site and
+    the collector up until Enter is pressed."""
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as page:
+            page.read()
+    except OSError as exc:
+        raise StepFailed(f"opening the results site ({url})", 1, str(exc)) from None
+    step(f"the results site answers at {url}: leaderboards, the comparison with a chart, a "
+         "page per GPU and per run")
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        try:
+            input(f"open {url} in a browser; press Enter to stop the site and the collector ")
+        except EOFError:
+            pass
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM, as a service manager would; SIGKILL after 30 s."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def shown(path: Path | str) -> str:
+    """`path` relative to the current folder where it is inside it (shorter to type)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def what_now(db: Path, port: int) -> None:
+    """Where the runs are, and three commands to try next."""
+    token = shown(DEMO / "token")
+    query = shown(tool("gpubench"))
+    print(f"""
+what now: the collector served 127.0.0.1:{port} during the demo, stopped now.
+The runs are kept in {shown(db)}, the demo's token in {token}.
+Start the collector again, on 127.0.0.1:{SUGGESTED_PORT} (Ctrl-C stops it):
+  {shown(tool("gpubench-collector"))} serve --db {shown(db)}
+then, in another terminal, try:
+  export GPUBENCH_COLLECTOR=127.0.0.1:{SUGGESTED_PORT} GPUBENCH_TOKEN=$(cat {token})
+  {query} runs list --model B0
+  {query} compare --model B0 --allow-mixed
+  {query} leaderboard --model B0
+and the results site, at http://127.0.0.1:{SUGGESTED_SITE_PORT}/:
+  {shown(tool("gpubench-collector"))} web --token-file {token}
+`make demo` again starts afresh; `make clean` removes {shown(DEMO)}/.""", flush=True)
 
 
 if __name__ == "__main__":

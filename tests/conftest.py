@@ -125,7 +125,8 @@ def collector_factory(
         if frontends > 1:
             gate = make_gate(tokens, public_read=options.pop("public_read", False),
                              rate_limit=options.pop("rate_limit"),
-                             auth_failures_per_minute=options.pop("auth_failures_per_minute"))
+                             auth_failures_per_minute=options.pop("auth_failures_per_minute"),
+                             counts=store.submissions)
             pool = Frontends(
                 Dispatcher(store, gate), count=frontends, host="127.0.0.1", port=0,
                 tls=options.pop("tls", None),

@@ -1,12 +1,11 @@
 """The run's two batch answers: the largest batch that fits, and the batch the speed run uses.
 
-Peak memory grows close to linearly with the batch: weights, gradients and the
-optimizer's state are fixed, activations are per image. The search probes two
-small batches, fits that line, predicts the largest batch that leaves HEADROOM
-of the card free, and confirms the prediction with one trial at the real run's
-shapes (a full step, the epoch's short last step, validation). A failed confirm
-steps down, then bisects; a trial budget and a time budget bound it all. On a
-large card that is three trials.
+Peak memory grows close to linearly with the batch (gpubench.memory_line, shared
+with `gpubench fit`). The search probes two small batches, fits that line,
+predicts the largest batch that leaves HEADROOM of the card free, and confirms
+the prediction with one trial at the real run's shapes (a full step, the epoch's
+short last step, validation). A failed confirm steps down, then bisects; a trial
+budget and a time budget bound it all. On a large card that is three trials.
 
 How a trial is made (in this process with the network built once, or a fresh
 process per trial) is `trials`' business; this module is arithmetic only and
@@ -22,21 +21,17 @@ an epoch.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpubench.agent.workload.options import EXIT_OUT_OF_MEMORY, RULE_STEPS
 
 from gpubench.errors import GpubenchError
+from gpubench.memory_line import HEADROOM, MemoryLine
 
 # The two probes of each model: small enough for an 8 GB card (the article's GTX 1070
 # ran 60 / 16 / 1), far enough apart for the line's slope.
 PROBES = {"B0": (16, 64), "B3": (8, 32), "B7": (2, 8)}
-# The share of the card the prediction leaves free. It covers what a trial does not
-# hold: validation, the epoch's short last batch, fragmentation over an epoch, the
-# prefetched batches, CUDA graphs' pools. On an H200 the real runs held 9.2-10.9% more
-# than their trial at the same batch (docs/results/h200-default-run.md).
-HEADROOM = 0.12
 # After a failed confirm, the next candidate is this share of the failed batch (then
 # bisection): the line is usually close, so a small step down usually fits.
 STEP_DOWN = 0.875
@@ -98,40 +93,6 @@ class Trial:
             message=str(fields.get("message") or ""),
             kind=str(fields.get("kind") or PROBE),
         )
-
-
-@dataclass(frozen=True)
-class MemoryLine:
-    """Peak memory as fixed bytes plus bytes per image, fitted to trials that fit."""
-
-    fixed_bytes: float
-    per_image_bytes: float
-
-    @classmethod
-    def fit(cls, trials: Sequence[Trial]) -> MemoryLine | None:
-        """The least-squares line through the fitting trials' figures, or None when
-        fewer than two batch sizes were measured or memory did not grow with the batch."""
-        points: dict[int, int] = {}
-        for trial in trials:
-            if trial.fits and trial.measured_bytes > 0:
-                points[trial.batch] = max(points.get(trial.batch, 0), trial.measured_bytes)
-        if len(points) < 2:
-            return None
-        xs, ys = list(points), list(points.values())
-        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-        spread = sum((x - mean_x) ** 2 for x in xs)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
-        if slope <= 0:
-            return None
-        return cls(mean_y - slope * mean_x, slope)
-
-    def peak(self, batch: int) -> float:
-        """The predicted peak at `batch`."""
-        return self.fixed_bytes + self.per_image_bytes * batch
-
-    def largest(self, budget_bytes: float) -> int:
-        """The largest batch whose predicted peak is within `budget_bytes` (0 if none)."""
-        return max(0, int((budget_bytes - self.fixed_bytes) // self.per_image_bytes))
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,8 @@ def test_run_sends_a_complete_record(tmp_path, fake_workload_command, collector,
     assert "replaying the NVML trace" in done.stderr
     assert "sent to the collector" in done.stderr
     assert "gpubench on 1x NVIDIA H200" in done.stderr  # the summary table
-    assert "1x NVIDIA H200  (baseline)" in done.stderr  # the collector's comparison
+    # The collector holds no other run like it: said plainly, never compared with itself.
+    assert "B0: nothing to compare with yet" in done.stderr and "(baseline)" not in done.stderr
     with Client(collector.address, collector.admin_token) as client:
         [stored] = list(client.iter_runs())
     run = stored.run
@@ -255,12 +256,22 @@ def _lines(stream) -> queue.Queue:
     return lines
 
 
-def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_command) -> None:
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_command,
+                                                        stop) -> None:
     pidfile = tmp_path / "pids"
     env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="hang",
                     FAKE_WORKLOAD_PIDFILE=str(pidfile))
+    # As in a terminal: SIGINT at its default, whatever this test process inherited (a
+    # runner may start tests with SIGINT ignored, and an ignored signal stays ignored
+    # across exec).
     process = subprocess.Popen([*AGENT, "run", "--models", "B0,B3", "--batch", "8",
-                                "--offline"], env=env, stderr=subprocess.PIPE, text=True)
+                                "--offline"], env=env, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_sigint_default)
     lines = _lines(process.stderr)
     seen = []
     deadline = time.monotonic() + 60
@@ -271,7 +282,7 @@ def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_c
         if line.startswith("B0: tensorflow"):
             break
     time.sleep(0.3)
-    process.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
+    process.send_signal(stop)  # what the terminal sends on Ctrl-C; what `kill` sends
     assert process.wait(timeout=30) == 130
     pids = [int(p) for p in pidfile.read_text().split()]
     time.sleep(0.2)
@@ -322,3 +333,25 @@ def test_end_to_end_with_the_real_workload(tmp_path, collector) -> None:
     assert run.result.epoch2_seconds > 0 and run.result.train_images_per_second > 0
     assert run.result.startup_seconds == pytest.approx(
         run.result.epochs[0].wall_seconds - run.result.epochs[1].wall_seconds)
+
+
+def test_a_run_is_compared_with_the_others_like_it_not_itself(
+        tmp_path, fake_workload_command, collector, trace_path, make_run) -> None:
+    env = agent_env(tmp_path, fake_workload_command, GPUBENCH_NVML_TRACE=str(trace_path),
+                    FAKE_WORKLOAD_EPOCH_SECONDS="0.5")
+    token = collector.make_token("lab")
+    args = ["run", "--models", "B0", "--batch", "8", "--collector", collector.address,
+            "--token", token]
+    first = agent(args, env)
+    assert first.returncode == 0, first.stderr
+    # Unlike runs (another precision) stay out of the comparison.
+    with Client(collector.address, token) as client:
+        client.submit_run(make_run(gpu_name="Tesla T4", precision="mixed_float16"))
+    second = agent(args, env)
+    assert second.returncode == 0, second.stderr
+    text = " ".join(second.stderr.split())
+    assert "B0: this run beside the collector's others like it" in text
+    assert "1x NVIDIA H200 (this run) 1" in text
+    assert "nothing to compare with" not in text and "Tesla T4" not in text
+    rows = [line for line in second.stderr.splitlines() if line.startswith("1x NVIDIA H200")]
+    assert len(rows) == 2 and rows[1].split()[3] == "1"  # the first run alone, not itself

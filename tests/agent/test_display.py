@@ -42,3 +42,23 @@ def test_quiet_prints_nothing() -> None:
     display = RunDisplay(Console(file=out), quiet=True)
     display.note("anything")
     assert out.getvalue() == ""
+
+
+def test_a_long_silent_step_is_said_again_where_there_is_no_live_display() -> None:
+    import time
+
+    out = io.StringIO()
+    display = RunDisplay(Console(file=out, width=200, color_system=None), heartbeat_s=0.2)
+    display.model_started("B0", 2, lambda: None)
+    for fields in ({"event": "epoch_started", "epoch": 1, "steps": 12},
+                   {"event": "step", "step": 3, "steps": 12}):
+        event = parse_line(json.dumps({"v": 1, "t": 0.0, **fields}))
+        assert event is not None
+        display.event(event)
+    time.sleep(0.7)
+    display.model_finished()
+    lines = [line for line in out.getvalue().splitlines() if line.strip()]
+    assert lines and all(line.startswith("B0 epoch 1/2 (set-up), step 3/12: still running, ")
+                         and line.endswith(" s since B0 started") for line in lines)
+    time.sleep(0.3)
+    assert [line for line in out.getvalue().splitlines() if line.strip()] == lines  # no more

@@ -62,9 +62,12 @@ def images(docker_engine: str, stage: StageClock) -> Images:
     with stage("base image (debootstrap + import, cached)"):
         base = run(["docker/base-image.sh"], timeout=900).stdout.strip()
     stage.note(f"base image {base}")
+    # As docker/README.md's build block says (make -C docker LOCAL_BASE=1), one image at
+    # a time so that each one's time shows.
     for name in ("agent", "workload", "collector"):
         with stage(f"build gpubench-{name}"):
-            run(["docker/build.sh", "--local-base", "--tag", TAG, name], timeout=1200)
+            run(["make", "-s", "-C", "docker", "LOCAL_BASE=1", f"TAG={TAG}", name],
+                timeout=1200)
     return Images(
         agent=f"gpubench-agent:{TAG}",
         workload=f"gpubench-workload:{TAG}",

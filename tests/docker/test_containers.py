@@ -1,17 +1,24 @@
-"""The images for real: a collector container, an agent container that starts the workload
-image through the docker socket, a run that arrives once with the workload image's digest
-and survives a restart of the collector on the same volume.
+"""docker/README.md's commands, run as written: the collector from compose.yaml, the agent
+container on the collector's network and on the host's, the workload image alone, a run
+kept on the spool volume while the collector is down and pushed once it is back.
 
-`make test-docker` runs these (CI does, after `make test`). Tiny CPU settings: B0 at
-32x32 px on 48 synthetic images, batch 8, 2 epochs.
+`make test-docker` runs these (CI does, after `make test`). The blocks come from the
+README itself (readme_blocks.py), with the test's own names for the network, volumes,
+project and port. Every run is the README's small CPU example: B0 (`--quick`) at 32 px on
+1280 synthetic images.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
+import re
+import signal
 import socket
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +27,7 @@ from typing import Any
 
 import pytest
 from dockerhost import DOCKER, REPO, Images, StageClock, run
+from readme_blocks import RUN_BY_TESTS, Names, blocks, localise
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
@@ -27,13 +35,16 @@ AGENT_IMAGE_TARGET_BYTES = 300_000_000  # "under 300 MB", as `docker images` cou
 COMPOSE_FILE = REPO / "docker" / "compose.yaml"
 GPUBENCH = str(Path(sys.executable).parent / "gpubench")  # the query CLI of this checkout
 HEALTHY_WITHIN_S = 90.0
-AGENT_RUN_LIMIT_S = 900.0
+BLOCK_LIMIT_S = 900.0
+PREFLIGHT_WITHIN_S = 120.0
 WORKLOAD_LABEL = "org.gpubench.role=workload"
-# The benchmark run the agent container makes: as small as the protocol allows.
-TINY_RUN = [
-    "--models", "B0", "--image-size", "32", "--limit-images", "48",
-    "--batch", "8", "--epochs", "2",
-]  # fmt: skip
+EXIT_UNREACHABLE = 3  # gpubench-agent: collector unreachable, runs kept
+EXIT_INTERRUPTED = 130
+README = blocks()
+# Lines the agent prints: the preflight's verdicts, and the first line of any training.
+REACHED = re.compile(r"collector \S+: token '[^']+' may submit runs")
+UNREACHED = re.compile(r"cannot reach the collector at \S+")
+TRAINING = re.compile(r"^B0: ")
 
 
 def free_port() -> int:
@@ -43,49 +54,129 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def compose_v2(env: dict[str, str]) -> bool:
+    """Whether `docker compose` (v2) works here; otherwise the blocks use docker-compose."""
+    done = subprocess.run(["docker", "compose", "version"], capture_output=True, env=env)
+    return done.returncode == 0
+
+
+def first_line(lines: list[str], pattern: re.Pattern[str]) -> int | None:
+    """The index of the first line matching `pattern`, or None."""
+    return next((i for i, line in enumerate(lines) if pattern.search(line)), None)
+
+
 @dataclass
 class Deployment:
-    """The collector of docker/compose.yaml under a project and volume of its own."""
+    """The README's deployment under names of this test's own, torn down at the end."""
 
     images: Images
     project: str
-    volume: str
     port: int
-    agent_container: str
-    spool_volume: str
+    bin_dir: Path
+    token: str = ""
+    ran: list[str] = field(default_factory=list)
     workload_containers_before: set[str] = field(default_factory=set)
 
     @property
+    def volume(self) -> str:
+        return f"{self.project}-data"
+
+    @property
+    def spool_volume(self) -> str:
+        return f"{self.project}-spool"
+
+    @property
     def network(self) -> str:
-        """The project's network, where the collector answers as `collector`."""
-        return f"{self.project}_default"
+        return f"{self.project}-net"
 
     @property
     def address(self) -> str:
         """The collector's published address on this host."""
         return f"127.0.0.1:{self.port}"
 
-    def compose(self, *args: str, timeout: float = 120) -> str:
-        """Run docker-compose on this project; its stdout."""
-        env = {
+    def env(self) -> dict[str, str]:
+        """What the blocks run with: compose.yaml's names, $TOKEN, Debian's docker first."""
+        return {
+            "PATH": f"{self.bin_dir}:{os.environ['PATH']}",
+            "COMPOSE_PROJECT_NAME": self.project,
             "GPUBENCH_COLLECTOR_IMAGE": self.images.collector,
             "GPUBENCH_LISTEN": self.address,
             "GPUBENCH_VOLUME": self.volume,
+            "GPUBENCH_SPOOL_VOLUME": self.spool_volume,
+            "GPUBENCH_NETWORK": self.network,
+            "TOKEN": self.token,
         }
-        command = ["docker-compose", "-p", self.project, "-f", str(COMPOSE_FILE), *args]
-        return run(command, timeout=timeout, env=env).stdout
+
+    def names(self) -> Names:
+        return Names(self.network, self.spool_volume, self.port, compose_v2(self.env()))
+
+    def script(self, name: str, *, expect: tuple[str, ...]) -> str:
+        """README block `name` with this deployment's names; noted as run."""
+        self.ran.append(name)
+        return localise(name, README[name], self.names(), expect=expect)
+
+    def block(
+        self, name: str, *, expect: tuple[str, ...], exit_code: int = 0, tail: str = ""
+    ) -> subprocess.CompletedProcess[str]:
+        """Run README block `name` (and `tail`, the test's own lines after it) in bash."""
+        script = self.script(name, expect=expect) + tail
+        done = run(["bash", "-euo", "pipefail", "-c", script], timeout=BLOCK_LIMIT_S,
+                   check=False, env=self.env())
+        assert done.returncode == exit_code, (
+            f"block {name!r} exited {done.returncode}, not {exit_code}:\n{script}\n"
+            f"--- stdout ---\n{done.stdout[-3000:]}\n--- stderr ---\n{done.stderr[-3000:]}"
+        )
+        return done
+
+    def block_until(
+        self, name: str, script: str, pattern: re.Pattern[str]
+    ) -> tuple[subprocess.Popen[str], list[str]]:
+        """Start a block in the background; its output lines until one matches `pattern`."""
+        process = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", script], cwd=REPO, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env()}, start_new_session=True,
+        )  # fmt: skip
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                lines.put(line.rstrip("\n"))
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        seen: list[str] = []
+        deadline = time.monotonic() + PREFLIGHT_WITHIN_S
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            seen.append(line)
+            if pattern.search(line):
+                return process, seen
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError(f"block {name!r}: no line matching {pattern.pattern!r}:\n"
+                             + "\n".join(seen[-40:]))
+
+    def compose(self, *args: str, timeout: float = 120) -> str:
+        """docker-compose on this project (the test's own steps, not the README's)."""
+        command = ["docker-compose", "-f", str(COMPOSE_FILE), *args]
+        return run(command, timeout=timeout, env=self.env()).stdout
 
     def collector_container(self) -> str:
-        """The collector's container id."""
         container = self.compose("ps", "-q", "collector").strip()
         assert container, "docker-compose knows no collector container"
         return container
 
-    def inspect(self, template: str) -> str:
-        """A field of the collector container (a Go template)."""
-        return run(
-            [DOCKER, "inspect", "--format", template, self.collector_container()], timeout=30
-        ).stdout.strip()
+    def inspect(self, template: str, container: str | None = None) -> str:
+        """A field of a container (the collector's by default), as a Go template gives it."""
+        container = container or self.collector_container()
+        command = [DOCKER, "inspect", "--format", template, container]
+        return run(command, timeout=30).stdout.strip()
 
     def wait_healthy(self) -> None:
         """Wait until docker's health check (gRPC health inside the container) passes."""
@@ -104,54 +195,93 @@ class Deployment:
         )
 
     def logs(self) -> str:
-        """The collector's output so far."""
         done = run([DOCKER, "logs", self.collector_container()], timeout=30, check=False)
         return done.stdout + done.stderr
 
-    def query(self, token: str, *args: str) -> Any:
+    def query(self, *args: str) -> Any:
         """`gpubench ARGS --format json` from this host against the published port."""
-        command = [GPUBENCH, "--collector", self.address, "--token", token, *args]
+        command = [GPUBENCH, "--collector", self.address, "--token", self.token, *args]
         return json.loads(run([*command, "--format", "json"], timeout=60).stdout)
+
+    def spool(self) -> dict[str, Any]:
+        """`gpubench-agent status --json` of the spool volume."""
+        done = run(
+            [DOCKER, "run", "--rm", "-v", f"{self.spool_volume}:/var/lib/gpubench/spool",
+             self.images.agent, "gpubench-agent", "status", "--json"],
+            timeout=60,
+        )  # fmt: skip
+        return json.loads(done.stdout)
 
     def workload_containers(self) -> set[str]:
         """Ids of every container the agent's docker runner made (running or not)."""
         command = [DOCKER, "ps", "-aq", "--no-trunc", "--filter", f"label={WORKLOAD_LABEL}"]
-        done = run(command, timeout=30)
-        return set(done.stdout.split())
+        return set(run(command, timeout=30).stdout.split())
+
+    def agent_containers(self) -> list[str]:
+        """Running containers of the agent image."""
+        command = [DOCKER, "ps", "-q", "--filter", f"ancestor={self.images.agent}"]
+        return run(command, timeout=30).stdout.split()
+
+    def stop_agent(self, process: subprocess.Popen[str]) -> tuple[int, str]:
+        """`docker stop` the one running agent container; its exit code and the rest of
+        its output."""
+        containers = self.agent_containers()
+        assert len(containers) == 1, f"expected one agent container running: {containers}"
+        run([DOCKER, "stop", "-t", "60", containers[0]], timeout=90)
+        try:
+            rest, _ = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+        return process.returncode, rest
+
+    def interrupt(self, process: subprocess.Popen[str]) -> tuple[int, str]:
+        """Ctrl-C on `docker run` (SIGINT to its process group, as a terminal sends it;
+        docker run hands it to the container); its exit code and the rest of its output."""
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            rest, _ = process.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+        return process.returncode, rest
 
     def tear_down(self) -> None:
-        """Remove the agent and workload containers, the collector, its network and volume."""
+        """Remove the agent and workload containers, the collector, network and volumes."""
         leftovers = self.workload_containers() - self.workload_containers_before
-        run([DOCKER, "rm", "-f", self.agent_container, *leftovers], timeout=60, check=False)
-        self.compose("down", "--volumes", "--remove-orphans", "--timeout", "30")
-        run([DOCKER, "volume", "rm", "-f", self.volume, self.spool_volume], timeout=30, check=False)
-
-    def spool_report(self) -> str:
-        """What the agent's spool holds (and why a run was refused), to explain a failure."""
-        script = "cd /spool && find . -type f | sort && cat */*.reason"
-        done = run(
-            [DOCKER, "run", "--rm", "-v", f"{self.spool_volume}:/spool", "--entrypoint", "sh",
-             self.images.agent, "-c", script],
-            timeout=60,
-            check=False,
-        )  # fmt: skip
-        return done.stdout + done.stderr
+        running = self.agent_containers()
+        if leftovers or running:
+            run([DOCKER, "rm", "-f", *leftovers, *running], timeout=60, check=False)
+        run(["docker-compose", "-f", str(COMPOSE_FILE), "down", "--volumes",
+             "--remove-orphans", "--timeout", "30"], timeout=120, check=False, env=self.env())
+        run([DOCKER, "volume", "rm", "-f", self.volume, self.spool_volume], timeout=30,
+            check=False)
 
 
 @pytest.fixture(scope="module")
-def deployment(images: Images) -> Iterator[Deployment]:
-    """A collector deployment of this test's own, torn down whatever happens."""
-    project = f"gpubench-test-{os.getpid()}"
+def deployment(
+    images: Images, stage: StageClock, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """The README's collector under this test's own names, with its token."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    # `docker` in the blocks is Debian's client, as everywhere in these tests.
+    (bin_dir / "docker").symlink_to(DOCKER)
     deployment = Deployment(
-        images=images,
-        project=project,
-        volume=f"{project}-data",
-        port=free_port(),
-        agent_container=f"{project}-agent",
-        spool_volume=f"{project}-spool",
-    )
+        images=images, project=f"gpubench-test-{os.getpid()}", port=free_port(),
+        bin_dir=bin_dir,
+    )  # fmt: skip
     deployment.workload_containers_before = deployment.workload_containers()
+    compose = "docker compose (v2)" if deployment.names().compose_v2 else "docker-compose (v1)"
+    stage.note(f"README blocks run with {compose}")
     try:
+        with stage("README block collector: compose up, wait, token"):
+            done = deployment.block(
+                "collector", expect=("compose",), tail='\nprintf "TOKEN=%s\\n" "$TOKEN"\n'
+            )
+        deployment.token = done.stdout.strip().splitlines()[-1].removeprefix("TOKEN=")
+        assert deployment.token.startswith("gpb_"), f"no token: {done.stdout!r}"
+        assert deployment.inspect("{{.Config.User}}") == "gpubench"
+        assert deployment.inspect("{{.State.Health.Status}}") == "healthy"
         yield deployment
     finally:
         deployment.tear_down()
@@ -164,52 +294,19 @@ def test_agent_image_is_under_its_size_target(images: Images, stage: StageClock)
     assert size < AGENT_IMAGE_TARGET_BYTES, f"{images.agent}: {size / 1e6:.0f} MB, over {target}"
 
 
-def test_run_from_the_agent_container_arrives_once_and_survives_a_collector_restart(
+def test_the_agent_container_run_arrives(
     images: Images, deployment: Deployment, stage: StageClock
 ) -> None:
-    with stage("collector container up and healthy"):
-        deployment.compose("up", "-d", "--no-build", "collector")
-        deployment.wait_healthy()
-    assert deployment.inspect("{{.Config.User}}") == "gpubench"
+    with stage("README block agent-cpu (workload container, B0 32 px)"):
+        agent = deployment.block("agent-cpu", expect=("network", "spool"))
+    assert "note:" not in agent.stderr, agent.stderr  # spool on a volume, collector answers
 
-    with stage("token created inside the collector container"):
-        done = run(
-            [DOCKER, "exec", deployment.collector_container(),
-             "gpubench-collector", "token", "create", "docker-test"],
-            timeout=60,
-        )  # fmt: skip
-    token = done.stdout.strip().splitlines()[-1]
-    assert token.startswith("gpb_"), f"no token secret on stdout: {done.stdout!r}"
-
-    with stage("agent container run (workload container, B0 32 px, 2 epochs)"):
-        agent = run(
-            [
-                DOCKER, "run", "--name", deployment.agent_container,
-                "--network", deployment.network,
-                "-v", "/var/run/docker.sock:/var/run/docker.sock",
-                "-v", f"{deployment.spool_volume}:/var/lib/gpubench/spool",
-                images.agent,
-                "--runner", "docker", "--image", images.workload,
-                "--collector", "collector:50051", "--token", token,
-                *TINY_RUN,
-            ],
-            timeout=AGENT_RUN_LIMIT_S,
-        )  # fmt: skip
-    for line in agent.stderr.splitlines():
-        if "sent to the collector" in line:
-            stage.note(f"agent: {line.strip()}")
-
-    runs = deployment.query(token, "runs", "list")
-    assert len(runs) == 1, (
-        f"expected the one run, the collector has {len(runs)}: {runs}\n"
-        f"agent output:\n{agent.stderr[-3000:]}\nagent spool:\n{deployment.spool_report()}"
-    )
+    runs = deployment.query("runs", "list")
+    assert len(runs) == 1, f"expected the one run, the collector has {len(runs)}: {runs}"
     stored = runs[0]
     assert stored["status"] == "ok", stored.get("error_message")
-    assert stored["model"] == "B0"
-    assert stored["image_size"] == 32
-    assert stored["epochs"] == 2
-    assert stored["submitter"] == "docker-test"
+    assert (stored["model"], stored["image_size"], stored["batch_per_gpu"]) == ("B0", 32, 128)
+    assert stored["submitter"] == "alice"
     assert stored["container_image"] == images.workload
     workload_id = images.id(images.workload)
     assert stored["container_image_digest"] == workload_id, (
@@ -217,12 +314,49 @@ def test_run_from_the_agent_container_arrives_once_and_survives_a_collector_rest
     )
     # The workload container is gone once the run is over.
     assert deployment.workload_containers() == deployment.workload_containers_before
-
-    comparison = deployment.query(token, "compare", "--model", "B0")
+    comparison = deployment.query("compare", "--model", "B0")
     assert [(g["gpu_config"], g["runs"]) for g in comparison["groups"]] == [("CPU", 1)]
-    assert comparison["image_size"] == 32
 
-    with stage("collector container stop (SIGTERM) and start on the same volume"):
+    with stage("README block runs-list"):
+        listed = deployment.block("runs-list", expect=("compose",))
+    assert stored["run_id"][:8] in listed.stdout, listed.stdout
+
+
+def test_the_agent_reaches_the_collector_on_the_host_network(
+    deployment: Deployment, stage: StageClock
+) -> None:
+    script = deployment.script("agent-host-network", expect=("spool", "port"))
+    with stage("README block agent-host-network, to the collector's answer, docker stop"):
+        process, seen = deployment.block_until("agent-host-network", script, REACHED)
+        code, rest = deployment.stop_agent(process)
+    # Stopped by `docker stop` (SIGINT, the images' STOPSIGNAL) as by Ctrl-C: exit 130, and
+    # the agent removed the workload container it may have started.
+    assert code == EXIT_INTERRUPTED, "\n".join(seen) + rest
+    assert deployment.workload_containers() == deployment.workload_containers_before
+
+    # The mistake the table warns of: the same command on docker's own network, where
+    # 127.0.0.1 is the container's own. Said before any training, with how to reach it.
+    # Stopped with Ctrl-C on `docker run` this time.
+    wrong = script.replace("--network host ", "")
+    assert wrong != script
+    with stage("agent container, 127.0.0.1 on docker's network: said up front, Ctrl-C"):
+        process, seen = deployment.block_until("agent-host-network", wrong, UNREACHED)
+        code, rest = deployment.interrupt(process)
+    said = "\n".join(seen)
+    assert first_line(seen, TRAINING) is None, f"training started before the warning:\n{said}"
+    assert "note: nothing answers at 127.0.0.1" in said + rest, said + rest
+    assert "--network host" in said + rest
+    assert code == EXIT_INTERRUPTED, said + rest
+    assert deployment.workload_containers() == deployment.workload_containers_before
+
+
+def test_a_run_kept_on_the_spool_volume_arrives_once_the_collector_is_back(
+    images: Images, deployment: Deployment, stage: StageClock
+) -> None:
+    before = {r["run_id"] for r in deployment.query("runs", "list")}
+    assert before, "the agent-cpu run should be stored by now"
+
+    with stage("collector container stop (SIGTERM)"):
         deployment.compose("stop", "collector", timeout=90)
         exit_code = deployment.inspect("{{.State.ExitCode}}")
         on_volume = run(
@@ -230,15 +364,39 @@ def test_run_from_the_agent_container_arrives_once_and_survives_a_collector_rest
              "--entrypoint", "ls", images.collector, "-A", "/data"],
             timeout=60,
         ).stdout.split()  # fmt: skip
-        deployment.compose("start", "collector")
-        deployment.wait_healthy()
     # Exit 0 (not 137: killed after the grace period), the database checkpointed and closed:
     # no write-ahead log and no local admin credential left behind.
     assert exit_code == "0", f"collector exited {exit_code} on SIGTERM:\n{deployment.logs()}"
     assert "gpubench.duckdb" in on_volume
     assert not [name for name in on_volume if name.endswith(".wal")], on_volume
     stage.note(f"volume after stop: {' '.join(sorted(on_volume))}")
+    pending_before = deployment.spool()["counts"].get("pending", 0)
 
-    again = deployment.query(token, "runs", "list")
-    assert [r["run_id"] for r in again] == [stored["run_id"]]
-    assert again[0]["container_image_digest"] == workload_id
+    with stage("README block workload-cpu, the collector down"):
+        down = deployment.block("workload-cpu", expect=("network", "spool"),
+                                exit_code=EXIT_UNREACHABLE)
+    lines = down.stderr.splitlines()
+    said = first_line(lines, UNREACHED)
+    assert said is not None, down.stderr
+    training = first_line(lines, TRAINING)
+    assert training is not None and said < training, f"not said up front:\n{down.stderr}"
+    spool = deployment.spool()
+    assert spool["counts"].get("pending", 0) == pending_before + 1, spool
+
+    with stage("collector started again on the same volume"):
+        deployment.compose("start", "collector")
+        deployment.wait_healthy()
+    assert {r["run_id"] for r in deployment.query("runs", "list")} == before
+
+    with stage("README block push (and status)"):
+        pushed = deployment.block("push", expect=("network", "spool"))
+    after = deployment.query("runs", "list")
+    new = [r for r in after if r["run_id"] not in before]
+    assert len(new) == 1, f"expected the kept run, got {new}\npush:\n{pushed.stderr}"
+    assert new[0]["status"] == "ok" and new[0]["model"] == "B0", new[0]
+    assert deployment.spool()["counts"].get("pending", 0) == 0
+
+
+def test_every_block_the_tests_name_ran(deployment: Deployment) -> None:
+    missing = [name for name in RUN_BY_TESTS if name not in deployment.ran]
+    assert not missing, f"README blocks not run (an earlier test failed?): {missing}"

@@ -1,8 +1,10 @@
-"""`make demo` end to end: the real commands, a real collector process, a real run."""
+"""`make demo` end to end: the real commands, a real collector process, a real run, from a
+clean checkout of the committed tree, twice."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,35 +13,102 @@ import pytest
 from gpubench.collector.store import RunFilter, Store
 
 ROOT = Path(__file__).resolve().parents[2]
+VENV = Path(sys.executable).parent.parent
+
+
+def clean_checkout(tmp_path: Path) -> Path:
+    """A `git clone` of the committed HEAD (no .venv, no .demo, no wire code)."""
+    repo = tmp_path / "repo"
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(ROOT), str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", head], check=True)
+    return repo
+
+
+def make(repo: Path, target: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`make TARGET` in the checkout, with this virtual environment: `-o` keeps make from
+    installing into it again (the checkout's files are newer than its stamp), which would
+    point its editable install at the temporary checkout."""
+    return subprocess.run(["make", "-s", "-o", f"{VENV}/.installed", target, f"VENV={VENV}"],
+                          cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def demo_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPUBENCH_") and k != "MAKEFLAGS"}
+    env.update(GPUBENCH_CACHE=str(tmp_path / "cache"), COLUMNS="80")
+    return env
+
+
+def stored_runs(db: Path) -> list:
+    store = Store(db)
+    try:
+        runs, _ = store.list(RunFilter(), page_size=20)
+    finally:
+        store.close()
+    return runs
 
 
 @pytest.mark.slow
-def test_demo_runs_compares_and_stores_the_runs(tmp_path: Path) -> None:
-    env = dict(os.environ, GPUBENCH_DEMO_DIR=str(tmp_path / "demo"),
-               GPUBENCH_CACHE=str(tmp_path / "cache"), GPUBENCH_COLLECTOR="", GPUBENCH_TOKEN="")
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py")], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    out = done.stdout + done.stderr
+def test_make_demo_twice_from_a_clean_checkout(tmp_path: Path) -> None:
+    repo = clean_checkout(tmp_path)
+    env = demo_env(tmp_path)
+    first = make(repo, "demo", env)
+    # Step headings wrap at 80 columns: compare with the white space folded.
+    out = " ".join((first.stdout + first.stderr).split())
+    assert first.returncode == 0, out[-4000:]
+    assert f"a first demo: its database, spool and token go to {repo / '.demo'}" in out
     # The refusal to mix unlike runs names what differs; the mixed comparison shows both.
     assert "differ in" in out and "image_size (224, 64" in out
     assert "1x NVIDIA H200" in out and "CPU" in out
     # The article's T4 in a section of its own, with how it was made unlike the runs.
     assert "published figures: transcribed, not measured by gpubench" in out
     assert "1x Tesla T4" in out and "weights imagenet" in out
-    assert 'the article "EfficientNet B0/B3/B7 on rock-paper-scissors"' in out
-    assert "B0 leaderboard · settings kernels+cuda-graphs · batch steps" in out
+    assert "B0 leaderboard" in out
+    # Where this run stands, and what to try next.
+    assert "where you stand" in out and "measured runs (yours in bold)" in out
+    assert "the article's Tesla T4 (Colab):" in out and "x as many (unlike yours in" in out
+    assert "what now: the collector served 127.0.0.1:" in out
+    assert re.search(r"the results site answers at http://127\.0\.0\.1:\d+/", out)
+    assert "web --token-file .demo/token" in out
+    assert out.count("collector stopped") == 1
+    for command in ("runs list --model B0", "compare --model B0 --allow-mixed",
+                    "leaderboard --model B0"):
+        assert f".venv/bin/gpubench {command}" in out or f"gpubench {command}" in out
+    assert "Traceback" not in out
+    token = (repo / ".demo" / "token").read_text().strip()
+    assert token.startswith("gpb_") and (repo / ".demo" / "token").stat().st_mode & 0o077 == 0
+
     # Every run is in the database once the collector has stopped (it checkpointed).
-    store = Store(tmp_path / "demo" / "collector.duckdb")
-    try:
-        runs, _ = store.list(RunFilter(), page_size=20)
-    finally:
-        store.close()
-    references = sorted((ROOT / "docs" / "results" / "runs").glob("*.json"))
+    db = repo / ".demo" / "collector.duckdb"
+    references = sorted((repo / "docs" / "results" / "runs").glob("*.json"))
+    runs = stored_runs(db)
     assert sorted(r.submitter for r in runs) == ["demo"] + ["reference"] * len(references)
     assert sum(r.run.published for r in runs) == 3 and not any(r.flagged for r in runs)
-    assert not list((tmp_path / "demo" / "spool" / "pending").glob("*.json"))
-    # A second demo in the same folder works too (the token of the first is replaced).
-    again = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py")], env=env,
-                           capture_output=True, text=True, timeout=900)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert not list((repo / ".demo" / "spool" / "pending").glob("*.json"))
+
+    # A second demo starts afresh: says so, and holds one demo run, its own.
+    second = make(repo, "demo", env)
+    again = " ".join((second.stdout + second.stderr).split())
+    assert second.returncode == 0, again[-4000:]
+    assert "starting afresh: removed the previous demo's collector.duckdb" in again
+    assert again.count("collector stopped") == 1 and "Traceback" not in again
+    assert [r.submitter for r in stored_runs(db)].count("demo") == 1
+
+    cleaned = make(repo, "clean", env)
+    assert cleaned.returncode == 0 and "removed .demo/" in cleaned.stdout
+    assert not (repo / ".demo").exists()
+
+
+def test_a_failed_step_says_what_failed_and_why(tmp_path: Path) -> None:
+    repo = clean_checkout(tmp_path)
+    broken = repo / "docs" / "results" / "runs" / "h200-b0-quick.json"
+    broken.write_text('{"published": false, "run_id": "not a uuid"}')
+    done = make(repo, "demo", demo_env(tmp_path))
+    assert done.returncode != 0
+    assert "demo: importing the reference runs failed with exit code 6" in done.stderr
+    assert "h200-b0-quick.json" in done.stderr  # the collector's own error, above it
+    assert "Traceback" not in done.stderr and "CalledProcessError" not in done.stderr
+    assert "what now" not in done.stdout and "setting up" not in done.stdout

@@ -334,7 +334,7 @@ def test_published_figures_stand_apart_and_flagged_runs_are_marked(
     assert table.exit_code == 0, table.stderr
     measured, _, published = table.stdout.partition("published figures: transcribed")
     assert "2x " + ADA in measured and "1x Tesla T4" in measured
-    assert "not like for like with the runs above" in published
+    assert "not like for like with the runs above" in " ".join(published.split())
     assert "weights none" in published and "the article, as published" in published
     document = json.loads(invoke("compare", "--model", "B0", "--format", "json").stdout)
     [entry] = document["published"]
@@ -345,6 +345,48 @@ def test_published_figures_stand_apart_and_flagged_runs_are_marked(
     listed = invoke("runs", "list")
     mine, _, theirs = listed.stdout.partition("published figures (transcribed")
     assert "measured runs" in mine and "ok (flagged)" in mine
-    assert article.run_id in theirs and article.run_id not in mine
+    # Run ids as a unique prefix (runs show takes it).
+    assert article.run_id[:8] in theirs and article.run_id[:8] not in mine
     shown = invoke("runs", "show", fabricated.run_id)
     assert "flagged because" in shown.stdout and "can compute" in shown.stdout
+
+
+# -- connection options after the subcommand -------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [
+    ("compare", "--model", "B0", *KERAS_GIVEN),
+    ("runs", "list"),
+    ("runs", "show", "RUN_ID"),
+    ("leaderboard", "--model", "B0", *KERAS_GIVEN),
+    ("export", "--format", "csv", "--out", "OUT"),
+    ("runs", "delete", "RUN_ID"),
+])
+def test_connection_options_after_the_subcommand(
+    filled: Any, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    runner = CliRunner()
+    run_id = Client(filled.address, filled.lab_token).list_runs(limit=1)["run_id"][0]
+    args = [str(tmp_path / "runs.csv") if a == "OUT" else run_id if a == "RUN_ID" else a
+            for a in command]
+    env = {"GPUBENCH_COLLECTOR": "", "GPUBENCH_TOKEN": ""}
+    # The group's options are left out: those after the command are the ones that count.
+    wrong = runner.invoke(cli, [*args, "--collector", filled.address, "--token", "wrong",
+                                "--timeout", "5"], env=env)
+    assert wrong.exit_code == ExitCode.AUTH, wrong.output
+    # Given after the command, they replace those given before it.
+    done = runner.invoke(cli, ["--collector", "127.0.0.1:1", "--token", "wrong", *args,
+                               "--collector", filled.address, "--token", filled.lab_token],
+                         env=env)
+    assert done.exit_code == 0, done.output
+    words = [w for w in command[:2] if not w.startswith("-")]
+    assert "--collector HOST:PORT" in runner.invoke(cli, [*words, "--help"]).output
+
+
+def test_runs_show_takes_the_start_of_a_run_id(invoke: Any) -> None:
+    run_ids = [r["run_id"] for r in json.loads(invoke("runs", "list", "--format", "json").stdout)]
+    shown = invoke("runs", "show", run_ids[0][:8], "--format", "json")
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["run"]["run_id"] == run_ids[0]
+    assert invoke("runs", "show", "").exit_code == ExitCode.USAGE  # every id starts with ""
+    missing = invoke("runs", "show", "zzzzzzzz")
+    assert missing.exit_code == ExitCode.NOT_FOUND and "no stored run id starts" in missing.stderr

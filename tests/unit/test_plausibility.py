@@ -119,3 +119,18 @@ def test_two_cards_are_held_to_twice_one() -> None:
 
 def test_a_run_that_is_not_ok_claims_no_speed() -> None:
     assert plausibility.implausibilities(make_run(gpu_name="Tesla T4", status="error")) == []
+
+
+def test_the_step_checks_hold_epochs_of_enough_steps_only() -> None:
+    # The measured epoch's training part is 0.82 x epoch 2; images/s 3.5x what the
+    # training images over that time give: a first step that took most of the epoch.
+    def run(train_images: int, batch: int) -> object:
+        return make_run(gpu_name="Tesla T4", batch_per_gpu=batch, epoch2_seconds=10.0,
+                        train_images_per_second=3.5 * train_images / 8.2,
+                        config__train_images=train_images,
+                        result__step_time_median_seconds=8.2 / 3.5 * batch / train_images)
+    # 2 full steps (a small CPU run): neither step check applies.
+    assert plausibility.inconsistencies(run(256, 128)) == []
+    # 13 full steps: images/s 3.5x apart is a contradiction, named.
+    fields = [field for field, _ in plausibility.inconsistencies(run(1709, 128))]
+    assert fields == ["run.result.train_images_per_second"]

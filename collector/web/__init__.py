@@ -1,0 +1,12 @@
+"""The community results site: a read-only web front of a collector's gRPC API.
+
+`gpubench-collector web --collector ADDRESS` serves leaderboards, comparisons, a page
+per GPU model and per run, `/metrics` and `/healthz`. The site is a client of the
+collector (gpubench.client.Client), never of its database: the collector's read rules
+(tokens, --public-read, flagged and published runs, the comparison key) stay in one
+place, it works the same in front of a collector with --frontends, and it cannot write.
+
+Modules: app (routes), views (one function per page), reads (the collector calls a
+page needs), charts (server-side SVG), text (escaping and number formats), metrics
+(Prometheus), server (uvicorn, in the foreground or a thread).
+"""

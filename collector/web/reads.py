@@ -1,0 +1,155 @@
+"""The collector calls the site's pages make, through gpubench.client.Client only.
+
+The site reads with its own token (--token-file), or none, which a collector without
+--public-read refuses; with `visitor_tokens`, a request's own token
+(`Authorization: Bearer ...`) goes first. Only read calls are made here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpubench.collector.store import STANDARD_TRAIN_IMAGES
+
+from gpubench import record
+from gpubench.client import Client
+from gpubench.v1 import collector_pb2
+
+# Clients kept for tokens that requests carried (one channel each), most recent first.
+MAX_CLIENTS = 16
+# Runs listed on a GPU page at most (pages of the collector's ListRuns).
+GPU_PAGE_RUNS = 500
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    """Where the collector is and how the site reaches it."""
+
+    address: str
+    token: str | None = None  # the site's own token; None: tokenless reads
+    # Read with the token a request carries, when it carries one. Off by default: every
+    # wrong token a visitor sends counts against the collector's limit of failed
+    # authentications for the site's address, which would shut the site out.
+    visitor_tokens: bool = False
+    ca: Path | None = None
+    tls: bool = False
+    timeout: float = 10.0
+
+
+@dataclass
+class LeaderboardRow:
+    """A leaderboard entry with the figures of its runs' comparison group."""
+
+    entry: collector_pb2.LeaderboardEntry
+    group: collector_pb2.CompareGroup | None  # None: the collector gave no figures
+
+    @property
+    def config_name(self) -> str:
+        """'1x NVIDIA H200'."""
+        return record.gpu_config_name(self.entry.gpu_name, self.entry.gpu_count)
+
+
+@dataclass
+class Leaderboard:
+    """One model's leaderboard as the site shows it."""
+
+    response: collector_pb2.LeaderboardResponse
+    rows: list[LeaderboardRow] = field(default_factory=list)
+
+
+class Reader:
+    """The collector as the site reads it: one channel per token, reused across requests."""
+
+    def __init__(self, config: SiteConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._clients: OrderedDict[str | None, Client] = OrderedDict()
+
+    def client(self, request_token: str | None = None) -> Client:
+        """The client for a request: its own token if it carried one, else the site's."""
+        token = request_token or self.config.token
+        with self._lock:
+            client = self._clients.get(token)
+            if client is not None:
+                self._clients.move_to_end(token, last=False)
+                return client
+            client = Client(self.config.address, token=token or "", ca=self.config.ca,
+                            tls=self.config.tls, timeout=self.config.timeout)
+            self._clients[token] = client
+            self._clients.move_to_end(token, last=False)
+            while len(self._clients) > MAX_CLIENTS:
+                _, oldest = self._clients.popitem()
+                oldest.close()
+            return client
+
+    def close(self) -> None:
+        """Close every channel."""
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+
+
+def leaderboard(client: Client, model: str, *, settings: str, batch_rule: str,
+                precision: str, backend: str, include_flagged: bool,
+                limit: int = 100) -> Leaderboard:
+    """`model`'s leaderboard, each entry with its spread, memory, energy and img/J.
+
+    The Leaderboard call ranks; a Compare call per way of running among the entries
+    (backend, precision, pipeline, weights, data, epochs), pinned to the leaderboard's
+    own selection (native image size, the protocol's training images, settings, batch
+    rule, benchmark version), gives the figures of the same runs: both leave out
+    outliers and published runs, and flagged runs unless asked for.
+    """
+    response = client.leaderboard_response(
+        model, precision or None, limit, backend=backend or None, settings=settings or None,
+        batch_rule=batch_rule or None, include_flagged=include_flagged)
+    board = Leaderboard(response)
+    ways: dict[tuple, list[collector_pb2.LeaderboardEntry]] = {}
+    for entry in response.entries:
+        key = (entry.backend, entry.precision, entry.pipeline, entry.weights, entry.data,
+               entry.epochs)
+        ways.setdefault(key, []).append(entry)
+    groups: dict[tuple, collector_pb2.CompareGroup] = {}
+    for (way_backend, way_precision, pipeline, weights, data, epochs), entries in ways.items():
+        compared = client.compare_response(
+            model, gpus=sorted({e.gpu_name for e in entries}), precision=way_precision,
+            backend=way_backend, image_size=record.NATIVE_IMAGE_SIZE[model],
+            train_images=STANDARD_TRAIN_IMAGES, settings=response.settings,
+            batch_rule=response.batch_rule, pipeline=pipeline, weights=weights, data=data,
+            epochs=epochs, benchmark_version=response.benchmark_version,
+            include_flagged=include_flagged)
+        for group in compared.groups:
+            if group.memory_limit_bytes == 0:  # the leaderboard is of whole cards
+                key = (way_backend, way_precision, pipeline, weights, data, epochs,
+                       group.gpu_name, group.gpu_count)
+                groups[key] = group
+    for entry in response.entries:
+        key = (entry.backend, entry.precision, entry.pipeline, entry.weights, entry.data,
+               entry.epochs, entry.gpu_name, entry.gpu_count)
+        board.rows.append(LeaderboardRow(entry, groups.get(key)))
+    return board
+
+
+def gpu_runs(client: Client, gpu_name: str) -> list[collector_pb2.StoredRun]:
+    """The stored runs on GPUs named exactly `gpu_name` (as the collector files names),
+    newest first, at most GPU_PAGE_RUNS."""
+    wanted = record.normalize_gpu_name(gpu_name)
+    runs = []
+    for stored in client.iter_runs(gpu=wanted, limit=GPU_PAGE_RUNS * 4):
+        names = {record.normalize_gpu_name(g.name) for g in stored.run.gpus}
+        if wanted in names:
+            runs.append(stored)
+            if len(runs) >= GPU_PAGE_RUNS:
+                break
+    return runs
+
+
+def recent_runs(client: Client, **filters: Any) -> Iterator[collector_pb2.StoredRun]:
+    """Stored runs, newest first, with ListRuns' filters."""
+    return client.iter_runs(**filters)

@@ -1,0 +1,117 @@
+"""Picking stored runs for an answer, and saying how they were measured.
+
+`gpubench estimate`, `fit` and `plot` read stored runs (ListRuns) rather than a
+comparison: they need each run's epochs, batch trials and memory limit. This module
+keeps the rules they share in one place: measured runs apart from published ones,
+runs flagged as implausible and outliers left out, and runs grouped by everything
+that changes what was timed so that no figure mixes unlike runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpubench import record
+from gpubench.v1 import collector_pb2, run_pb2
+
+
+@dataclass(frozen=True, order=True)
+class Setup:
+    """Everything that changes what a run timed, as one group's key."""
+
+    gpu_config: str  # "1x NVIDIA H200", "1x NVIDIA H200 as 16 GiB"
+    backend: str
+    precision: str
+    settings: str  # record.settings_label: "keras", "kernels+cuda-graphs", ...
+    batch_rule: str
+    pipeline: str  # record.pipeline_as_run
+    data: str  # record.data_label
+    weights: str
+    image_size: int
+    benchmark_version: str
+
+    def describe(self) -> str:
+        """How the runs were measured, in one line: 'torch float32 kernels+cuda-graphs,
+        batch rule steps, cached, synthetic-rps, weights none, 600 px'."""
+        rule = self.batch_rule or "unrecorded"
+        return (f"{self.backend} {self.precision} {self.settings}, batch rule {rule}, "
+                f"{self.pipeline} pipeline, {self.data} data, weights {self.weights}, "
+                f"{self.image_size} px")
+
+
+def gpu_name(run: run_pb2.Run) -> str:
+    """The run's GPU name(s) as the collector files them ("" on a CPU)."""
+    return " + ".join(sorted({record.normalize_gpu_name(g.name) for g in run.gpus}))
+
+
+def gpu_count(run: run_pb2.Run) -> int:
+    """How many GPUs trained."""
+    return run.config.gpu_count or len(run.gpus)
+
+
+def setup_of(run: run_pb2.Run) -> Setup:
+    """The group a run belongs to."""
+    config = run.config
+    return Setup(
+        gpu_config=record.gpu_config_name(gpu_name(run), gpu_count(run),
+                                          config.memory_limit_bytes),
+        backend=run.software.backend,
+        precision=config.precision,
+        settings=record.settings_label(config),
+        batch_rule=config.batch_rule,
+        pipeline=record.pipeline_as_run(config),
+        data=record.data_label(config),
+        weights=config.weights,
+        image_size=config.image_size,
+        benchmark_version=run.benchmark_version,
+    )
+
+
+def matches_gpu(run: run_pb2.Run, wanted: str) -> bool:
+    """Whether the run's GPU name contains `wanted` (case-insensitive, as the collector
+    normalises names): "T4" and "Tesla T4" both match "Tesla T4"."""
+    needle = record.normalize_gpu_name(wanted).casefold()
+    return needle in gpu_name(run).casefold()
+
+
+def usable(stored: collector_pb2.StoredRun, *, include_outliers: bool = False) -> bool:
+    """A finished run whose figures can answer: status ok and an epoch-2 time, not
+    flagged as implausible, not an outlier unless asked."""
+    run = stored.run
+    return (run.result.status == run_pb2.RUN_STATUS_OK and run.result.epoch2_seconds > 0
+            and not stored.flagged and (include_outliers or not stored.outlier))
+
+
+def split(stored_runs: Iterable[collector_pb2.StoredRun], *, include_outliers: bool = False
+          ) -> tuple[list[run_pb2.Run], list[run_pb2.Run]]:
+    """The usable runs as (measured, published): the two are never mixed."""
+    measured: list[run_pb2.Run] = []
+    published: list[run_pb2.Run] = []
+    for stored in stored_runs:
+        if usable(stored, include_outliers=include_outliers):
+            (published if stored.run.published else measured).append(stored.run)
+    return measured, published
+
+
+def outliers(stored_runs: Iterable[collector_pb2.StoredRun]) -> list[run_pb2.Run]:
+    """The measured runs `split` leaves out as outliers of their GPU configuration."""
+    return [stored.run for stored in stored_runs
+            if stored.outlier and not stored.run.published
+            and usable(stored, include_outliers=True)]
+
+
+def grouped(runs: Iterable[run_pb2.Run]) -> dict[Setup, list[run_pb2.Run]]:
+    """Runs by their Setup, in a stable order (by GPU configuration, then settings)."""
+    groups: dict[Setup, list[run_pb2.Run]] = {}
+    for run in runs:
+        groups.setdefault(setup_of(run), []).append(run)
+    return dict(sorted(groups.items()))
+
+
+def epoch_seconds(run: run_pb2.Run, number: int) -> float:
+    """The wall time of epoch `number` (training and validation), 0 if not recorded."""
+    for epoch in run.result.epochs:
+        if epoch.number == number:
+            return epoch.wall_seconds
+    return 0.0

@@ -1,0 +1,92 @@
+"""The end of `make demo`: the demo's own run beside the reference runs it loaded and,
+in a section of their own, the published figures (transcribed, not measured)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.table import Table
+from rich.text import Text
+
+from gpubench import tables
+
+# Each table fits 80 columns; the legend explains the short headings once.
+LEGEND = ("px: image size; img/ep: training images an epoch; img/s: training images a "
+          "second in epoch 2")
+
+
+def _int(value: object) -> int:
+    return 0 if tables.is_missing(value) else int(value)  # type: ignore[call-overload]
+
+
+def _row_cells(row: dict) -> list[str | Text]:
+    return [
+        Text(str(row["label"] or row["submitter"])),
+        Text(row["gpu_config"]),
+        str(_int(row["image_size"]) or tables.MISSING),
+        str(_int(row["train_images"]) or tables.MISSING),
+        tables.format_batch(_int(row["batch_per_gpu"]), _int(row["global_batch"]),
+                            _int(row["gpu_count"])),
+        tables.format_seconds(row["epoch2_s"]),
+        tables.three_digits(row["train_images_per_s"]),
+    ]
+
+
+def _table(title: str, rows: pd.DataFrame, caption: str | None = None) -> Table:
+    table = tables.narrow_table(title, caption)
+    for name, right in (("run", False), ("GPU config", False), ("px", True), ("img/ep", True),
+                        ("batch", True), ("epoch 2 (s)", True), ("img/s", True)):
+        table.add_column(name, justify="right" if right else "left")
+    for row in rows.to_dict("records"):
+        table.add_row(*_row_cells(row), style="bold" if row.get("you") else None)
+    return table
+
+
+def standing_tables(frame: pd.DataFrame, *, you: str) -> list[Table | Text]:
+    """The demo's runs (submitted with token `you`) above the measured reference runs,
+    the published runs apart; a sentence says how far apart they are, and why that is not
+    like for like when they differ."""
+    frame = frame.assign(you=frame["submitter"] == you)
+    mine = frame[frame["you"]]
+    measured = frame[~frame["published"]].sort_values(["you", "label"],
+                                                      ascending=[False, True])
+    published = frame[frame["published"]]
+    out: list[Table | Text] = [_table("measured runs (yours in bold)", measured,
+                                      caption=LEGEND)]
+    if not published.empty:
+        out.append(_table("published figures: transcribed, not measured by gpubench",
+                          published))
+    out.append(Text(_verdict(mine, frame[~frame["you"]])))
+    return out
+
+
+def _per_second(row: dict) -> float:
+    """Training images a second in epoch 2: as measured, or from the epoch's time where a
+    published record has only that."""
+    if not tables.is_missing(row["train_images_per_s"]):
+        return float(row["train_images_per_s"])
+    if _int(row["train_images"]) and not tables.is_missing(row["epoch2_s"]):
+        return _int(row["train_images"]) / float(row["epoch2_s"])
+    return float("nan")
+
+
+def _verdict(mine: pd.DataFrame, others: pd.DataFrame) -> str:
+    """One line per reference: how many images a second it trained against yours (epoch
+    times are not comparable across epoch sizes), and what makes it unlike your run."""
+    if mine.empty or tables.is_missing(_per_second(mine.iloc[0].to_dict())):
+        return "your run has no epoch-2 figure to compare (it did not finish)"
+    run = mine.iloc[0].to_dict()
+    yours = _per_second(run)
+    lines = [f"you: {tables.three_digits(yours)} training images a second on "
+             f"{run['gpu_config']}; the others, against that:"]
+    for row in others.to_dict("records"):
+        theirs = _per_second(row)
+        if tables.is_missing(theirs):
+            continue
+        unlike = [what for what, key in (("image size", "image_size"),
+                                         ("images an epoch", "train_images"),
+                                         ("backend", "backend"), ("precision", "precision"))
+                  if row[key] != run[key]]
+        line = (f"{row['label'] or row['submitter']}: {tables.three_digits(theirs / yours)}x "
+                "as many")
+        lines.append(line + (f" (unlike yours in {', '.join(unlike)})" if unlike else ""))
+    return "\n".join(lines)

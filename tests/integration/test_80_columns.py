@@ -1,0 +1,105 @@
+"""Every table the `gpubench` CLI and the agent's summary print fits 80 columns: rendered
+at width 80 by rich, no cell is cut ("…") and no line is longer than 80. Against a real
+collector holding the reference runs (docs/results/runs/, published ones included) and
+runs of long GPU names, several GPUs and mixed precision."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from gpubench.agent.summary import summary_table
+
+from gpubench import Client, record
+from gpubench.cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+ADA = "NVIDIA RTX 6000 Ada Generation"
+WIDTH = 80
+
+
+def assert_fits(text: str, what: str) -> None:
+    assert "…" not in text, f"{what}: a cell is cut\n{text}"
+    long = [line for line in text.splitlines() if len(line) > WIDTH]
+    assert not long, f"{what}: {len(long)} line(s) over {WIDTH} columns\n{text}"
+
+
+@pytest.fixture
+def references(collector_factory: Any, make_run: Any, tmp_path: Path) -> Any:
+    """A collector on a database holding the reference runs, with runs of 2x RTX 6000 Ada
+    (float32 and mixed_bfloat16, one of them on other data) beside them."""
+    db = tmp_path / "references.duckdb"
+    runs = sorted((ROOT / "docs" / "results" / "runs").glob("*.json"))
+    subprocess.run([str(Path(sys.executable).with_name("gpubench-collector")), "import",
+                    "--db", str(db), "--submitter", "reference", *map(str, runs)],
+                   check=True, capture_output=True)
+    running = collector_factory(db_path=db)
+    running.lab_token = running.make_token("a-rather-long-submitter-name")
+    with Client(running.address, running.lab_token) as client:
+        for seconds in (1.0, 1.04, 0.97):
+            client.submit_run(make_run(gpu_name=ADA, gpu_count=2, epoch2_seconds=seconds))
+        client.submit_run(make_run(gpu_name=ADA, gpu_count=2, precision="mixed_bfloat16"))
+        client.submit_run(make_run(gpu_name="Tesla T4", model="B7"))
+        client.submit_run(make_run(gpu_name=ADA, gpu_count=2, model="B7"))
+    return running
+
+
+def test_every_query_table_fits_80_columns(references: Any) -> None:
+    runner = CliRunner()
+    base = ["--collector", references.address, "--token", references.lab_token]
+    with Client(references.address, references.lab_token) as client:
+        ids = client.list_runs(limit=100)
+    measured = ids[~ids["published"]]["run_id"].iloc[0]
+    published = ids[ids["published"]]["run_id"].iloc[0]
+    commands = [
+        ["compare", "--model", "B0", "--allow-mixed"],
+        ["compare", "--model", "B7", "--baseline", "Tesla T4", "--backend", "tensorflow"],
+        ["compare", "--model", "B0", "--precision", "float32", "--backend", "tensorflow"],
+        ["runs", "list"],
+        ["runs", "show", measured],
+        ["runs", "show", published],
+        ["leaderboard", "--model", "B0"],
+        ["leaderboard", "--model", "B0", "--settings", "keras", "--batch-rule", "given"],
+    ]
+    for command in commands:
+        done = runner.invoke(cli, [*base, *command], env={"COLUMNS": str(WIDTH)})
+        assert done.exit_code == 0, done.output
+        assert done.stdout.strip(), command
+        assert_fits(done.stdout, " ".join(command))
+
+
+def test_unlike_runs_are_marked_in_the_table(references: Any) -> None:
+    done = CliRunner().invoke(cli, ["--collector", references.address, "--token",
+                                    references.lab_token, "compare", "--model", "B0",
+                                    "--allow-mixed"], env={"COLUMNS": str(WIDTH)})
+    text = done.stdout
+    title = text.splitlines()[0]
+    # The title says what the runs share; "mixed" there would read as mixed precision.
+    assert "mixed" not in title and "UNLIKE RUNS" in title
+    assert "* unlike runs shown together (--allow-mixed): they differ in backend" in " ".join(
+        text.split())
+    compared = text.split("published figures")[0]
+    rows = [line for line in compared.splitlines() if line.startswith(("1x", "2x"))]
+    assert rows and all(line.rstrip().endswith("x*") for line in rows)
+    like = CliRunner().invoke(cli, ["--collector", references.address, "--token",
+                                    references.lab_token, "compare", "--model", "B7",
+                                    "--baseline", "Tesla T4", "--backend", "tensorflow"],
+                              env={"COLUMNS": str(WIDTH)})
+    assert "UNLIKE" not in like.stdout and "x*" not in like.stdout
+
+
+def test_the_agents_summary_fits_80_columns(make_run: Any) -> None:
+    from rich.console import Console
+
+    runs = [make_run(gpu_name=ADA, gpu_count=2, model=model) for model in ("B0", "B3", "B7")]
+    runs[2].result.status = record.RunStatus.RUN_STATUS_OUT_OF_MEMORY
+    runs[0].result.largest_batch_per_gpu = 1024
+    console = Console(width=WIDTH, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(summary_table(runs))
+    assert_fits(console.export_text(), "summary")
+    json.dumps([record.to_dict(r) for r in runs])  # the runs are complete records

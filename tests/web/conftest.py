@@ -1,0 +1,128 @@
+"""Fixtures of the results site's tests: a live collector (real gRPC server on port 0,
+real DuckDB file) holding the reference runs of docs/results/runs and runs built by
+tests/factories.py, and the site serving in front of it on a thread."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from factories import make_run
+
+from gpubench import record
+from gpubench.client import Client
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE_RUNS = sorted((ROOT / "docs" / "results" / "runs").glob("*.json"))
+HOSTILE_GPU = "<script>alert(1)</script>"
+HOSTILE_LABEL = '<img src=x onerror="alert(2)">'
+HOSTILE_WARNING = "epoch 2 slower \u202eevil\u202c and \u200bhidden"
+
+
+def alike_run(gpu_name: str, model: str, epoch2_seconds: float, **paths: object):
+    """A run made as the reference runs were (the default run: torch, its own kernels,
+    CUDA graphs, the steps rule, cached synthetic data, no weights), on `gpu_name`."""
+    options = {
+        "backend": "torch", "config__dataset_name": record.SYNTHETIC_DATA,
+        "config__pipeline": "cached", "config__weights": "none", "config__batch_rule": "steps",
+        "config__batched_augmentation": True, "config__fused_batchnorm": True,
+        "config__channels_first": True, "config__cuda_graphs": True,
+    }
+    options.update(paths)
+    return make_run(gpu_name=gpu_name, model=model, epoch2_seconds=epoch2_seconds,
+                    **options)  # type: ignore[arg-type]
+
+
+def community_runs() -> list:
+    """Runs of other cards at the reference runs' settings, one hostile, one flagged, one
+    at Keras's own settings (TensorFlow)."""
+    runs = []
+    for gpu, times in (("Tesla T4", {"B0": (9.1, 9.6, 9.3), "B3": (31.0, 32.5), "B7": (410.0,)}),
+                       ("NVIDIA RTX 6000 Ada Generation",
+                        {"B0": (1.9, 2.05), "B3": (6.4, 6.6, 6.5), "B7": (58.0, 60.5)}),
+                       ("NVIDIA GeForce GTX 1070", {"B0": (21.0, 22.4), "B3": (70.0,)})):
+        for model, seconds in times.items():
+            runs += [alike_run(gpu, model, s) for s in seconds]
+    hostile = alike_run(HOSTILE_GPU, "B0", 4.2, label=HOSTILE_LABEL)
+    hostile.result.warnings.append(HOSTILE_WARNING)
+    runs.append(hostile)
+    runs.append(alike_run("Tesla T4", "B0", 0.05))  # faster than a T4 can: flagged
+    runs.append(make_run(gpu_name="Tesla T4", model="B0", config__batch_rule="steps",
+                         config__dataset_name=record.SYNTHETIC_DATA, config__pipeline="cached",
+                         config__weights="none"))  # tensorflow, settings "keras"
+    return runs
+
+
+@dataclass
+class LiveSite:
+    """The site in front of a live collector."""
+
+    url: str  # ends with "/"
+    collector: str
+    admin_token: str
+    hostile_run_id: str
+    flagged_run_id: str
+
+    def get(self, path: str, token: str | None = None) -> tuple[int, str, dict[str, str]]:
+        """GET `path`: status, body, headers (an error status is returned, not raised)."""
+        request = urllib.request.Request(self.url.rstrip("/") + path)
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.read().decode(), dict(answer.headers)
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(), dict(exc.headers)
+
+
+def _start(tmp: Path, runs: list, public_read: bool, *, site_token: bool = False,
+           visitor_tokens: bool = False) -> Iterator[tuple]:
+    """A collector holding `runs` and the site in front of it, reading with a token of
+    its own if `site_token`; yields (site, address, admin token, the token book)."""
+    from gpubench.collector.auth import TokenBook
+    from gpubench.collector.server import create_server
+    from gpubench.collector.store import Store
+    from gpubench.collector.web.reads import SiteConfig
+    from gpubench.collector.web.server import start_in_thread
+
+    store = Store(tmp / "collector.duckdb")
+    tokens = TokenBook(store)
+    server, port = create_server(store, port=0, tokens=tokens, public_read=public_read,
+                                 rate_limit=0, auth_failures_per_minute=0)
+    server.start()
+    _, admin = tokens.create("admin", admin=True)
+    address = f"127.0.0.1:{port}"
+    with Client(address, token=admin) as client:
+        for run in runs:
+            client.submit_run(run)
+        # Acknowledged runs are in DuckDB within a second; every read sees them at once.
+        deadline = time.monotonic() + 10
+        while store.count() < len(runs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    token = tokens.create("site", admin=False)[1] if site_token else None
+    site = start_in_thread(SiteConfig(address, token=token, visitor_tokens=visitor_tokens))
+    try:
+        yield site, address, admin, tokens
+    finally:
+        site.stop()
+        server.stop(None).wait()
+        tokens.flush()
+        store.close()
+
+
+@pytest.fixture(scope="package")
+def live_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSite]:
+    """The site in front of a collector with public reads, holding the reference runs
+    and community_runs()."""
+    runs = [record.from_json(p.read_text(), source=str(p)) for p in REFERENCE_RUNS]
+    extra = community_runs()
+    hostile = next(r for r in extra if r.config.model == "B0" and r.gpus[0].name == HOSTILE_GPU)
+    flagged = next(r for r in extra if r.result.epoch2_seconds == 0.05)
+    for started in _start(tmp_path_factory.mktemp("site"), runs + extra, public_read=True):
+        site, address, admin, _ = started
+        yield LiveSite(site.url, address, admin, hostile.run_id, flagged.run_id)
