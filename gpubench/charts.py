@@ -53,16 +53,9 @@ def speedup_chart(frame: pd.DataFrame, path: str | Path) -> Path:
         axes.set_title(tables.compare_title(frame))
         axes.set_xlim(0, max(speedups + [1.0]) * 1.3)
         figure.tight_layout()
-        target = Path(path)
-        try:
-            figure.savefig(target)
-        except (OSError, ValueError) as exc:
-            raise GpubenchError(
-                f"{target}: cannot write the chart ({exc})", exit_code=ExitCode.BAD_DATA
-            ) from None
+        return _save(figure, path)
     finally:
         plt.close(figure)
-    return target
 
 
 # -- gpubench plot: one metric per chart, the runs' spread as error bars -------------------
@@ -189,13 +182,18 @@ def metric_chart(
                     va="bottom")
         bottom = (0.2 * len(notes) + 0.25) / figure.get_figheight()
         figure.tight_layout(rect=(0, bottom, 1, 1))
-        target = Path(path)
-        try:
-            figure.savefig(target, dpi=110)
-        except (OSError, ValueError) as exc:
-            raise GpubenchError(
-                f"{target}: cannot write the chart ({exc})", exit_code=ExitCode.BAD_DATA
-            ) from None
+        return _save(figure, path, dpi=110)
     finally:
         plt.close(figure)
+
+
+def _save(figure: Any, path: str | Path, dpi: float | None = None) -> Path:
+    """Write `figure` to `path` (the format by its suffix); an error names the file."""
+    target = Path(path)
+    try:
+        figure.savefig(target, dpi=dpi)
+    except (OSError, ValueError) as exc:
+        raise GpubenchError(
+            f"{target}: cannot write the chart ({exc})", exit_code=ExitCode.BAD_DATA
+        ) from None
     return target
