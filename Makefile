@@ -8,13 +8,14 @@ LOG := $(VENV)/install.log
 SHOW_LOG = { tail -n 40 $(LOG); echo "install failed: the whole log is $(LOG)"; exit 1; }
 PYTEST_ARGS ?=
 
-.PHONY: help install proto test test-docker test-gpu demo bench lint clean
+.PHONY: help install proto test test-docker test-gpu demo bench chaos lint clean
 
 help:
 	@echo "make demo         run the benchmark against a local collector and compare (state: .demo/)"
 	@echo "make test         the default test suite (unit + integration, CPU only)"
 	@echo "make test-docker  build the images and run agent + collector containers"
 	@echo "make bench        collector and sampler benchmarks (figures and ratios)"
+	@echo "make chaos        the collector's fault campaign (CHAOS_ARGS=--short: minutes)"
 	@echo "make install      the virtual environment with every extra ($(VENV))"
 	@echo "make proto        regenerate the wire code from protos/"
 	@echo "make lint         ruff"
@@ -70,6 +71,11 @@ demo: proto
 bench: proto
 	$(PY) bench/collector_bench.py
 	$(PY) bench/sampler_overhead.py
+
+# Kill -9, a full disk, fuzzing, tokens, poisoned records, a killed push: not in `test`.
+CHAOS_ARGS ?=
+chaos: proto
+	$(PY) bench/chaos.py $(CHAOS_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -124,6 +124,7 @@ METHODS: dict[str, Access] = {
     "/gpubench.v1.Admin/ListQuarantine": Access.ADMIN,
     "/gpubench.v1.Admin/RetryQuarantine": Access.ADMIN,
     "/gpubench.v1.Admin/DropQuarantine": Access.ADMIN,
+    "/gpubench.v1.Admin/Backup": Access.ADMIN,  # and only the local credential (service)
 }
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 

@@ -1,5 +1,5 @@
 """`gpubench-collector`: serve the collector, manage access tokens, import run records,
-deal with runs in quarantine."""
+deal with runs in quarantine, back the database up and restore it."""
 
 from __future__ import annotations
 
@@ -351,6 +351,57 @@ def import_runs(db_path: Path, files: tuple[Path, ...], submitter: str) -> None:
     )
     if conflicts:
         raise RequestRefused("; ".join(conflicts[:3]))
+
+
+@cli.command("backup")
+@DB_OPTION
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+def backup_command(db_path: Path, folder: Path) -> None:
+    """Copy the database into FOLDER (new, or empty): every run acknowledged so far,
+    the tokens and the quarantine, as DuckDB's export with a manifest. Works while the
+    collector serves: it then writes the copy itself, from one snapshot, while
+    submissions go on. Restore it with `restore`."""
+    from gpubench.collector import backup
+    from gpubench.collector.errors import DatabaseLocked
+    from gpubench.collector.local_admin import LiveCollector
+    from gpubench.collector.store import Store
+
+    folder = folder.resolve()  # the serving collector's working folder may differ
+    if not db_path.exists():
+        raise GpubenchError(f"{db_path}: no such database", exit_code=ExitCode.BAD_DATA)
+    try:
+        store = Store(db_path)
+    except DatabaseLocked:
+        with LiveCollector.for_database(db_path) as live:
+            reply = live.backup(folder)  # type: ignore[attr-defined]
+        runs, tokens, held = reply.runs, reply.tokens, reply.quarantined
+    else:
+        try:
+            manifest = backup.take(store, folder)
+        finally:
+            store.close()
+        runs, tokens, held = manifest.runs, manifest.tokens, manifest.quarantined
+    err.print(f"backed up {runs} run(s), {tokens} token(s) and {held} quarantined "
+              f"run(s) into {folder}")
+
+
+@cli.command("restore")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--db", "db_path", required=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="The new database file to make from the backup; refused if a database "
+                   "is there (its file, PATH.wal or PATH.intake), unless --force.")
+@click.option("--force", is_flag=True,
+              help="Replace the database at --db (never one a running collector holds).")
+def restore_command(folder: Path, db_path: Path, force: bool) -> None:
+    """Make a database from the backup in FOLDER (written by `backup`), checked against
+    the backup's counts; then serve it with `serve --db PATH`."""
+    from gpubench.collector import backup
+
+    manifest = backup.restore(folder, db_path, replace=force)
+    err.print(f"restored {manifest.runs} run(s), {manifest.tokens} token(s) and "
+              f"{manifest.quarantined} quarantined run(s) into {db_path} (backup of "
+              f"{manifest.created_at})")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,18 +17,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.store import TokenRow
 
-from gpubench.client import Client
+from gpubench.client import Client, translate_error
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,
     GpubenchError,
 )
-from gpubench.v1 import collector_pb2, run_pb2
+from gpubench.v1 import collector_pb2, collector_pb2_grpc, run_pb2
 
 CALL_TIMEOUT_S = 30.0
+# A backup writes the whole database: minutes for a large one.
+BACKUP_TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class LiveCollector:
     over loopback (the same methods as the Store's, for the commands that use either)."""
 
     def __init__(self, credential: Credential) -> None:
+        self._credential = credential
         self._client = Client(credential.address, token=credential.secret, timeout=CALL_TIMEOUT_S)
 
     @classmethod
@@ -135,6 +139,20 @@ class LiveCollector:
     def drop_quarantined(self, run_ids: Sequence[str]) -> list[QuarantinedRun]:
         """Delete quarantined runs for good; what was dropped."""
         return [_quarantined(r) for r in self._client.drop_quarantine(run_ids)]
+
+    def backup(self, folder: Path) -> collector_pb2.BackupResponse:
+        """Have the collector back its database up into `folder` (absolute, on this
+        machine), with a deadline of BACKUP_TIMEOUT_S: a large database takes a while."""
+        request = collector_pb2.BackupRequest(folder=str(folder))
+        address, secret = self._credential.address, self._credential.secret
+        with grpc.insecure_channel(address) as channel:
+            try:
+                return collector_pb2_grpc.AdminStub(channel).Backup(
+                    request, timeout=BACKUP_TIMEOUT_S,
+                    metadata=[("authorization", f"Bearer {secret}")],
+                )
+            except grpc.RpcError as exc:
+                raise translate_error(exc, address, f"backing up into {folder}") from None
 
     def submit(self, run: run_pb2.Run) -> collector_pb2.SubmitRunResponse:
         """Submit one run (validated and stored by the live collector)."""

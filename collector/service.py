@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from gpubench.collector import compare, validation
-from gpubench.collector.auth import Caller, TokenBook, current_caller
+from gpubench.collector import backup, compare, validation, wire
+from gpubench.collector.auth import LOCAL_ADMIN, Caller, TokenBook, current_caller
 from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.rows import ack_message
 from gpubench.collector.stats import stats_message
@@ -28,6 +29,11 @@ from gpubench.v1 import collector_pb2, collector_pb2_grpc
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 DEFAULT_LEADERBOARD = 20
+# The most bytes of runs a ListRuns page carries: half of gRPC's default 4 MiB receive
+# limit, so a client of any language reads full pages with its defaults, and eight runs
+# of the largest size a run may have (collector.wire.MAX_RUN_BYTES). A page ends early
+# (with a next_page_token) when the next run would pass it.
+PAGE_BYTES = 8 * wire.MAX_RUN_BYTES
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -138,7 +144,8 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             since=_optional_time(request, "since"),
             until=_optional_time(request, "until"),
         )
-        runs, token = self._store.list(where, page_size=page_size, page_token=request.page_token)
+        runs, token = self._store.list(where, page_size=page_size, page_token=request.page_token,
+                                       page_bytes=PAGE_BYTES)
         return collector_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
     @_translating_errors
@@ -357,4 +364,21 @@ class AdminService(collector_pb2_grpc.AdminServicer):
         dropped = self._store.drop_quarantined(list(request.run_ids))
         return collector_pb2.DropQuarantineResponse(
             dropped=[quarantined_message(r) for r in dropped]
+        )
+
+    @_translating_errors
+    def Backup(self, request, context):  # noqa: N802
+        # It writes into a folder of this machine: only its own operator, through the
+        # local credential (gpubench-collector backup), not an admin token from afar.
+        caller = _caller()
+        if caller.name != LOCAL_ADMIN:
+            raise AccessDenied(
+                f"Backup writes on the collector's machine: only `gpubench-collector "
+                f"backup` there (its local credential) may call it, not token {caller.name!r}"
+            )
+        self._tokens.flush()  # the last-used times noted so far, into the copy
+        manifest = backup.take(self._store, Path(request.folder))
+        return collector_pb2.BackupResponse(
+            folder=request.folder, runs=manifest.runs, tokens=manifest.tokens,
+            quarantined=manifest.quarantined,
         )

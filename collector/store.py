@@ -920,6 +920,39 @@ class Store:
                     con.execute("INSERT INTO runs SELECT * FROM pending_runs")
                 self._known.add(rows.column("run_id").to_pylist())
 
+    # -- backups ----------------------------------------------------------------------------
+
+    def export_to(self, folder: Path) -> dict[str, int]:
+        """Write a consistent copy of the database into `folder` (DuckDB's EXPORT
+        DATABASE, as Parquet) and return how many runs, tokens and quarantined runs it
+        holds.
+
+        Every run acknowledged before the call is in it: the journal's pending runs are
+        stored first. The copy reads one snapshot, taken right after, in a transaction
+        of its own, so submissions go on while it is written (and are not in it).
+        """
+        with self._cursor_lock:
+            if self._closed or self._conn is None:
+                raise ShuttingDown("collector shutting down (its database is closed)")
+            con = self._conn.cursor()
+            self._cursors.append(con)  # closed with the store if it stops meanwhile
+        try:
+            with self._write_lock:
+                self._flush()
+                con.execute("BEGIN TRANSACTION")
+                # The first read fixes the snapshot, before any later run is stored.
+                counts = _backup_counts(con)
+            with self._writing("database", f"writing a backup into {folder}"):
+                con.execute(f"EXPORT DATABASE {_sql_text(str(folder))} (FORMAT PARQUET)")
+            con.execute("COMMIT")
+            return counts
+        finally:
+            with self._cursor_lock:
+                with contextlib.suppress(duckdb.Error):
+                    con.close()
+                with contextlib.suppress(ValueError):
+                    self._cursors.remove(con)
+
     # -- reading runs -----------------------------------------------------------------------
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
@@ -942,23 +975,43 @@ class Store:
         return self._scored().execute("SELECT count(*) FROM runs").fetchall()[0][0]
 
     def list(
-        self, where: RunFilter, *, page_size: int, page_token: str = ""
+        self, where: RunFilter, *, page_size: int, page_token: str = "",
+        page_bytes: int | None = None,
     ) -> tuple[list[collector_pb2.StoredRun], str]:
-        """Runs matching `where`, newest first; returns a page and the next page's token."""
+        """Runs matching `where`, newest first; returns a page and the next page's token.
+
+        A page holds at most `page_size` runs and, given `page_bytes`, ends before the
+        run that would take it past that many bytes (it holds one run at least), so its
+        size is bounded whatever the runs weigh. The runs' sizes are read first and
+        only the page's records after, so a page of large runs is not loaded whole.
+        """
         clauses, params = _filter_sql(where)
         if page_token:
             created_at, run_id = _decode_page_token(page_token)
             clauses.append("(created_at, run_id) < (?, ?)")
             params += [created_at, run_id]
-        sql = f"SELECT {_STORED_COLUMNS}, created_at FROM runs"
+        order = " ORDER BY created_at DESC, run_id DESC"
+        sql = f"SELECT run_id, created_at, {_STORED_BYTES} FROM runs"
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
-        sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
-        rows = self._scored().execute(sql, [*params, page_size + 1]).fetchall()
-        more = len(rows) > page_size
-        rows = rows[:page_size]
-        token = _encode_page_token(rows[-1][-1], rows[-1][0]) if more else ""
-        return [_stored_run(r[:-1]) for r in rows], token
+        con = self._scored()
+        heads = con.execute(sql + order + " LIMIT ?", [*params, page_size + 1]).fetchall()
+        taken, total = 0, 0
+        for _, _, size in heads[:page_size]:
+            if page_bytes is not None and taken and total + size > page_bytes:
+                break
+            taken, total = taken + 1, total + size
+        more = len(heads) > taken
+        if not taken:
+            return [], ""
+        ids = [head[0] for head in heads[:taken]]
+        rows = con.execute(
+            f"SELECT {_STORED_COLUMNS} FROM runs WHERE run_id IN (SELECT unnest(?))" + order,
+            [ids],
+        ).fetchall()
+        last = heads[taken - 1]
+        token = _encode_page_token(last[1], last[0]) if more else ""
+        return [_stored_run(r) for r in rows], token
 
     def delete(self, run_id: str) -> str:
         """Delete a run (and rescore its group); returns its submitter. NotFound if absent."""
@@ -1251,6 +1304,11 @@ class Store:
 
 _STORED_COLUMNS = ("run_id, record, submitter, received_at, outlier, outlier_score, "
                    "content_sha256, flagged, flag_reasons")
+# A stored run's bytes in a ListRuns page, from above: its record, submitter and flag
+# reasons, and 256 for the rest (run_id and hash, times, flags, each field's tag and
+# length, the entry's own).
+_STORED_BYTES = ("octet_length(record) + strlen(submitter) + strlen(flag_reasons) "
+                 "+ 256")
 _QUARANTINE_COLUMNS = "run_id, submitter, received_at, quarantined_at, reason, content_sha256"
 _TOKEN_COLUMNS = "name, admin, created_at, revoked, last_used_at, secret_sha256"
 # Errors that say the database refuses a row's values (a number past its column's type,
@@ -1260,6 +1318,40 @@ _ROW_REFUSALS = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputExc
                  TypeError, ValueError, OverflowError)
 # The range of each integer column type, to say which value did not fit.
 _COLUMN_RANGES = {pa.int32(): (-(2**31), 2**31 - 1), pa.uint64(): (0, 2**64 - 1)}
+
+
+def import_database(folder: Path, db_path: Path) -> dict[str, int]:
+    """Make a new database file `db_path` from a folder `Store.export_to` wrote; returns
+    how many runs, tokens and quarantined runs it holds. `db_path` must not exist."""
+    con = duckdb.connect(str(db_path))
+    try:
+        con.execute(f"IMPORT DATABASE {_sql_text(str(folder))}")
+        con.execute("CHECKPOINT")
+        return _backup_counts(con)
+    finally:
+        con.close()
+
+
+def database_in_use(db_path: Path) -> bool:
+    """Whether another process (a serving collector) holds the database file."""
+    try:
+        duckdb.connect(str(db_path)).close()
+    except duckdb.IOException as exc:
+        return "lock" in str(exc).lower()
+    return False
+
+
+def _backup_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """What a backup is checked by: the rows of the tables it must carry whole."""
+    return {
+        table: con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+        for table in ("runs", "tokens", "quarantine")
+    }
+
+
+def _sql_text(text: str) -> str:
+    """`text` as an SQL string literal (EXPORT and IMPORT take no parameters)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _refused_by_database(error: BaseException) -> bool:

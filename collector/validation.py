@@ -15,6 +15,15 @@ Names shown to people (GPU and CPU names, the OS, labels, data sets, a published
 run's source) may not hold control or bidirectional characters, which can make one
 name look like another; a GPU name must be ASCII once Unicode-normalised, as NVML
 writes them. A record that contradicts itself (collector.plausibility) is refused too.
+
+Before any of that, the record's size and its fields (collector.wire): a run over
+MAX_RUN_BYTES serialised is refused, and so is one holding fields its schema does not
+have. Those are refused rather than dropped: the collector stores and hashes the
+record as sent (its content_sha256 makes resubmission idempotent), so dropping them
+would acknowledge a record other than the one sent and lose data without a word; a
+newer schema is announced by schema_version, which the collector refuses when it is
+newer than the one it reads, so unknown fields at a known version are a mistake the
+sender should hear about.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from datetime import datetime, timedelta, timezone
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
-from gpubench.collector import plausibility
+from gpubench.collector import plausibility, wire
 
 from gpubench import SCHEMA_VERSION, record
 from gpubench.errors import InvalidRecord
@@ -231,6 +240,13 @@ def problems(
     A published record (Run.published) is a problem unless `may_publish` (the
     collector's operator loads those, never an agent).
     """
+    # Size first: an oversized record is refused before anything walks it.
+    too_large = wire.size_problem(run)
+    if too_large:
+        return [("run", too_large)]
+    unknown = wire.unknown_field_problems(run, "run")
+    if unknown:
+        return unknown
     now = now or datetime.now(timezone.utc)
     c = _Checker()
     _identity(c, run, now, may_publish)

@@ -38,10 +38,12 @@ DEFAULT_ADDRESS = "127.0.0.1:50051"
 ADDRESS_ENV = "GPUBENCH_COLLECTOR"
 TOKEN_ENV = "GPUBENCH_TOKEN"
 
-# The collector caps a page at 1000 runs; a run with its epochs and batch trials is a
-# few kB, so pages of this size stay far below the message limit below.
+# The collector caps a page at 1000 runs and at 2 MiB of runs (it ends a page early
+# and hands out a page token: iter_runs follows every token, so a listing or an export
+# gets every run however large the runs are).
 EXPORT_PAGE_SIZE = 500
-# A page of 1000 full runs can pass gRPC's default 4 MiB receive limit.
+# Collectors older than the page's byte bound could send a page of 1000 full runs, past
+# gRPC's default 4 MiB receive limit.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
@@ -325,7 +327,9 @@ class Client:
     ) -> Iterator[collector_pb2.StoredRun]:
         """Stored runs matching the filters, newest first as the collector orders them.
 
-        Pages are fetched as the iterator advances. `gpu` matches a part of the GPU
+        Pages are fetched as the iterator advances, following the collector's page
+        tokens to the last page (a page may hold fewer than `page_size` runs: the
+        collector also bounds a page in bytes). `gpu` matches a part of the GPU
         name, case-insensitively; `since`/`until` take datetimes or ISO 8601 strings.
         """
         if limit is not None and limit <= 0:

@@ -1,0 +1,312 @@
+"""What the fault campaign (bench/chaos.py) runs its parts with: real collector
+processes on loopback, submitters that retry until acknowledged, the tally of one
+part, what a database holds afterwards, and the table."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test suite
+
+from factories import make_run  # noqa: E402
+from gpubench.collector.auth import TokenBook  # noqa: E402
+from gpubench.collector.store import RunFilter, Store  # noqa: E402
+
+from gpubench.v1 import collector_pb2 as pb  # noqa: E402
+from gpubench.v1 import collector_pb2_grpc  # noqa: E402
+
+CLI = [sys.executable, "-m", "gpubench.collector.cli"]
+GPUS = ("Tesla T4", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA L4")
+# Codes a submitter retries (the collector stopping or killed, a full disk, a deadline).
+RETRIED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
+           grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+           grpc.StatusCode.ABORTED, grpc.StatusCode.UNKNOWN}
+SHORT_CODES = {"INVALID_ARGUMENT": "INVALID", "RESOURCE_EXHAUSTED": "EXHAUSTED",
+               "UNAUTHENTICATED": "UNAUTH", "PERMISSION_DENIED": "DENIED",
+               "UNAVAILABLE": "UNAVAIL", "ALREADY_EXISTS": "EXISTS",
+               "DEADLINE_EXCEEDED": "DEADLINE", "FAILED_PRECONDITION": "PRECOND"}
+
+
+@dataclass
+class Tally:
+    """What one part tried and what became of it."""
+
+    part: str
+    tried: int = 0
+    lost: int = 0  # acknowledged, then not in the database (nor in quarantine)
+    duplicated: int = 0  # a run stored twice, or a run stored that was never submitted
+    wrong: int = 0  # an answer the part did not allow (a valid run refused, a bad token let in)
+    codes: Counter = field(default_factory=Counter)
+    recover_s: float | None = None  # the longest from a fault to the next acknowledgement
+    note: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def code(self, name: str) -> None:
+        with self.lock:
+            self.codes[name] += 1
+
+    def recovered(self, seconds: float) -> None:
+        with self.lock:
+            self.recover_s = max(self.recover_s or 0.0, seconds)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.lost or self.duplicated or self.wrong)
+
+
+def free_port() -> int:
+    """A port free on loopback now (the collector restarts on the same one)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Collector:
+    """`gpubench-collector serve` on 127.0.0.1:PORT over DB; started again after a kill."""
+
+    def __init__(self, db: Path, *, frontends: int = 1, port: int | None = None) -> None:
+        self.db = db
+        self.frontends = frontends
+        self.port = port or free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[str] | None = None
+
+    def token(self, name: str, *, admin: bool = False) -> str:
+        """A new token, made in the database before the collector starts."""
+        store = Store(self.db)
+        try:
+            return TokenBook(store).create(name, admin=admin)[1]
+        finally:
+            store.close()
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.process = subprocess.Popen(
+            [*CLI, "serve", "--db", str(self.db), "--port", str(self.port), "--rate-limit", "0",
+             "--frontends", str(self.frontends)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        deadline, seen = time.monotonic() + timeout, ""
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if select.select([self.process.stdout], [], [], 0.2)[0]:
+                line = self.process.stdout.readline()
+                seen += line
+                if re.search(r" on 127\.0\.0\.1:\d+ ", line):
+                    return
+        raise RuntimeError(f"the collector on {self.db} did not start: {seen!r}")
+
+    def children(self) -> list[int]:
+        """The front-end processes (of a collector with --frontends N)."""
+        pid = self.process.pid
+        try:
+            return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            return []
+
+    def kill(self) -> None:
+        """kill -9 the collector (the owner), and wait for its front-ends to go."""
+        children = self.children()
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+        deadline = time.monotonic() + 30
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """SIGTERM, and wait (kill -9 after 60 s)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata carrying `token`."""
+    return (("authorization", f"Bearer {token}"),)
+
+
+def raw_submit(channel: grpc.Channel) -> Callable:
+    """SubmitRun taking the request as bytes (to send what no client would)."""
+    return channel.unary_unary("/gpubench.v1.Collector/SubmitRun",
+                               request_serializer=lambda b: b,
+                               response_deserializer=pb.SubmitRunResponse.FromString)
+
+
+def code_name(code: grpc.StatusCode) -> str:
+    return code.name
+
+
+class Submitters:
+    """Threads submitting fresh runs, each retried (the same run_id) until acknowledged,
+    until `target` runs are acknowledged in all or `deadline_s` passes."""
+
+    def __init__(self, address: str, token: str, tally: Tally, *, threads: int = 8,
+                 target: int = 3000, deadline_s: float = 300.0) -> None:
+        self.address, self.token, self.tally = address, token, tally
+        self.threads, self.target, self.deadline_s = threads, target, deadline_s
+        self.acknowledged: dict[str, str] = {}  # run_id -> content_sha256
+        self.submitted: set[str] = set()
+        self.last_fault = 0.0  # when the part last caused a fault (monotonic)
+        self._waiting_since_fault = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._workers = [threading.Thread(target=self._work, daemon=True)
+                         for _ in range(threads)]
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        for worker in self._workers:
+            worker.start()
+
+    def fault(self) -> None:
+        """Note a fault now: the next acknowledgement measures the recovery."""
+        with self._lock:
+            self.last_fault = time.monotonic()
+            self._waiting_since_fault = True
+
+    def done(self) -> bool:
+        return len(self.acknowledged) >= self.target or self._stop.is_set()
+
+    def wait(self) -> None:
+        for worker in self._workers:
+            worker.join()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.wait()
+
+    def _work(self) -> None:
+        metadata = (("authorization", f"Bearer {self.token}"),)
+        channel = grpc.insecure_channel(self.address)
+        stub = collector_pb2_grpc.CollectorStub(channel)
+        deadline = self.started + self.deadline_s
+        while len(self.acknowledged) < self.target and not self._stop.is_set():
+            if time.monotonic() > deadline:
+                self._stop.set()
+                self.tally.note = f"stopped at the {self.deadline_s:.0f} s bound"
+                break
+            run = make_run(gpu_name=GPUS[len(self.submitted) % len(GPUS)])
+            with self._lock:
+                self.submitted.add(run.run_id)
+            while not self._stop.is_set():
+                self.tally.code("tries")
+                try:
+                    ack = stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=metadata,
+                                         timeout=10)
+                except grpc.RpcError as exc:
+                    self.tally.code(code_name(exc.code()))
+                    if exc.code() not in RETRIED:
+                        with self.tally.lock:
+                            self.tally.wrong += 1  # a valid run refused for good
+                        break
+                    # A fresh connection: a failed channel waits before reconnecting.
+                    channel.close()
+                    time.sleep(0.05)
+                    channel = grpc.insecure_channel(self.address)
+                    stub = collector_pb2_grpc.CollectorStub(channel)
+                    continue
+                self.tally.code("OK")
+                now = time.monotonic()
+                with self._lock:
+                    self.acknowledged[ack.run_id] = ack.content_sha256
+                    if self._waiting_since_fault:
+                        self._waiting_since_fault = False
+                        self.tally.recovered(now - self.last_fault)
+                break
+        channel.close()
+
+
+def stored(db: Path) -> tuple[Counter, dict[str, str], set[str]]:
+    """What the database `db` holds (opened here: no collector may serve it): how often
+    each run_id is stored, each stored run's content hash, the run_ids in quarantine."""
+    store = Store(db)
+    try:
+        counts: Counter = Counter()
+        hashes: dict[str, str] = {}
+        token = ""
+        while True:
+            page, token = store.list(RunFilter(), page_size=1000, page_token=token)
+            for run in page:
+                counts[run.run.run_id] += 1
+                hashes[run.run.run_id] = run.content_sha256
+            if not token:
+                break
+        held = {q.run_id for q in store.quarantined()}
+        return counts, hashes, held
+    finally:
+        store.close()
+
+
+def check_database(tally: Tally, db: Path, acknowledged: dict[str, str],
+                   submitted: set[str]) -> None:
+    """Count in `tally` the acknowledged runs `db` lacks, and the runs it holds twice or
+    never submitted; a stored run whose content differs from its acknowledgement is
+    wrong."""
+    counts, hashes, held = stored(db)
+    for run_id, sha in acknowledged.items():
+        if run_id in held:
+            continue
+        if run_id not in counts:
+            tally.lost += 1
+        elif hashes[run_id] != sha:
+            tally.wrong += 1
+    tally.duplicated += sum(n - 1 for n in counts.values() if n > 1)
+    tally.duplicated += sum(1 for run_id in counts if run_id not in submitted)
+
+
+def table(tallies: list[Tally]) -> str:
+    """The campaign's table, 80 columns: the codes column wraps."""
+    head = (f"{'part':<18}{'tried':>7}{'lost':>5}{'dup':>4}{'wrong':>6}  "
+            f"{'codes seen':<29}{'recover':>9}")
+    lines = [head, "-" * 80]
+    for t in tallies:
+        items = [f"{SHORT_CODES.get(name, name)} {n}" for name, n in
+                 sorted(t.codes.items(), key=lambda kv: -kv[1]) if name != "tries"]
+        wrapped = _pack(items, 29)
+        recover = f"{t.recover_s:.2f} s" if t.recover_s is not None else "-"
+        lines.append(f"{t.part:<18}{t.tried:>7}{t.lost:>5}{t.duplicated:>4}{t.wrong:>6}  "
+                     f"{wrapped[0]:<29}{recover:>9}")
+        lines += [f"{'':<42}{more}" for more in wrapped[1:]]
+        if t.note:
+            lines += [f"{'':<4}{more}" for more in textwrap.wrap(t.note, 76)]
+    return "\n".join(lines)
+
+
+def _pack(items: list[str], width: int) -> list[str]:
+    """`items` joined with ", " into lines of at most `width` (an item is never split)."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 2 + len(item) <= width:
+            lines[-1] += ", " + item
+        else:
+            if lines:
+                lines[-1] += ","
+            lines.append(item)
+    return lines or ["-"]
