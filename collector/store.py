@@ -74,6 +74,11 @@ log = logging.getLogger(__name__)
 
 # Robust z-score (Iglewicz and Hoaglin): 0.6745 * (x - median) / MAD; beyond 3.5 is an outlier.
 OUTLIER_THRESHOLD = 3.5
+# ... and only this far from its group's median: in a tight group the MAD is tiny, and the
+# z-score alone flagged two of five default B0 runs on one H200 that agree within 4%
+# (docs/results/h200-default-run.md, the repeats). Honest repeats on one card differ by a
+# few percent; a tenth is not measurement noise.
+OUTLIER_MIN_SHARE = 0.10
 # A GPU configuration: the cards, how many, and a --memory-limit (a smaller card).
 CONFIG_COLUMNS = ("gpu_name", "gpu_count", "memory_limit_bytes")
 # The columns that decide which runs are "the same GPU configuration" for outliers,
@@ -849,7 +854,9 @@ class Store:
         One statement for all groups: per group the median and the median absolute
         deviation (MAD) of epoch2_seconds; z = 0.6745 * (x - median) / MAD. Where the MAD
         is 0 (half the runs identical) the mean absolute deviation stands in, scaled to
-        the MAD's consistency constant (Iglewicz and Hoaglin). Only changed rows are written.
+        the MAD's consistency constant (Iglewicz and Hoaglin). An outlier is a run beyond
+        OUTLIER_THRESHOLD and more than OUTLIER_MIN_SHARE from its group's median. Only
+        changed rows are written.
         """
         if groups is not None and not groups:
             return
@@ -862,7 +869,8 @@ class Store:
             params = [value for key in sorted(groups, key=str) for value in key]
         con.execute(
             f"""
-            UPDATE runs SET outlier = abs(s.z) > ?, outlier_score = s.z
+            UPDATE runs SET outlier = abs(s.z) > ? AND abs(s.x - s.med) > ? * s.med,
+                            outlier_score = s.z
             FROM (
                 WITH g AS (SELECT run_id, {cols}, epoch2_seconds AS x FROM runs
                            WHERE {SCORED_RUNS}{where}),
@@ -870,15 +878,17 @@ class Store:
                      d AS (SELECT {cols}, median(abs(x - med)) AS mad,
                                   avg(abs(x - med)) AS meanad
                            FROM g JOIN m USING ({cols}) GROUP BY ALL)
-                SELECT g.run_id,
+                SELECT g.run_id, g.x, m.med,
                     CASE WHEN d.mad > 0 THEN 0.6745 * (g.x - m.med) / d.mad
                          WHEN d.meanad > 0 THEN (g.x - m.med) / (1.253314 * d.meanad)
                          ELSE 0 END AS z
                 FROM g JOIN m USING ({cols}) JOIN d USING ({cols})
             ) s
-            WHERE runs.run_id = s.run_id AND runs.outlier_score IS DISTINCT FROM s.z
+            WHERE runs.run_id = s.run_id AND (runs.outlier_score IS DISTINCT FROM s.z OR
+                runs.outlier IS DISTINCT FROM (abs(s.z) > ? AND abs(s.x - s.med) > ? * s.med))
             """,
-            [OUTLIER_THRESHOLD, *params],
+            [OUTLIER_THRESHOLD, OUTLIER_MIN_SHARE, *params,
+             OUTLIER_THRESHOLD, OUTLIER_MIN_SHARE],
         )
         # The figures follow the flags: recompute the touched groups' rows.
         if groups is None:

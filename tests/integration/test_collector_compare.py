@@ -323,6 +323,26 @@ def test_a_group_of_identical_times_falls_back_to_the_mean_deviation(collector) 
     assert statistics.median(times) == 10.0
 
 
+def test_a_tight_group_keeps_its_runs_whatever_their_z_score(collector) -> None:
+    stub = collector.collector_stub()
+    md = collector.metadata()
+    # The epoch 2 of the default B0 on one H200, five runs (docs/results/h200-default-run,
+    # call5-default-b0*.json and runs/h200-b0-default.json): within 4%, yet three agree
+    # so closely that the MAD is 0.16 ms and the slowest scores 66.
+    times = [0.686665, 0.697729, 0.697858, 0.698017, 0.713439]
+    runs = [make_run(gpu_name=H200, epoch2_seconds=t) for t in times]
+    for run in runs:
+        stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=md)
+    stored = [stub.GetRun(pb.GetRunRequest(run_id=r.run_id), metadata=md) for r in runs]
+    assert abs(stored[-1].outlier_score) > 3.5
+    assert not any(s.outlier for s in stored)
+    # One run 20% slower than the group is an outlier.
+    slow = make_run(gpu_name=H200, epoch2_seconds=0.838)
+    stub.SubmitRun(pb.SubmitRunRequest(run=slow), metadata=md)
+    assert stub.GetRun(pb.GetRunRequest(run_id=slow.run_id), metadata=md).outlier
+    assert not stub.GetRun(pb.GetRunRequest(run_id=runs[-1].run_id), metadata=md).outlier
+
+
 # The factory's runs: Keras's own code path, the batch given (--batch N).
 KERAS_GIVEN = {"settings": "keras", "batch_rule": "given"}
 
