@@ -122,7 +122,8 @@ def translate_error(
     retryable = code in _RETRYABLE_CODES
     exc: GpubenchError
     if code == grpc.StatusCode.UNAVAILABLE:
-        reason = _CONNECT_PREFIX.sub("", detail) or code.name
+        # A name that does not resolve ends its detail with a colon and nothing after it.
+        reason = _CONNECT_PREFIX.sub("", detail).rstrip(": ") or code.name
         exc = CollectorUnavailable(f"cannot reach the collector at {address} ({reason})")
     elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
         exc = CollectorUnavailable(
