@@ -281,7 +281,9 @@ def deployment(
         deployment.token = done.stdout.strip().splitlines()[-1].removeprefix("TOKEN=")
         assert deployment.token.startswith("gpb_"), f"no token: {done.stdout!r}"
         assert deployment.inspect("{{.Config.User}}") == "gpubench"
-        assert deployment.inspect("{{.State.Health.Status}}") == "healthy"
+        # The block waits for the collector itself (gpubench-healthcheck --wait); docker's
+        # own health status follows at its next check (every 5 s).
+        deployment.wait_healthy()
         yield deployment
     finally:
         deployment.tear_down()
