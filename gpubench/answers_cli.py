@@ -1,6 +1,6 @@
 """`gpubench estimate`, `fit` and `plot`: the answers people came for, from stored runs.
 
-Registers itself with the `gpubench` group when gpubench.cli imports it. Output is
+gpubench.cli adds COMMANDS to the `gpubench` group. Output is
 plain text of at most 80 columns; measured runs answer, published figures (the
 article's, transcribed) are shown in lines of their own and never mixed in.
 """
@@ -17,7 +17,7 @@ import click
 from gpubench import estimate as estimating
 from gpubench import fit as fitting
 from gpubench import plot_data, record, sizes, stored_runs, tables
-from gpubench.cli import MODEL, _client, cli
+from gpubench.cli_shared import MODEL, query_client
 
 WIDTH = 80
 PUBLISHED_HEADING = "Published figures (transcribed from the article, not measured by gpubench)"
@@ -33,7 +33,7 @@ def _runs(ctx: click.Context, model: str, gpu: str | None, include_outliers: boo
           ) -> tuple[list[Any], list[Any]]:
     """The usable (measured, published) runs of `model` on GPUs matching `gpu`; the
     outliers left out are kept in ctx.meta["outliers"] for a note."""
-    stored = _client(ctx).iter_runs(model=model, gpu=gpu)
+    stored = query_client(ctx).iter_runs(model=model, gpu=gpu)
     matching = [s for s in stored if gpu is None or stored_runs.matches_gpu(s.run, gpu)]
     left_out = [] if include_outliers else stored_runs.outliers(matching)
     ctx.meta["outliers"] = stored_runs.grouped(left_out)
@@ -87,7 +87,7 @@ def _seconds_range(values: list[float]) -> str:
     return f"{low} s" if low == high else f"{low}-{high} s"
 
 
-@cli.command()
+@click.command()
 @click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
 @_gpu_option('Only GPUs whose name contains this, e.g. "Tesla T4" or "H200" '
              "(default: every GPU with runs).")
@@ -220,7 +220,7 @@ def _how_sure(result: fitting.Answer) -> str:
     return f"a floor only: one peak at one batch ({count}) bounds the memory per image"
 
 
-@cli.command(help=(
+@click.command(help=(
     "Whether a card of --memory trains the model, and at about what batch.\n\n"
     "From the stored runs: a run searched at or near that memory (its card's, or "
     "--memory-limit) answers directly; otherwise the line of peak memory against batch "
@@ -288,7 +288,7 @@ def _answer_document(result: fitting.Answer) -> dict[str, Any]:
 # -- plot -------------------------------------------------------------------------------
 
 
-@cli.command()
+@click.command()
 @click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
 @_gpu_option("Only GPUs whose name contains this (default: every GPU with runs).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
@@ -336,3 +336,7 @@ def plot(ctx: click.Context, model: str, gpu: str | None, out_dir: str,
                                 plot_data.bars(published, metric, published=True), target,
                                 footnotes=footnotes)
             click.echo(f"wrote {target}", err=True)
+
+
+# The commands gpubench.cli adds to its group.
+COMMANDS = (estimate, fit, plot)

@@ -9,15 +9,13 @@ refused, 5 not found, ...).
 from __future__ import annotations
 
 import json
-import os
-import sys
 from typing import Any
 
 import click
 import pandas as pd
-from rich.console import Console
 
-from gpubench import __version__, prices, record, tables
+from gpubench import __version__, answers_cli, prices, record, tables
+from gpubench.cli_shared import MODEL, query_client, table_console
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
 from gpubench.errors import ExitCode, GpubenchError
 
@@ -89,7 +87,6 @@ class Group(click.Group):
             raise CommandFailed("interrupted", ExitCode.INTERRUPTED) from None
 
 
-MODEL = click.Choice(record.MODELS, case_sensitive=False)
 PRECISION = click.Choice(record.PRECISIONS)
 BACKEND = click.Choice(record.BACKENDS)
 PIPELINE = click.Choice(record.PIPELINE_MODES)
@@ -119,27 +116,6 @@ def _format_option(*choices: str, default: str = "table") -> Any:
     )
 
 
-def _client(ctx: click.Context) -> Client:
-    """The client for this command, built from the global options and closed at exit."""
-    options = ctx.find_root().obj
-    client = Client(
-        options["collector"],
-        options["token"],
-        ca=options["ca"],
-        tls=options["tls"],
-        timeout=options["timeout"],
-    )
-    return ctx.with_resource(client)
-
-
-def _console() -> Console:
-    # Piped into a file or another program, rich would squeeze tables into 80 columns:
-    # lines as long as they need, unless $COLUMNS asks for a width.
-    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
-        return Console()
-    return Console(width=400)
-
-
 def _warn(lines: list[str]) -> None:
     for line in lines:
         click.echo(f"warning: {line}", err=True)
@@ -151,7 +127,7 @@ def _emit_frame(frame: pd.DataFrame, fmt: str, table: Any) -> None:
     elif fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     else:
-        _console().print(table)
+        table_console().print(table)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -302,7 +278,7 @@ def compare(
     images/s per 1,000 USD beside img/J."""
     # Read before the collector is asked: a bad price fails at once, naming its line.
     book = prices.load(price_options, [price_file] if price_file else [])
-    frame = _client(ctx).compare(
+    frame = query_client(ctx).compare(
         model.upper(),
         baseline=baseline,
         baseline_count=baseline_count,
@@ -334,7 +310,7 @@ def compare(
     elif fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     else:
-        console = _console()
+        console = table_console()
         if frame.empty:
             if not frame.attrs.get("warnings"):
                 click.echo(f"no runs of {model.upper()} match", err=True)
@@ -387,7 +363,7 @@ def runs_list(
     fmt: str,
 ) -> None:
     """Stored runs, newest first."""
-    frame = _client(ctx).list_runs(
+    frame = query_client(ctx).list_runs(
         gpu=gpu,
         model=model.upper() if model else None,
         backend=backend,
@@ -405,7 +381,7 @@ def runs_list(
         _emit_frame(frame, fmt, None)
         return
     # Published runs (transcribed, not measured) are listed apart from measured ones.
-    console = _console()
+    console = table_console()
     measured, published = frame[~frame["published"]], frame[frame["published"]]
     if not measured.empty:
         console.print(tables.runs_table(measured, title="measured runs",
@@ -443,12 +419,12 @@ def _full_run_id(client: Client, given: str) -> str:
 def runs_show(ctx: click.Context, run_id: str, fmt: str) -> None:
     """One stored run (RUN_ID, or the first characters of one as `runs list` shows them):
     the full record as json, or a summary with its epochs."""
-    client = _client(ctx)
+    client = query_client(ctx)
     stored = client.get_run(_full_run_id(client, run_id))
     if fmt == "json":
         click.echo(json.dumps(tables.stored_run_dict(stored), indent=2))
         return
-    console = _console()
+    console = table_console()
     for table in tables.run_tables(stored):
         console.print(table)
 
@@ -459,7 +435,7 @@ def runs_show(ctx: click.Context, run_id: str, fmt: str) -> None:
 def runs_delete(ctx: click.Context, run_id: str) -> None:
     """Delete a run (RUN_ID in full, or a prefix only one run id starts with; only its
     submitter or an admin may)."""
-    client = _client(ctx)
+    client = query_client(ctx)
     deleted = client.delete_run(_full_run_id(client, run_id))
     click.echo(f"deleted run {deleted or run_id}")
 
@@ -493,7 +469,7 @@ def leaderboard(
     images, the whole card), of the newest benchmark version, one settings label and one
     batch rule at a time (the default run's unless asked). Outliers, runs flagged as
     implausible and published figures are left out."""
-    frame = _client(ctx).leaderboard(
+    frame = query_client(ctx).leaderboard(
         model.upper(), precision=precision, limit=limit, backend=backend, settings=settings,
         batch_rule=batch_rule, benchmark_version=benchmark_version,
         include_flagged=include_flagged)
@@ -522,11 +498,14 @@ def leaderboard(
 @click.pass_context
 def export(ctx: click.Context, fmt: str, out: str) -> None:
     """Write every stored run to a file, one row per run with flattened columns."""
-    count = _client(ctx).export(out, format=fmt)
+    count = query_client(ctx).export(out, format=fmt)
     click.echo(f"wrote {count} runs to {out}", err=True)
 
 
-from gpubench import answers_cli  # noqa: E402, F401  (estimate, fit, plot)
+
+
+for _command in answers_cli.COMMANDS:  # estimate, fit, plot
+    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:
