@@ -123,7 +123,7 @@ def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Tab
     """This run beside the others like it, grouped by GPU configuration (median epoch 2
     and images a second; "vs this run": how many times faster each is); or, with none,
     a sentence saying there is nothing to compare with."""
-    from gpubench import tables
+    from gpubench import frames, tables
 
     config = run.config
     if not others:
@@ -133,11 +133,11 @@ def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Tab
                 f"images, settings {record.settings_label(config)}, batch "
                 f"{config.batch_rule or 'unrecorded'}); `gpubench compare --model "
                 f"{config.model} --allow-mixed` shows unlike ones")
-    frame = tables.runs_frame(others)
+    frame = frames.runs_frame(others)
     groups = frame.groupby("gpu_config", sort=False).agg(
         runs=("run_id", "size"), epoch2=("epoch2_s", "median"),
         per_second=("train_images_per_s", "median")).sort_values("epoch2")
-    mine = tables.run_row(collector_pb2.StoredRun(run=run))
+    mine = frames.run_row(collector_pb2.StoredRun(run=run))
     table = tables.narrow_table(
         f"{config.model}: this run beside the collector's others like it",
         "vs this run: how many times faster than this run (epoch-2 median); img/s: "

@@ -16,7 +16,7 @@ import click
 
 from gpubench import estimate as estimating
 from gpubench import fit as fitting
-from gpubench import plot_data, record, sizes, stored_runs, tables
+from gpubench import frames, plot_data, record, sizes, stored_runs, tables
 from gpubench.cli_shared import MODEL, query_client
 
 WIDTH = 80
@@ -183,7 +183,7 @@ def _fit_line(found: fitting.RunFit, memory_bytes: int) -> None:
 
 
 def _gib(num_bytes: float) -> str:
-    return f"{num_bytes / tables.GIB:.2f} GiB"
+    return f"{num_bytes / frames.GIB:.2f} GiB"
 
 
 def _verdict(result: fitting.Answer) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import click
 import pandas as pd
 
-from gpubench import __version__, answers_cli, prices, record, tables
+from gpubench import __version__, answers_cli, frames, prices, record, tables
 from gpubench.cli_shared import MODEL, query_client, table_console
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
 from gpubench.errors import ExitCode, GpubenchError
@@ -123,7 +123,7 @@ def _warn(lines: list[str]) -> None:
 
 def _emit_frame(frame: pd.DataFrame, fmt: str, table: Any) -> None:
     if fmt == "json":
-        click.echo(json.dumps(tables.frame_records(frame), indent=2))
+        click.echo(json.dumps(frames.frame_records(frame), indent=2))
     elif fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     else:
@@ -298,12 +298,12 @@ def compare(
         include_outliers=include_outliers,
         include_flagged=include_flagged,
     )
-    published = tables.published_frame(frame.attrs["response"])
+    published = frames.published_frame(frame.attrs["response"])
     priced = len(book) > 0 and not frame.empty
     if priced:
         frame = prices.cost_frame(frame, book)
     if fmt == "json":
-        document = tables.compare_document(frame)
+        document = frames.compare_document(frame)
         if len(book):
             document["prices_usd"] = book.as_dict()
         click.echo(json.dumps(document, indent=2))
@@ -422,7 +422,7 @@ def runs_show(ctx: click.Context, run_id: str, fmt: str) -> None:
     client = query_client(ctx)
     stored = client.get_run(_full_run_id(client, run_id))
     if fmt == "json":
-        click.echo(json.dumps(tables.stored_run_dict(stored), indent=2))
+        click.echo(json.dumps(frames.stored_run_dict(stored), indent=2))
         return
     console = table_console()
     for table in tables.run_tables(stored):

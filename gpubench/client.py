@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 import pandas as pd
 
-from gpubench import __version__, tables
+from gpubench import __version__, frames
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,
@@ -367,9 +367,9 @@ class Client:
     def list_runs(self, **filters: Any) -> pd.DataFrame:
         """Stored runs as a table, one row per run with flattened, unit-named columns.
 
-        Takes the filters of `iter_runs`. Columns are those of `gpubench.tables.run_row`.
+        Takes the filters of `iter_runs`. Columns are those of `gpubench.frames.run_row`.
         """
-        return tables.runs_frame(self.iter_runs(**filters))
+        return frames.runs_frame(self.iter_runs(**filters))
 
     def export(self, path: str | Path, format: str = "parquet", **filters: Any) -> int:
         """Write every stored run (or those matching the filters of `iter_runs`) to a
@@ -381,7 +381,7 @@ class Client:
                 f"format: {format!r} is not one of parquet, csv", exit_code=ExitCode.USAGE
             )
         filters.setdefault("page_size", EXPORT_PAGE_SIZE)
-        frame = tables.runs_frame(self.iter_runs(**filters))
+        frame = frames.runs_frame(self.iter_runs(**filters))
         target = Path(path)
         try:
             if fmt == "csv":
@@ -483,10 +483,10 @@ class Client:
         one value. Outlier runs are left out unless `include_outliers`, runs flagged as
         implausible unless `include_flagged`.
 
-        Columns: see `gpubench.tables.compare_frame`; `df.attrs` holds the raw
+        Columns: see `gpubench.frames.compare_frame`; `df.attrs` holds the raw
         response ("response"), "baseline", "warnings", what the runs share, and the
         published runs of the model ("published": one dict each, as
-        `gpubench.tables.published_frame` has them).
+        `gpubench.frames.published_frame` has them).
         """
         response = self.compare_response(
             model,
@@ -508,7 +508,7 @@ class Client:
             epochs=epochs,
             include_flagged=include_flagged,
         )
-        return tables.compare_frame(response)
+        return frames.compare_frame(response)
 
     def leaderboard_response(
         self,
@@ -543,7 +543,7 @@ class Client:
         "kernels+cuda-graphs") and `batch_rule` (default "steps"); `backend`,
         `benchmark_version` (default: the newest, in numeric order) and `include_flagged`
         as in `compare`."""
-        return tables.leaderboard_frame(
+        return frames.leaderboard_frame(
             self.leaderboard_response(model, precision, limit, **filters))
 
     # -- tokens (admin) -------------------------------------------------------------

@@ -7,7 +7,7 @@ import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
-from gpubench import tables
+from gpubench import frames, tables
 
 # Each table fits 80 columns; the legend explains the short headings once.
 LEGEND = ("px: image size; img/ep: training images an epoch; img/s: training images a "
@@ -15,15 +15,15 @@ LEGEND = ("px: image size; img/ep: training images an epoch; img/s: training ima
 
 
 def _int(value: object) -> int:
-    return 0 if tables.is_missing(value) else int(value)  # type: ignore[call-overload]
+    return 0 if frames.is_missing(value) else int(value)  # type: ignore[call-overload]
 
 
 def _row_cells(row: dict) -> list[str | Text]:
     return [
         Text(str(row["label"] or row["submitter"])),
         Text(row["gpu_config"]),
-        str(_int(row["image_size"]) or tables.MISSING),
-        str(_int(row["train_images"]) or tables.MISSING),
+        str(_int(row["image_size"]) or frames.MISSING),
+        str(_int(row["train_images"]) or frames.MISSING),
         tables.format_batch(_int(row["batch_per_gpu"]), _int(row["global_batch"]),
                             _int(row["gpu_count"])),
         tables.format_seconds(row["epoch2_s"]),
@@ -62,9 +62,9 @@ def standing_tables(frame: pd.DataFrame, *, you: str) -> list[Table | Text]:
 def _per_second(row: dict) -> float:
     """Training images a second in epoch 2: as measured, or from the epoch's time where a
     published record has only that."""
-    if not tables.is_missing(row["train_images_per_s"]):
+    if not frames.is_missing(row["train_images_per_s"]):
         return float(row["train_images_per_s"])
-    if _int(row["train_images"]) and not tables.is_missing(row["epoch2_s"]):
+    if _int(row["train_images"]) and not frames.is_missing(row["epoch2_s"]):
         return _int(row["train_images"]) / float(row["epoch2_s"])
     return float("nan")
 
@@ -72,7 +72,7 @@ def _per_second(row: dict) -> float:
 def _verdict(mine: pd.DataFrame, others: pd.DataFrame) -> str:
     """One line per reference: how many images a second it trained against yours (epoch
     times are not comparable across epoch sizes), and what makes it unlike your run."""
-    if mine.empty or tables.is_missing(_per_second(mine.iloc[0].to_dict())):
+    if mine.empty or frames.is_missing(_per_second(mine.iloc[0].to_dict())):
         return "your run has no epoch-2 figure to compare (it did not finish)"
     run = mine.iloc[0].to_dict()
     yours = _per_second(run)
@@ -80,7 +80,7 @@ def _verdict(mine: pd.DataFrame, others: pd.DataFrame) -> str:
              f"{run['gpu_config']}; the others, against that:"]
     for row in others.to_dict("records"):
         theirs = _per_second(row)
-        if tables.is_missing(theirs):
+        if frames.is_missing(theirs):
             continue
         unlike = [what for what, key in (("image size", "image_size"),
                                          ("images an epoch", "train_images"),

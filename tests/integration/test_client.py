@@ -12,7 +12,7 @@ import pytest
 from factories import CARDS, TRAIN_IMAGES
 from rich.console import Console
 
-from gpubench import Client, tables
+from gpubench import Client, frames, tables
 from gpubench.client import RequestLimited
 from gpubench.errors import AccessDenied, ExitCode, NotFound, RequestRefused
 
@@ -53,7 +53,7 @@ def test_list_runs_pages_filters_and_flattens(client: Client, make_run: Any) -> 
     assert ids == [r.run_id for r in runs]
 
     frame = client.list_runs(gpu="tesla")
-    assert list(frame.columns) == tables.RUN_COLUMNS
+    assert list(frame.columns) == frames.RUN_COLUMNS
     assert len(frame) == 5 and set(frame["gpu_config"]) == {"1x Tesla T4"}
     assert client.list_runs(gpu="ada", gpu_count=2)["model"].tolist() == ["B7"]
     assert len(client.list_runs(limit=3)) == 3
@@ -167,7 +167,7 @@ def test_leaderboard(client: Client, make_run: Any) -> None:
         client.submit_run(make_run(gpu_name=gpu, epoch2_seconds=seconds))
     # The factory's runs: Keras's own code path, the batch given.
     board = client.leaderboard("B0", settings="keras", batch_rule="given")
-    assert list(board.columns) == tables.LEADERBOARD_COLUMNS
+    assert list(board.columns) == frames.LEADERBOARD_COLUMNS
     assert board["gpu_name"].tolist() == [ADA, "NVIDIA H200", T4]
     assert board["rank"].tolist() == [1, 2, 3]
     t4 = board.iloc[2]
@@ -201,7 +201,7 @@ def test_export_parquet_and_csv(client: Client, make_run: Any, tmp_path: Any) ->
     assert client.export(parquet, page_size=3) == 7
     assert client.export(csv, format="csv") == 7
     for frame in (pd.read_parquet(parquet), pd.read_csv(csv)):
-        assert list(frame.columns) == tables.RUN_COLUMNS
+        assert list(frame.columns) == frames.RUN_COLUMNS
         assert sorted(frame["epoch2_s"]) == pytest.approx([r.result.epoch2_seconds for r in runs])
         assert set(frame["run_id"]) == {r.run_id for r in runs}
     with pytest.raises(Exception, match="format: 'xlsx'"):

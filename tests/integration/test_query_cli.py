@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 from factories import CARDS, TRAIN_IMAGES
 
-from gpubench import Client, tables
+from gpubench import Client, frames
 from gpubench.cli import cli
 from gpubench.errors import ExitCode
 
@@ -138,7 +138,7 @@ def test_compare_warnings_go_to_stderr(invoke: Any, filled: Any, make_run: Any) 
     result = invoke("compare", "--model", "B0", "--format", "csv")
     assert result.exit_code == 0
     frame = pd.read_csv(io.StringIO(result.stdout))
-    assert list(frame.columns) == tables.COMPARE_COLUMNS
+    assert list(frame.columns) == frames.COMPARE_COLUMNS
     assert frame["gpu_name"].tolist() == [ADA, "NVIDIA H200", T4]
     assert "warning: 1x NVIDIA H200: only 1 run" in result.stderr
     assert "warning" not in result.stdout
@@ -286,7 +286,7 @@ def test_export(invoke: Any, tmp_path: Path) -> None:
     result = invoke("export", "--out", str(out))
     assert result.exit_code == 0 and result.stderr == f"wrote 6 runs to {out}\n"
     frame = pd.read_parquet(out)
-    assert len(frame) == 6 and list(frame.columns) == tables.RUN_COLUMNS
+    assert len(frame) == 6 and list(frame.columns) == frames.RUN_COLUMNS
     csv = tmp_path / "runs.csv"
     assert invoke("export", "--format", "csv", "--out", str(csv)).exit_code == 0
     assert len(pd.read_csv(csv)) == 6

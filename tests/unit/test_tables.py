@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from gpubench import record, tables
+from gpubench import frames, record, tables
 from gpubench.v1 import collector_pb2
 
 GIB = 1024**3
@@ -77,8 +77,8 @@ def _compare_response() -> collector_pb2.CompareResponse:
 
 def test_run_row_flattens_with_units() -> None:
     stored = _stored_run()
-    row = tables.run_row(stored)
-    assert set(row) == set(tables.RUN_COLUMNS)
+    row = frames.run_row(stored)
+    assert set(row) == set(frames.RUN_COLUMNS)
     assert row["gpu_config"] == "1x Tesla T4"
     assert row["epoch1_s"] == 67.0 and row["epoch2_s"] == 17.0
     assert row["peak_memory_gib"] == pytest.approx(12.0)
@@ -91,14 +91,14 @@ def test_run_row_flattens_with_units() -> None:
 
 
 def test_runs_frame_keeps_columns_when_empty() -> None:
-    frame = tables.runs_frame([])
-    assert list(frame.columns) == tables.RUN_COLUMNS and frame.empty
+    frame = frames.runs_frame([])
+    assert list(frame.columns) == frames.RUN_COLUMNS and frame.empty
     assert str(frame["created_at"].dtype).startswith("datetime64")
 
 
 def test_runs_frame_json_records_are_plain() -> None:
-    frame = tables.runs_frame([_stored_run()])
-    records = tables.frame_records(frame)
+    frame = frames.runs_frame([_stored_run()])
+    records = frames.frame_records(frame)
     text = json.dumps(records)  # NaN would not be valid JSON
     assert "NaN" not in text
     assert records[0]["received_at"].startswith("2025-06-15T15:06:40")
@@ -107,8 +107,8 @@ def test_runs_frame_json_records_are_plain() -> None:
 
 
 def test_compare_frame_columns_and_attrs() -> None:
-    frame = tables.compare_frame(_compare_response())
-    assert list(frame.columns) == tables.COMPARE_COLUMNS
+    frame = frames.compare_frame(_compare_response())
+    assert list(frame.columns) == frames.COMPARE_COLUMNS
     first, baseline = frame.iloc[0], frame.iloc[1]
     assert first["gpu_config"] == "2x NVIDIA RTX 6000 Ada Generation"
     assert first["peak_memory_median_gib"] == pytest.approx(45.0)
@@ -117,7 +117,7 @@ def test_compare_frame_columns_and_attrs() -> None:
     assert frame.attrs["baseline"] == "1x NVIDIA GeForce GTX 1070"
     assert frame.attrs["warnings"] == ["1x Tesla T4 has only 1 run"]
     assert frame.attrs["response"].groups[0].runs == 3
-    document = tables.compare_document(frame)
+    document = frames.compare_document(frame)
     assert json.loads(json.dumps(document))["groups"][1]["energy_per_epoch_j"] is None
 
 
@@ -155,7 +155,7 @@ def _render(table: object) -> str:
 
 
 def test_compare_table_marks_baseline_and_units() -> None:
-    text = _render(tables.compare_table(tables.compare_frame(_compare_response())))
+    text = _render(tables.compare_table(frames.compare_frame(_compare_response())))
     assert "B7 · tensorflow · float32 · 600 px · benchmark 1" in text
     assert "2x NVIDIA RTX 6000 Ada Generation" in text
     assert "1x NVIDIA GeForce GTX 1070  (baseline)" in text
@@ -175,6 +175,17 @@ def test_run_tables_show_epochs_and_trials() -> None:
 
 
 def test_gpu_names_with_brackets_are_not_markup() -> None:
-    frame = tables.runs_frame([_stored_run()])
+    frame = frames.runs_frame([_stored_run()])
     frame.loc[0, "gpu_config"] = "1x GPU [bold]x[/bold]"
     assert "1x GPU [bold]x[/bold]" in _render(tables.runs_table(frame))
+
+
+def test_the_python_client_loads_no_rendering() -> None:
+    # A notebook's `from gpubench import Client` pays for pandas, not for the CLI's tables.
+    import subprocess
+    import sys
+
+    code = "import sys, gpubench.client; print(sorted(m for m in sys.modules if m == 'rich'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
