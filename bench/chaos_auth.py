@@ -46,13 +46,13 @@ def auth_part(folder: Path, *, rounds: int, racers: int = 8) -> Tally:
              "revoked": revoked}
     # Past AUTH_FAILURES failed authentications a minute the address is shut out
     # (RESOURCE_EXHAUSTED): the collector is started again (the count is in memory, the
-    # tokens in the database) before the matrix would pass it, so that every bad token
-    # gets its own answer.
+    # tokens in the database) before the matrix could pass it, so that every token gets
+    # its own answer. Every refusal is counted, as the collector may count it.
     failures = 0
     try:
         for _ in range(rounds):
             for kind, secret in kinds.items():
-                if kind != "non-admin" and failures + len(methods) > AUTH_FAILURES:
+                if failures + len(methods) > AUTH_FAILURES:
                     channel.close()
                     collector.stop()
                     collector.start()
@@ -69,12 +69,20 @@ def auth_part(folder: Path, *, rounds: int, racers: int = 8) -> Tally:
                         code = "OK"
                     except grpc.RpcError as exc:
                         code = exc.code().name
-                    failures += code == "UNAUTHENTICATED"
+                    # A refused token counts, and so does a token at Admin/Backup,
+                    # which only the collector's local credential may call.
+                    failures += code in ("UNAUTHENTICATED", "PERMISSION_DENIED")
                     tally.code(code)
                     if not _auth_allowed(kind, service, code):
                         tally.wrong += 1
                         tally.note = f"{kind} {service}/{method.name}: {code}"
         matrix = tally.tried
+        # A fresh count of failed authentications for the race, whose admin call must
+        # get through.
+        channel.close()
+        collector.stop()
+        collector.start()
+        channel = grpc.insecure_channel(collector.address)
         _race_revocation(tally, collector, channel, admin, racer, racers)
         # The race failed many authentications: the address is shut out now.
         tally.tried += 1
