@@ -216,6 +216,13 @@ class Submitters:
             with self._lock:
                 self.submitted.add(run.run_id)
             while not self._stop.is_set():
+                if time.monotonic() > deadline:  # a collector that never comes back
+                    self._stop.set()
+                    self.tally.note = (f"stopped at the {self.deadline_s:.0f} s bound, "
+                                       "the collector not answering")
+                    with self.tally.lock:
+                        self.tally.wrong += 1
+                    break
                 self.tally.code("tries")
                 try:
                     ack = stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=metadata,
