@@ -12,6 +12,7 @@ import queue
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ DEFAULT_IMAGE = "gpubench-workload:latest"
 WORKLOAD_COMMAND = ("python3", "-m", "gpubench.agent.workload")
 DATA_MOUNT = "/data"
 STOP_TIMEOUTS = (10.0, 5.0)
+# The label each workload container carries with a value of its own start.
+START_LABEL = "org.gpubench.start"
 # How long a container's process list stays fresh (asking docker is an HTTP call).
 PIDS_TTL = 1.0
 
@@ -250,6 +253,9 @@ class DockerRunner(Runner):
             device_requests.append(docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]]))
         log = OutputLog(log_path)
         container = None
+        # A label of this start alone: a Ctrl-C while the engine creates the container
+        # leaves no Python handle to it, but the label finds it.
+        start_label = f"{START_LABEL}={uuid.uuid4().hex}"
         try:
             container = client.containers.create(
                 image.id,
@@ -259,7 +265,8 @@ class DockerRunner(Runner):
                 environment={"PYTHONUNBUFFERED": "1", **self.environment},
                 volumes=volumes,
                 shm_size="2g",  # the framework's data loader workers share memory
-                labels={"org.gpubench.role": "workload"},
+                labels={"org.gpubench.role": "workload",
+                        START_LABEL: start_label.partition("=")[2]},
             )
             workload = DockerWorkload(
                 client, container, self.image, image_digest(image), log, self.stop_timeouts
@@ -267,11 +274,13 @@ class DockerRunner(Runner):
             container.start()
             return workload
         except BaseException as exc:  # a Ctrl-C while starting included: leave nothing behind
-            if container is not None:
-                try:
-                    container.remove(force=True)
-                except docker.errors.APIError:
-                    pass
+            try:
+                made = [container] if container is not None else client.containers.list(
+                    all=True, filters={"label": start_label})
+                for each in made:
+                    each.remove(force=True)
+            except docker.errors.APIError:
+                pass
             log.close()
             client.close()
             if isinstance(exc, docker.errors.APIError):

@@ -105,6 +105,28 @@ def test_stop_interrupts_and_removes_the_container(engine, python_image) -> None
     assert gone(engine, container_id)
 
 
+def test_a_ctrl_c_while_the_engine_creates_the_container_leaves_none(
+        engine, python_image, monkeypatch) -> None:
+    from docker.models.containers import ContainerCollection
+
+    def workloads() -> set[str]:
+        found = engine.containers.list(all=True, filters={"label": "org.gpubench.role"})
+        return {container.id for container in found}
+
+    before = workloads()
+    create = ContainerCollection.create
+
+    def created_then_interrupted(self, *args, **kwargs):
+        create(self, *args, **kwargs)  # the engine made it; the caller never sees it
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ContainerCollection, "create", created_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        stand_in(python_image, "ok").start(REQUEST)
+    monkeypatch.undo()
+    assert workloads() == before
+
+
 def test_a_missing_image_is_one_clear_error(engine) -> None:
     with pytest.raises(DockerUnavailable, match="no-such-image:0: not on this host"):
         DockerRunner("no-such-image:0", gpus=False).start(REQUEST)
