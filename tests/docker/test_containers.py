@@ -217,6 +217,16 @@ class Deployment:
         command = [DOCKER, "ps", "-aq", "--no-trunc", "--filter", f"label={WORKLOAD_LABEL}"]
         return set(run(command, timeout=30).stdout.split())
 
+    def wait_for_workload_containers(self, within_s: float = 30.0) -> None:
+        """Wait until the workload containers are those there were before the test: the
+        engine may still be removing the one a stopped agent removed."""
+        deadline = time.monotonic() + within_s
+        while self.workload_containers() != self.workload_containers_before:
+            assert time.monotonic() < deadline, (
+                f"workload containers left behind: "
+                f"{self.workload_containers() - self.workload_containers_before}")
+            time.sleep(0.5)
+
     def agent_containers(self) -> list[str]:
         """Running containers of the agent image."""
         command = [DOCKER, "ps", "-q", "--filter", f"ancestor={self.images.agent}"]
@@ -334,7 +344,7 @@ def test_the_agent_reaches_the_collector_on_the_host_network(
     # Stopped by `docker stop` (SIGINT, the images' STOPSIGNAL) as by Ctrl-C: exit 130, and
     # the agent removed the workload container it may have started.
     assert code == EXIT_INTERRUPTED, "\n".join(seen) + rest
-    assert deployment.workload_containers() == deployment.workload_containers_before
+    deployment.wait_for_workload_containers()
 
     # The mistake the table warns of: the same command on docker's own network, where
     # 127.0.0.1 is the container's own. Said before any training, with how to reach it.
