@@ -2,5 +2,5 @@
 
 It never imports the training framework: the workload (gpubench.agent.workload)
 runs in a child process or the workload container and streams JSON-lines events
-back (gpubench.agent.events).
+back (gpubench.events).
 """

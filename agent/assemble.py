@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench.agent.events import Event, plain_text
 from gpubench.agent.inventory import Inventory
 from gpubench.agent.runners.base import EXIT_OUT_OF_MEMORY, Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick, WindowTelemetry, aggregate
 
 from gpubench import record
+from gpubench.events import Event, plain_text
 from gpubench.v1 import run_pb2
 
 MEASURED_EPOCH = 2

@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable
 
 from gpubench.agent.eta import SuiteClock
-from gpubench.agent.events import Event
 from gpubench.agent.telemetry import Tick
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
+
+from gpubench.events import Event
 
 GIB = 1 << 30
 # Seconds between "still ..." lines where stderr is not a terminal.

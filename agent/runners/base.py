@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from gpubench.agent.events import Event, parse_line
 from gpubench.agent.workload.options import STEP_SWITCHES, TORCH_KERNELS
+
+from gpubench.events import Event, parse_line
 
 # How many lines of the workload's own output (stderr, stray stdout) are kept
 # for the error message of a failed run; the whole output goes to the log file.

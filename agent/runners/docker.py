@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpubench.agent.events import Event
 from gpubench.agent.runners.base import (
     Outcome,
     OutputLog,
@@ -29,6 +28,7 @@ from gpubench.agent.runners.base import (
 )
 
 from gpubench.errors import ExitCode, GpubenchError
+from gpubench.events import Event
 
 DEFAULT_IMAGE = "gpubench-workload:latest"
 WORKLOAD_COMMAND = ("python3", "-m", "gpubench.agent.workload")

@@ -16,7 +16,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from gpubench.agent.events import Event
 from gpubench.agent.processes import process_tree
 from gpubench.agent.runners.base import (
     Outcome,
@@ -29,6 +28,7 @@ from gpubench.agent.runners.base import (
 )
 
 from gpubench.errors import GpubenchError
+from gpubench.events import Event
 
 WORKLOAD_MODULE = "gpubench.agent.workload"
 # Seconds to wait after SIGINT, then after SIGTERM, before the next signal.

@@ -1,6 +1,6 @@
 """`python -m gpubench.agent.workload`: run the benchmark, try a batch, list models, make data.
 
-`run` and `trial` write JSON-lines events (gpubench.agent.events) on stdout and
+`run` and `trial` write JSON-lines events (gpubench.events) on stdout and
 everything else on stderr; their exit code is 0 for a result, 3 out of memory,
 6 bad data, 2 bad settings, 1 any other failure.
 """

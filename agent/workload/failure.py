@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import traceback
 
-from gpubench.agent.events import EventWriter
 from gpubench.agent.workload import backend, batch_search
 from gpubench.agent.workload.options import EXIT_ERROR, EXIT_OUT_OF_MEMORY
 
 from gpubench.errors import GpubenchError
+from gpubench.events import EventWriter
 
 MESSAGE_LIMIT = 2000  # characters of an error message put in the event
 

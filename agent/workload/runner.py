@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpubench.agent.events import EventWriter
 from gpubench.agent.workload import backend, batch_search, data, synthetic, trials
 from gpubench.agent.workload.failure import report_failure
 from gpubench.agent.workload.memory import MemoryReport
@@ -33,6 +32,8 @@ from gpubench.agent.workload.options import (
     VALIDATION_SPLIT,
     RunSettings,
 )
+
+from gpubench.events import EventWriter
 
 GRAPH_MEMORY_NOTE = ("CUDA graphs: the allocator peak covers the whole run, not only the "
                      "measured epoch (a graph's replays do not pass through the allocator)")

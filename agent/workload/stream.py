@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpubench.agent.events import EventWriter
+from gpubench.events import EventWriter
 
 
 def claim_stdout() -> EventWriter:

@@ -22,10 +22,11 @@ import socket
 import time
 from typing import Any
 
-from gpubench.agent.events import EventWriter
 from gpubench.agent.workload.data import Dataset
 from gpubench.agent.workload.memory import GpuMemory, MemoryReport
 from gpubench.agent.workload.options import EXIT_OK, RunSettings
+
+from gpubench.events import EventWriter
 
 
 class _QueuedEvents:

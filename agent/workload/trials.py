@@ -25,7 +25,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from gpubench.agent.events import EventWriter, parse_line
 from gpubench.agent.workload import backend
 from gpubench.agent.workload.batch_search import Trial, TrialFailed
 from gpubench.agent.workload.options import (
@@ -37,6 +36,7 @@ from gpubench.agent.workload.options import (
 )
 
 from gpubench.errors import GpubenchError
+from gpubench.events import EventWriter, parse_line
 
 TRIAL_TIMEOUT_SECONDS = 1200.0
 MESSAGE_LIMIT = 2000  # characters of an error message kept in a trial

@@ -1,5 +1,5 @@
 """A stand-in for `python -m gpubench.agent.workload`: a real child process that writes
-the documented event stream (agent/events.py) quickly, without a framework.
+the documented event stream (gpubench/events.py) quickly, without a framework.
 
     python fake_workload.py run --model B0 --batch 8 ...   (the agent's arguments)
 

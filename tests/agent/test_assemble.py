@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 from gpubench.agent.assemble import RunBuilder
-from gpubench.agent.events import Event
 from gpubench.agent.inventory import take_inventory
 from gpubench.agent.nvml import FakeNvml, GpuSample
 from gpubench.agent.runners.base import Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick
 
 from collector.validation import problems
+from gpubench.events import Event
 from gpubench.v1 import run_pb2
 
 GIB = 1 << 30

@@ -6,8 +6,9 @@ import io
 import json
 
 from gpubench.agent.display import RunDisplay
-from gpubench.agent.events import parse_line
 from rich.console import Console
+
+from gpubench.events import parse_line
 
 
 def _printed(*events: dict) -> str:

@@ -68,7 +68,7 @@ def test_the_display_keeps_the_clock_and_fits_80_columns() -> None:
     display = RunDisplay(Console(file=out, width=80, color_system=None))
     display.suite_started(["B0", "B3", "B7"], 2)
     display.model_started("B0", 2, lambda: None, 0)
-    from gpubench.agent.events import parse_line
+    from gpubench.events import parse_line
 
     for line in (
         '{"event": "phase", "v": 1, "t": 0, "phase": "search", "message": "searching"}',

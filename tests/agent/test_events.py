@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from gpubench.agent.events import STREAM_VERSION, EventWriter, parse_line
+from gpubench.events import STREAM_VERSION, EventWriter, parse_line
 
 
 def test_written_events_parse_back() -> None:

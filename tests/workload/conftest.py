@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gpubench.agent.events import Event, parse_line
 from workload_helpers import write_png
+
+from gpubench.events import Event, parse_line
 
 
 @dataclass(frozen=True)
