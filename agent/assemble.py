@@ -12,18 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpubench.agent.inventory import Inventory
-from gpubench.agent.runners.base import EXIT_OUT_OF_MEMORY, Outcome, WorkloadRequest
+from gpubench.agent.runners.base import Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick, WindowTelemetry, aggregate
 
 from gpubench import record
 from gpubench.events import Event, plain_text
+from gpubench.settings import EXIT_OUT_OF_MEMORY, MEASURED_EPOCH, switches
 from gpubench.v1 import run_pb2
 
-MEASURED_EPOCH = 2
-# The collector's limits on text (collector/validation.py): keep within them.
-MAX_MESSAGE = 4000
-MAX_WARNING = 1000
-MAX_WARNINGS = 64
 ERROR_TAIL_LINES = 12
 
 Status = run_pb2.RunStatus
@@ -147,7 +143,8 @@ class RunBuilder:
         where = f"in epoch {epochs + 1}" if epochs < MEASURED_EPOCH else "after its epochs"
         self.failed_runs.append(run_pb2.BatchTrial(
             batch=failed, fits=False, kind="run",
-            message=_clip(f"the run ran out of memory {where}: {ending.message}", MAX_WARNING)))
+            message=_clip(f"the run ran out of memory {where}: {ending.message}",
+                          record.MAX_TEXT_CHARS)))
         self.warn(f"batch {failed} ran out of memory {where} of the real run although its "
                   f"trial fit; ran again at batch {batch}")
         self.started = self.result = self.error = None
@@ -195,7 +192,7 @@ class RunBuilder:
         measured = self.measured_epoch
         ending = self.ending(outcome)
         result.status = ending.status
-        result.error_message = _clip(ending.message, MAX_MESSAGE)
+        result.error_message = _clip(ending.message, record.MAX_MESSAGE_CHARS)
         if measured in self.epochs:
             result.measured_epoch = measured
             result.epoch2_seconds = float(self.epochs[measured].get("wall_seconds", 0.0))
@@ -220,7 +217,7 @@ class RunBuilder:
                     peak_memory_bytes=int(trial.get("peak_memory_bytes") or 0),
                     reserved_peak_bytes=int(trial.get("reserved_peak_bytes") or 0),
                     seconds=float(trial.get("seconds") or 0.0),
-                    message=_clip(str(trial.get("message") or ""), MAX_WARNING),
+                    message=_clip(str(trial.get("message") or ""), record.MAX_TEXT_CHARS),
                     kind=str(trial.get("kind") or ""),
                 )
             )
@@ -231,9 +228,9 @@ class RunBuilder:
             result.idle_wait_seconds = idle.waited_seconds
         seen: set[str] = set()
         for warning in self.warnings:
-            if warning not in seen and len(result.warnings) < MAX_WARNINGS:
+            if warning not in seen and len(result.warnings) < record.MAX_WARNINGS:
                 seen.add(warning)
-                result.warnings.append(_clip(warning, MAX_WARNING))
+                result.warnings.append(_clip(warning, record.MAX_TEXT_CHARS))
         return run
 
     def _search(self, result: run_pb2.Result) -> None:
@@ -257,7 +254,8 @@ class RunBuilder:
     def _software(self, run: run_pb2.Run) -> None:
         started = self.started.data if self.started is not None else {}
         software = run.software
-        software.backend = str(started.get("backend") or self.request.backend or "tensorflow")
+        software.backend = str(started.get("backend") or self.request.setting("backend")
+                               or "tensorflow")
         for name in ("backend_version", "keras_version", "python_version",
                      "cuda_runtime_version", "cudnn_version"):
             if started.get(name):
@@ -269,14 +267,17 @@ class RunBuilder:
         request = self.request
         config = run.config
         config.model = str(started.get("model") or request.model)
-        config.precision = str(started.get("precision") or request.precision or "float32")
+        config.precision = str(started.get("precision") or request.setting("precision")
+                               or "float32")
         gpu_count = started.get("gpu_count")
         if gpu_count is None:
-            gpu_count = request.gpus if request.gpus is not None else len(self.gpu_indices)
+            gpu_count = request.setting("gpus")
+            if gpu_count is None:
+                gpu_count = len(self.gpu_indices)
         config.gpu_count = int(gpu_count)
         config.image_size = int(
             started.get("image_size")
-            or request.image_size
+            or request.setting("image_size")
             or record.NATIVE_IMAGE_SIZE.get(config.model, 0)
         )
         batch = started.get("batch_per_gpu") or self.chosen_batch or request.batch
@@ -295,20 +296,17 @@ class RunBuilder:
         )
         config.batch_rule = rule
         config.memory_limit_bytes = int(started.get("memory_limit_bytes")
-                                        or request.memory_limit_bytes or 0)
-        config.epochs = int(started.get("epochs") or request.epochs or MEASURED_EPOCH)
-        config.pipeline = str(started.get("pipeline") or request.pipeline or "")
+                                        or request.setting("memory_limit_bytes") or 0)
+        config.epochs = int(started.get("epochs") or request.setting("epochs")
+                            or MEASURED_EPOCH)
+        config.pipeline = str(started.get("pipeline") or request.setting("pipeline") or "")
         # What ran, which the pipeline asked for may not be: a cached run whose images do
         # not fit the host streams them ("streaming"); --data-on-device keeps them on the GPU.
         if self.result is not None and self.result.get("pipeline_mode"):
             config.pipeline_mode = str(self.result.get("pipeline_mode"))
-        config.weights = str(started.get("weights") or request.weights or "")
-        config.jit_compile = bool(started.get("jit_compile", False))
-        config.cuda_graphs = bool(started.get("cuda_graphs", False))
-        config.data_on_device = bool(started.get("data_on_device", False))
-        config.batched_augmentation = bool(started.get("batched_augmentation", False))
-        config.fused_batchnorm = bool(started.get("fused_batchnorm", False))
-        config.channels_first = bool(started.get("channels_first", False))
+        config.weights = str(started.get("weights") or request.setting("weights") or "")
+        for name in switches():
+            setattr(config, name, bool(started.get(name, False)))
         dataset = started.get("dataset") or {}
         config.dataset_name = str(dataset.get("name") or "")
         config.image_count = int(dataset.get("image_count") or 0)

@@ -20,7 +20,7 @@ from typing import IO, Any
 from gpubench.agent.assemble import RunBuilder
 from gpubench.agent.display import RunDisplay
 from gpubench.agent.inventory import Inventory
-from gpubench.agent.nvml import FakeNvml, Nvml
+from gpubench.agent.nvml import Nvml
 from gpubench.agent.push import FreshConnection, PushReport, RetryPolicy, push_one
 from gpubench.agent.runners.base import Outcome, Runner, WorkloadRequest
 from gpubench.agent.spool import Spool
@@ -33,6 +33,7 @@ from gpubench.agent.telemetry import (
 )
 
 from gpubench.errors import GpubenchError
+from gpubench.settings import DEFAULT_EPOCHS
 from gpubench.v1 import run_pb2
 
 # How many times a model runs again, each at a smaller batch, after running out of
@@ -110,8 +111,8 @@ class Benchmark:
     def run(self, requests: Sequence[WorkloadRequest]) -> BenchmarkOutcome:
         """Run every request in turn (stopping at a Ctrl-C)."""
         outcome = BenchmarkOutcome(push=PushReport() if self.client_factory else None)
-        self.display.suite_started([request.model for request in requests],
-                                   max((request.epochs or 2) for request in requests))
+        epochs = max(request.setting("epochs") or DEFAULT_EPOCHS for request in requests)
+        self.display.suite_started([request.model for request in requests], epochs)
         try:
             for index, request in enumerate(requests):
                 run, interrupted = self.run_one(request, index)
@@ -219,13 +220,13 @@ class Benchmark:
         log_path = self.log_dir / f"{name}.log" if self.log_dir else None
         interrupted = False
         with self.runner.start(request, log_path=log_path) as workload:
-            if isinstance(self.nvml, FakeNvml) and hasattr(workload, "pid"):
-                self.nvml.follow_workload(workload.pid)  # a replayed trace stands in for a GPU
+            if self.nvml is not None and hasattr(workload, "pid"):
+                self.nvml.follow_workload(workload.pid)
             sampler = Sampler(
                 self.nvml, self.gpu_indices, hz=self.sample_hz, workload_pids=workload.pids,
                 trace=self.trace, trace_fields={"run_id": builder.run_id, "model": request.model},
             ) if self.nvml is not None else None
-            self.display.model_started(request.model, request.epochs or 2,
+            self.display.model_started(request.model, request.setting("epochs") or DEFAULT_EPOCHS,
                                        sampler.latest if sampler else lambda: None, index)
             try:
                 if sampler is not None:

@@ -18,15 +18,13 @@ from typing import Any
 
 import click
 
-# Literal copies of gpubench.record's choices: importing the record (protobuf)
-# would slow every --help; tests check that both stay equal.
-MODELS = ("B0", "B3", "B7")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-BACKENDS = ("tensorflow", "torch", "jax")
-PIPELINES = ("cached", "seed")
+from gpubench.errors import ExitCode, GpubenchError
+from gpubench.settings import MODELS, QUICK_BATCH, QUICK_MODEL, RULE_QUICK, parse_size
+from gpubench.settings_cli import BatchSize, agent_options, given_settings
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_AUTH = 0, 1, 2, 3, 4
-EXIT_INTERRUPTED = 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = ExitCode.OK, ExitCode.FAILURE, ExitCode.USAGE
+EXIT_UNAVAILABLE, EXIT_AUTH, EXIT_INTERRUPTED = (ExitCode.UNAVAILABLE, ExitCode.AUTH,
+                                                 ExitCode.INTERRUPTED)
 
 # For development and tests on machines without a GPU: replay a recorded NVML
 # trace instead of the driver, and run another command as the workload.
@@ -46,8 +44,6 @@ def handles_errors(command: Callable[..., int | None]) -> Callable[..., None]:
 
     @wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> None:
-        from gpubench.errors import GpubenchError
-
         try:
             code = command(*args, **kwargs)
         except GpubenchError as exc:
@@ -67,31 +63,11 @@ def _models(ctx: click.Context, param: click.Parameter, value: str) -> list[str]
     return list(dict.fromkeys(models))
 
 
-def _batch(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int | None, str]:
-    """(batch, rule): (None, 'steps') for auto, (None, 'largest'), or (N, 'given')."""
-    text = value.strip().lower()
-    if text in ("auto", "largest"):
-        return None, "steps" if text == "auto" else "largest"
-    try:
-        batch = int(text)
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: 'auto', 'largest' or a whole number") from None
-    if batch < 1:
-        raise click.BadParameter(f"{value!r}: at least 1")
-    return batch, "given"
-
-
-def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    if value is None:
-        return None
-    from gpubench.agent.workload.options import parse_size
-
-    from gpubench.errors import GpubenchError
-
+def _size(value: str) -> int:
     try:
         return parse_size(value)
     except GpubenchError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="'--memory-limit'") from None
 
 
 def spool_option(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -114,28 +90,6 @@ def _options(*options: Callable[..., Any]) -> Callable[..., Any]:
     return apply
 
 
-# What `run` and `largest-batch` both ask of the workload, and where it runs.
-PRECISION_OPTION = click.option(
-    "--precision", type=click.Choice(PRECISIONS), default="float32", show_default=True,
-    help="Training precision (float32 is the protocol's).")
-HARDWARE_OPTIONS = _options(
-    click.option("--gpus", type=click.IntRange(min=0), default=None,
-                 help="GPUs to train on (0: CPU only) [default: 1, or 0 without a GPU]."),
-    click.option("--backend", type=click.Choice(BACKENDS), default=None,
-                 help="Keras backend of the workload [default: $KERAS_BACKEND, else on a GPU "
-                      "the first of torch, tensorflow, jax whose build runs on it; on the CPU "
-                      "the workload's, tensorflow]."),
-)
-SIZE_OPTIONS = _options(
-    click.option("--image-size", type=click.IntRange(min=32), default=None,
-                 help="Pixels per side fed to the network [default: the model's native "
-                      "size]."),
-    click.option("--limit-images", type=click.IntRange(min=10), default=None,
-                 help="Use only this many images (quick checks; not comparable)."),
-)
-SEARCH_BUDGET_OPTION = click.option(
-    "--search-budget", type=click.FloatRange(min=1), default=None,
-    help="Seconds the batch search may take per model [default: the workload's, 120].")
 RUNNER_OPTIONS = _options(
     click.option("--runner", type=click.Choice(("local", "docker")), default="local",
                  show_default=True,
@@ -198,7 +152,7 @@ def main() -> None:
     "driver and GPUBENCH_WORKLOAD_COMMAND replaces `python -m gpubench.agent.workload`."))
 @click.option("--models", default="B0,B3,B7", show_default=True, callback=_models,
               help="Comma list of the models to run, in order.")
-@click.option("--batch", default="auto", show_default=True, callback=_batch,
+@click.option("--batch", type=BatchSize(), default="auto", show_default=True,
               help="Batch size per GPU. 'auto': search the largest batch that fits (recorded) "
                    "and time the largest power of two that fits and leaves at least 8 training "
                    "steps an epoch; 'largest': time the largest that fits; N: time N (a run "
@@ -206,46 +160,7 @@ def main() -> None:
 @click.option("--quick", is_flag=True,
               help="B0 only, at the article's Tesla T4 batch (128), the protocol's float32: a "
                    "comparable figure in about a minute on a large GPU.")
-@click.option("--memory-limit", metavar="SIZE", callback=_size,
-              help="Behave as a GPU of this size, e.g. 16GiB (torch: the allocator's share "
-                   "of the card; TensorFlow: a logical device limit): would it fit there?")
-@SEARCH_BUDGET_OPTION
-@PRECISION_OPTION
-@HARDWARE_OPTIONS
-@click.option("--data", metavar="synthetic|DIR", default=None,
-              help="Rock-paper-scissors images (a folder with one sub-folder per class), or "
-                   "'synthetic' [default: the workload's].")
-@click.option("--epochs", type=click.IntRange(min=2), default=None,
-              help="Epochs to train (epoch 2 is the measured one) [default: 2].")
-@SIZE_OPTIONS
-@click.option("--pipeline", type=click.Choice(PIPELINES), default=None,
-              help="Input pipeline: images decoded once into memory, or as the protocol's "
-                   "scripts read them [default: the workload's].")
-@click.option("--weights", metavar="none|imagenet|FILE", default=None,
-              help="Initial weights [default: the workload's, none].")
-@click.option("--jit-compile/--no-jit-compile", default=None,
-              help="Compile the training step (XLA on TensorFlow and JAX, torch.compile on "
-                   "torch); the protocol did not [default: the workload's, off].")
-@click.option("--cuda-graphs/--no-cuda-graphs", default=None,
-              help="torch backend, one GPU: record each training and validation step once as "
-                   "a CUDA graph and replay it, so the host launches a step with one call; "
-                   "random numbers then come from torch's default generator [default: on "
-                   "where it applies: torch on one GPU, not mixed_float16 or --jit-compile].")
-@click.option("--data-on-device/--data-on-host", default=None,
-              help="torch backend, cached pipeline: keep the decoded images on the GPU "
-                   "[default: the workload's, on the host].")
-@click.option("--batched-augmentation/--keras-augmentation", default=None,
-              help="torch backend: compute the protocol's rotation and zoom for the whole batch "
-                   "at once (the same images as Keras's per-image code, much faster) [default: "
-                   "the workload's: on with torch].")
-@click.option("--fused-batchnorm/--keras-batchnorm", default=None,
-              help="torch backend: compute batch normalization with torch's fused kernel (the "
-                   "same normalisation and moving averages, far fewer passes over memory) "
-                   "[default: the workload's: on with torch].")
-@click.option("--channels-first/--channels-last", default=None,
-              help="torch backend: lay images and activations out as (channels, height, "
-                   "width), torch's own order [default: the workload's: channels first with "
-                   "torch, else channels last as the protocol].")
+@agent_options("run")
 @RUNNER_OPTIONS
 @compat_option
 @collector_options
@@ -265,17 +180,10 @@ def main() -> None:
 @handles_errors
 @click.pass_context
 def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], quick: bool,
-        memory_limit: int | None, search_budget: float | None, precision: str,
-        gpus: int | None,
-        backend: str | None, data: str | None, epochs: int | None, image_size: int | None,
-        limit_images: int | None, pipeline: str | None, weights: str | None,
-        jit_compile: bool | None, cuda_graphs: bool | None, data_on_device: bool | None,
-        batched_augmentation: bool | None, fused_batchnorm: bool | None,
-        channels_first: bool | None, runner: str,
-        image: str, skip_compat: bool, collector: str | None, token: str | None,
-        ca: Path | None, offline: bool,
-        spool_dir: Path | None, sample_hz: float, trace_path: Path | None,
-        idle_timeout: float, idle_temperature: float, label: str, as_json: bool) -> int:
+        runner: str, image: str, skip_compat: bool, collector: str | None, token: str | None,
+        ca: Path | None, offline: bool, spool_dir: Path | None, sample_hz: float,
+        trace_path: Path | None, idle_timeout: float, idle_temperature: float, label: str,
+        as_json: bool, **settings: Any) -> int:
     """Run the benchmark: each model in turn, then a summary (and a comparison with
     the collector's runs). Every run is written to the spool before it is sent.
 
@@ -302,9 +210,7 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
                            if ctx.get_parameter_source(name) != ParameterSource.DEFAULT]
         if quick_conflicts:
             raise click.UsageError(f"--quick sets {', '.join(quick_conflicts)}: leave them out")
-        from gpubench.agent.workload.options import QUICK_BATCH, QUICK_MODEL
-
-        models, batch = [QUICK_MODEL], (QUICK_BATCH, "quick")
+        models, batch = [QUICK_MODEL], (QUICK_BATCH, RULE_QUICK)
     if not offline and not collector:
         raise click.UsageError(
             "give --collector HOST:PORT --token T (or $GPUBENCH_COLLECTOR), or --offline"
@@ -313,9 +219,12 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
     display = RunDisplay()
     nvml, inventory = _open_host(display)
     try:
-        gpu_count = _gpu_count(gpus, inventory, display)
+        gpu_count = _gpu_count(settings.get("gpus"), inventory, display)
         chosen = _make_runner(runner, image, gpu_count)
-        backend = _check_builds(chosen, inventory, gpu_count, backend, display, skip_compat)
+        given = given_settings(settings, "run")
+        given["gpus"] = gpu_count
+        given["backend"] = _check_builds(chosen, inventory, gpu_count, given.get("backend"),
+                                         display, skip_compat)
         spool = Spool(spool_dir)
         retry = RetryPolicy()
         if not offline:
@@ -334,20 +243,8 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
                 client_factory=None if offline else _client_factory(
                     collector or "", token, ca, retry.call_timeout),
             )
-            requests = [
-                WorkloadRequest(model=model, batch=batch[0], batch_rule=batch[1],
-                                memory_limit_bytes=memory_limit, search_budget=search_budget,
-                                precision=precision, gpus=gpu_count,
-                                backend=backend, data=data, epochs=epochs,
-                                image_size=image_size, limit_images=limit_images,
-                                pipeline=pipeline, weights=weights,
-                                jit_compile=jit_compile, cuda_graphs=cuda_graphs,
-                                data_on_device=data_on_device,
-                                batched_augmentation=batched_augmentation,
-                                fused_batchnorm=fused_batchnorm,
-                                channels_first=channels_first)
-                for model in models
-            ]
+            requests = [WorkloadRequest(model, batch=batch[0], batch_rule=batch[1],
+                                        settings=given) for model in models]
             outcome = benchmark.run(requests)
         finally:
             if trace is not None:
@@ -376,7 +273,7 @@ def _open_host(display: Any, *, as_workload_sees: bool = True) -> tuple[Any, Any
     numbers them (CUDA_VISIBLE_DEVICES), matched to NVML's devices by UUID."""
     from gpubench.agent import devices
     from gpubench.agent.inventory import open_and_take_inventory, take_inventory
-    from gpubench.agent.nvml import FakeNvml
+    from gpubench.agent.nvml_replay import FakeNvml
 
     if os.environ.get(NVML_TRACE_ENV):
         nvml: Any = FakeNvml.from_trace(os.environ[NVML_TRACE_ENV])
@@ -406,7 +303,6 @@ def _open_host(display: Any, *, as_workload_sees: bool = True) -> tuple[Any, Any
 
 def _gpu_count(gpus: int | None, inventory: Any, display: Any) -> int:
     """The GPUs to train on: as asked (checked against the host), else 1 or 0."""
-    from gpubench.errors import GpubenchError
 
     if inventory.no_gpu_reason:
         display.note(inventory.no_gpu_reason, style="yellow")
@@ -453,7 +349,8 @@ def _check_builds(runner: Any, inventory: Any, gpu_count: int, backend: str | No
                      "the GPU", style="yellow")
         return backend
     from gpubench.agent import compat
-    from gpubench.agent.workload.options import environment_backend
+
+    from gpubench.settings import environment_backend
 
     asked, asked_by = backend, "--backend"
     if asked is None and environment_backend():
@@ -574,36 +471,32 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
 @click.option("--memory-limit", "limits", metavar="SIZE", multiple=True,
               help="Search as a GPU of this size, e.g. 16GiB (repeat, or give a comma "
                    "list: 8GiB,16GiB,48GiB) [default: the whole card].")
-@PRECISION_OPTION
-@HARDWARE_OPTIONS
-@SIZE_OPTIONS
-@SEARCH_BUDGET_OPTION
+@agent_options("largest-batch")
 @RUNNER_OPTIONS
 @compat_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @handles_errors
-def largest_batch(models: list[str], limits: tuple[str, ...], precision: str,
-                  gpus: int | None, backend: str | None, image_size: int | None,
-                  limit_images: int | None, search_budget: float | None, runner: str,
-                  image: str, skip_compat: bool, as_json: bool) -> int:
+def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image: str,
+                  skip_compat: bool, as_json: bool, **settings: Any) -> int:
     """Only the batch search: the largest batch each model trains at on this GPU, or on
     a GPU of each --memory-limit. Nothing is trained to the end, recorded or sent."""
     from gpubench.agent.display import RunDisplay
     from gpubench.agent.largest import print_table, search_models
     from gpubench.agent.runners.base import SearchRequest
 
-    sizes = tuple(_size(click.get_current_context(), None, part.strip())  # type: ignore[arg-type]
-                  for given in limits for part in given.split(",") if part.strip())
+    sizes = tuple(_size(part.strip()) for given in limits for part in given.split(",")
+                  if part.strip())
+    given = given_settings(settings, "largest-batch")
     display = RunDisplay()
     nvml, inventory = _open_host(display)
     if nvml is not None:
         nvml.close()
-    gpu_count = _gpu_count(gpus, inventory, display)
+    gpu_count = _gpu_count(given.get("gpus"), inventory, display)
     chosen = _make_runner(runner, image, gpu_count)
-    backend = _check_builds(chosen, inventory, gpu_count, backend, display, skip_compat)
-    requests = [SearchRequest(model=model, limits=sizes, precision=precision, gpus=gpu_count,  # type: ignore[arg-type]
-                              backend=backend, image_size=image_size, limit_images=limit_images,
-                              search_budget=search_budget) for model in models]
+    given["gpus"] = gpu_count
+    given["backend"] = _check_builds(chosen, inventory, gpu_count, given.get("backend"), display,
+                                     skip_compat)
+    requests = [SearchRequest(model, limits=sizes, settings=given) for model in models]
     found, failed = search_models(chosen, requests, display)
     if as_json:
         import json

@@ -61,7 +61,8 @@ def profile_one(settings: dict[str, str]) -> dict:
     import torch
     from gpubench.agent.workload import augment, batchnorm, cuda_graphs, torch_async
     from gpubench.agent.workload import model as net
-    from gpubench.agent.workload.options import NATIVE_IMAGE_SIZE
+
+    from gpubench.settings import NATIVE_IMAGE_SIZE
 
     net.set_data_format(settings["format"] == "first")
     size = int(settings["size"] or NATIVE_IMAGE_SIZE[settings["model"]])

@@ -121,7 +121,9 @@ def main() -> int:
     if args.nvml == "real":
         nvml = nvml_module.open_nvml()
     else:
-        nvml = nvml_module.FakeNvml.from_trace(TRACE)
+        from gpubench.agent.nvml_replay import FakeNvml
+
+        nvml = FakeNvml.from_trace(TRACE)
     indices = list(range(nvml.gpu_count()))
     code = CPU_WORK if args.work == "cpu" else TORCH_WORK
     amount = calibrate(code, args.epoch_seconds, 100_000 if args.work == "cpu" else 20)

@@ -52,8 +52,9 @@ def main() -> None:
     os.environ.setdefault("KERAS_BACKEND", "torch")
 
     from gpubench.agent.workload import backend, memory, trials
-    from gpubench.agent.workload.options import RunSettings
     from gpubench.agent.workload.runner import load_framework
+
+    from gpubench.settings import RunSettings
 
     began = time.monotonic()
     settings = RunSettings(model=args.model, backend="torch", gpus=1)

@@ -53,13 +53,13 @@ EARLIEST = datetime(2020, 1, 1, tzinfo=timezone.utc)
 
 SHORT = 64  # versions, hashes, modes
 NAME = 200  # GPU and CPU names, OS, labels, dataset names
-LONG = 1000  # image references, warnings
-MESSAGE = 4000  # error messages
+LONG = record.MAX_TEXT_CHARS  # image references, warnings
+MESSAGE = record.MAX_MESSAGE_CHARS  # error messages
 
 MAX_GPUS = 64
 MAX_EPOCHS = 1000
 MAX_TRIALS = 64
-MAX_WARNINGS = 64
+MAX_WARNINGS = record.MAX_WARNINGS
 MAX_IMAGE_SIZE = 4096
 # No GPU has a terabyte of memory yet; a figure above this is a unit mistake.
 MAX_MEMORY_BYTES = 2**40

@@ -54,6 +54,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 STREAM_VERSION = 1
+# Characters of an error message an event (error, batch_trial) carries at most.
+MESSAGE_LIMIT = 2000
 
 KINDS = frozenset(
     {

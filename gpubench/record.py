@@ -20,16 +20,27 @@ from google.protobuf import json_format
 
 from gpubench import BENCHMARK_VERSION, SCHEMA_VERSION
 from gpubench.errors import InvalidRecord
+
+# The protocol's tables are defined with the run settings (the workload reads them
+# where the wire code is absent); the record's readers find them here too.
+from gpubench.settings import (  # noqa: F401
+    BACKENDS,
+    MODELS,
+    NATIVE_IMAGE_SIZE,
+    PIPELINES,
+    PRECISIONS,
+)
 from gpubench.v1 import run_pb2
 
 Run = run_pb2.Run
 RunStatus = run_pb2.RunStatus
 BatchChoice = run_pb2.BatchChoice
 
-MODELS = ("B0", "B3", "B7")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-BACKENDS = ("tensorflow", "torch", "jax")
-PIPELINES = ("cached", "seed")
+# The record's limits on text: the collector refuses a run over them
+# (collector/validation.py) and the agent keeps its records within them.
+MAX_MESSAGE_CHARS = 4000  # an error message
+MAX_TEXT_CHARS = 1000  # a warning, an image reference
+MAX_WARNINGS = 64
 # How the input pipeline ran (Config.pipeline_mode): "cached" may have become
 # "cached-on-device" (--data-on-device) or "streaming" (the images did not fit the host).
 PIPELINE_MODES = ("cached", "cached-on-device", "streaming", "seed")
@@ -37,8 +48,6 @@ PIPELINE_MODES = ("cached", "cached-on-device", "streaming", "seed")
 # PNG bytes, which differ between Pillow builds, so it is known by its name.
 SYNTHETIC_DATA = "synthetic-rps"
 
-# The protocol's image size for each model (EfficientNet's native resolution).
-NATIVE_IMAGE_SIZE = {"B0": 224, "B3": 300, "B7": 600}
 # The protocol's training set: 80% of the benchmark's 2136 images. The leaderboard ranks
 # only runs of it; a smoke run with --limit-images trains on fewer; `gpubench estimate`
 # scales epoch times to other data set sizes from it.

@@ -5,86 +5,46 @@ from __future__ import annotations
 import collections
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
-
-from gpubench.agent.workload.options import STEP_SWITCHES, TORCH_KERNELS
+from typing import IO, Any
 
 from gpubench.events import Event, parse_line
+from gpubench.settings import RULE_LARGEST, RULE_QUICK, RULE_STEPS, arguments
 
 # How many lines of the workload's own output (stderr, stray stdout) are kept
 # for the error message of a failed run; the whole output goes to the log file.
 TAIL_LINES = 40
 
-# The workload's exit codes (gpubench.agent.workload.options); repeated here so
-# the agent never imports the workload package's settings module by accident.
-EXIT_OK = 0
-EXIT_OUT_OF_MEMORY = 3
-
 
 @dataclass(frozen=True)
 class WorkloadRequest:
-    """What the workload is asked to run: one model with the run's settings.
+    """What the workload is asked to run: one model with the settings the user gave.
 
-    None means "the workload's default" and the flag is not passed.
+    `settings` maps RunSettings field names (gpubench.settings) to values; a setting
+    not in it takes the workload's default.
     """
 
     model: str
     batch: int | None = None  # None: chosen by the workload's search, by batch_rule
-    batch_rule: str = "steps"  # "steps" (--batch auto), "largest", "given" or "quick"
-    precision: str | None = None
-    gpus: int | None = None
-    backend: str | None = None
-    data: str | None = None
-    epochs: int | None = None
-    image_size: int | None = None
-    limit_images: int | None = None
-    pipeline: str | None = None
-    weights: str | None = None
-    jit_compile: bool | None = None
-    cuda_graphs: bool | None = None
-    data_on_device: bool | None = None
-    batched_augmentation: bool | None = None
-    fused_batchnorm: bool | None = None
-    channels_first: bool | None = None
-    memory_limit_bytes: int | None = None
-    search_budget: float | None = None
+    batch_rule: str = RULE_STEPS  # "steps" (--batch auto), "largest", "given" or "quick"
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def setting(self, name: str) -> Any:
+        """The value given for setting `name`, or None (the workload's default)."""
+        return self.settings.get(name)
 
     def arguments(self) -> list[str]:
         """The arguments of `python -m gpubench.agent.workload run`."""
         if self.batch is not None:
             batch = str(self.batch)
         else:
-            batch = "largest" if self.batch_rule == "largest" else "auto"
-        args = ["run", "--model", self.model, "--batch", batch]
-        if self.batch is not None and self.batch_rule == "quick":
-            args += ["--batch-rule", "quick"]
-        for flag, value in (
-            ("--memory-limit", self.memory_limit_bytes),
-            ("--search-budget", self.search_budget),
-            ("--precision", self.precision),
-            ("--gpus", self.gpus),
-            ("--backend", self.backend),
-            ("--data", self.data),
-            ("--epochs", self.epochs),
-            ("--image-size", self.image_size),
-            ("--limit-images", self.limit_images),
-            ("--pipeline", self.pipeline),
-            ("--weights", self.weights),
-        ):
-            if value is not None:
-                args += [flag, str(value)]
-        for on, off, name in (
-            *STEP_SWITCHES,
-            ("--data-on-device", "--data-on-host", "data_on_device"),
-            *TORCH_KERNELS,
-        ):
-            value = getattr(self, name)
-            if value is not None:
-                args.append(on if value else off)
-        return args
+            batch = "largest" if self.batch_rule == RULE_LARGEST else "auto"
+        args = ["run", "--batch", batch]
+        if self.batch is not None and self.batch_rule == RULE_QUICK:
+            args += ["--batch-rule", RULE_QUICK]
+        return args + arguments("run", {**self.settings, "model": self.model})
 
 
 @dataclass(frozen=True)
@@ -94,31 +54,18 @@ class SearchRequest:
 
     model: str
     limits: tuple[int, ...] = ()
-    precision: str | None = None
-    gpus: int | None = None
-    backend: str | None = None
-    data: str | None = None
-    image_size: int | None = None
-    limit_images: int | None = None
-    search_budget: float | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def setting(self, name: str) -> Any:
+        """The value given for setting `name`, or None (the workload's default)."""
+        return self.settings.get(name)
 
     def arguments(self) -> list[str]:
         """The arguments of `python -m gpubench.agent.workload search`."""
-        args = ["search", "--model", self.model]
+        args = ["search"]
         for limit in self.limits:
             args += ["--limit", str(limit)]
-        for flag, value in (
-            ("--precision", self.precision),
-            ("--gpus", self.gpus),
-            ("--backend", self.backend),
-            ("--data", self.data),
-            ("--image-size", self.image_size),
-            ("--limit-images", self.limit_images),
-            ("--search-budget", self.search_budget),
-        ):
-            if value is not None:
-                args += [flag, str(value)]
-        return args
+        return args + arguments("search", {**self.settings, "model": self.model})
 
 
 @dataclass

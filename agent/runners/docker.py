@@ -29,9 +29,10 @@ from gpubench.agent.runners.base import (
 
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import Event
+from gpubench.settings import WORKLOAD_MODULE
 
 DEFAULT_IMAGE = "gpubench-workload:latest"
-WORKLOAD_COMMAND = ("python3", "-m", "gpubench.agent.workload")
+WORKLOAD_COMMAND = ("python3", "-m", WORKLOAD_MODULE)
 DATA_MOUNT = "/data"
 STOP_TIMEOUTS = (10.0, 5.0)
 # The label each workload container carries with a value of its own start.
@@ -243,9 +244,9 @@ class DockerRunner(Runner):
             ) from None
         volumes = {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts.items()}
         args = request.arguments()
-        if request.data and request.data != "synthetic":
+        if request.setting("data") and request.setting("data") != "synthetic":
             # The data folder goes in read-only, under a fixed path.
-            source = str(Path(request.data).expanduser().resolve())
+            source = str(Path(request.setting("data")).expanduser().resolve())
             volumes[source] = {"bind": DATA_MOUNT, "mode": "ro"}
             args[args.index("--data") + 1] = DATA_MOUNT
         device_requests = []

@@ -29,8 +29,8 @@ from gpubench.agent.runners.base import (
 
 from gpubench.errors import GpubenchError
 from gpubench.events import Event
+from gpubench.settings import WORKLOAD_MODULE
 
-WORKLOAD_MODULE = "gpubench.agent.workload"
 # Seconds to wait after SIGINT, then after SIGTERM, before the next signal.
 STOP_TIMEOUTS = (10.0, 5.0)
 

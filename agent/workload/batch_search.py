@@ -24,10 +24,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpubench.agent.workload.options import EXIT_OUT_OF_MEMORY, RULE_STEPS
-
 from gpubench.errors import GpubenchError
 from gpubench.memory_line import HEADROOM, MemoryLine
+from gpubench.settings import (
+    DEFAULT_MAX_TRIALS,
+    DEFAULT_SEARCH_BUDGET,
+    EXIT_OUT_OF_MEMORY,
+    RULE_STEPS,
+)
 
 # The two probes of each model: small enough for an 8 GB card (the article's GTX 1070
 # ran 60 / 16 / 1), far enough apart for the line's slope.
@@ -39,8 +43,6 @@ STEP_DOWN = 0.875
 GAP_SHARE = 8
 # The speed rule: at least this many full training steps an epoch.
 MIN_STEPS = 8
-DEFAULT_MAX_TRIALS = 8
-DEFAULT_BUDGET_SECONDS = 120.0
 
 # Trial kinds, as the record names them.
 PROBE, CONFIRM, RUN = "probe", "confirm", "run"
@@ -204,7 +206,7 @@ def search(
     largest_useful: int,
     speed_candidate: int = 0,
     max_trials: int = DEFAULT_MAX_TRIALS,
-    budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+    budget_seconds: float = DEFAULT_SEARCH_BUDGET,
     on_trial: Callable[[Trial], None] = lambda trial: None,
     clock: Callable[[], float] = time.monotonic,
 ) -> SearchResult:

@@ -9,125 +9,22 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
-from gpubench.agent.workload.options import (
+
+from gpubench.errors import GpubenchError
+from gpubench.settings import (
     BACKENDS,
     BATCH_RULES,
-    DEFAULT_EPOCHS,
-    DEFAULT_SEED,
     MODELS,
     NATIVE_IMAGE_SIZE,
-    PIPELINES,
-    PRECISIONS,
-    RULE_GIVEN,
     RULE_LARGEST,
     RULE_STEPS,
     RunSettings,
     default_backend,
-    parse_size,
 )
-
-from gpubench.errors import GpubenchError
-
-# The batch search's defaults (batch_search.DEFAULT_*; that module is not imported here
-# so that --help stays quick).
-DEFAULT_MAX_TRIALS = 8
-DEFAULT_BUDGET = 120.0
-
-
-class BatchSize(click.ParamType):
-    """A batch size and how it is chosen: N (given), 'auto' (the speed rule) or 'largest'."""
-
-    name = "N|auto|largest"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int | None, str]:
-        if isinstance(value, tuple):
-            return value
-        text = str(value).strip().lower()
-        if text == "auto":
-            return None, RULE_STEPS
-        if text == "largest":
-            return None, RULE_LARGEST
-        try:
-            return int(text), RULE_GIVEN
-        except ValueError:
-            self.fail(f"{value!r} is neither a whole number, 'auto' nor 'largest'", param, ctx)
-
-
-class Size(click.ParamType):
-    """A size in bytes: 16GiB, 8GB, 12000MiB or a plain number of bytes."""
-
-    name = "SIZE"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_size(str(value))
-        except GpubenchError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-def _model_options(func: Callable) -> Callable:
-    """The options `run` and `trial` share: what network, how, on what."""
-    options = [
-        click.option("--model", type=click.Choice(MODELS), default="B0", show_default=True,
-                     help="EfficientNet variant: B0 (224 px), B3 (300 px) or B7 (600 px)."),
-        click.option("--precision", type=click.Choice(PRECISIONS), default="float32",
-                     show_default=True,
-                     help="float32 is the protocol; mixed_* keep float32 weights and compute in "
-                          "16 bits."),
-        click.option("--gpus", type=click.IntRange(min=0), default=1, show_default=True,
-                     help="GPUs to train on, data-parallel (global batch = batch x GPUs); "
-                          "0 trains on the CPU."),
-        click.option("--backend", type=click.Choice(BACKENDS), default=default_backend,
-                     show_default="KERAS_BACKEND, else tensorflow",
-                     help="Framework under Keras."),
-        click.option("--image-size", type=click.IntRange(min=32), default=None,
-                     help="Pixels per side fed to the network, overriding the model's native "
-                          f"size ({', '.join(f'{m} {s}' for m, s in NATIVE_IMAGE_SIZE.items())}); "
-                          "for tests and tiny runs."),
-        click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
-                     help="Seed of the train/validation split, the shuffles and the weights' "
-                          "initialisation (the protocol's split uses 12)."),
-        click.option("--jit-compile/--no-jit-compile", default=False, show_default=True,
-                     help="Compile the training step (XLA on TensorFlow and JAX, torch.compile "
-                          "on torch); the protocol did not."),
-        click.option("--cuda-graphs/--no-cuda-graphs", default=None,
-                     help="torch backend, one GPU: record each training and validation step "
-                          "once as a CUDA graph (one per batch shape) and replay it, so the host "
-                          "launches a step with one call. Random numbers then come from torch's "
-                          "default generator (the same distributions, not Keras's sequence); "
-                          "not with mixed_float16 or --jit-compile [default: on where it "
-                          "applies]."),
-        click.option("--batched-augmentation/--keras-augmentation", default=None,
-                     help="torch backend: compute the random rotation and zoom for the whole "
-                          "batch at once (the same transforms, bit for bit) instead of Keras's "
-                          "image-by-image loop [default: on with torch]."),
-        click.option("--fused-batchnorm/--keras-batchnorm", default=None,
-                     help="torch backend: compute batch normalization with torch's fused "
-                          "kernel (the same normalisation and moving averages) instead of "
-                          "Keras's element-wise float32 operations [default: on with torch]."),
-        click.option("--channels-first/--channels-last", default=None,
-                     help="torch backend: lay the images and every activation out as "
-                          "(channels, height, width), torch's own order, instead of the "
-                          "protocol's channels last, which Keras on torch transposes around "
-                          "every convolution [default: channels first with torch]."),
-        click.option("--trial-steps", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Training steps at its batch each batch-size trial runs."),
-        click.option("--memory-limit", "memory_limit_bytes", type=Size(), default=None,
-                     help="Behave as a GPU of this size (torch: the allocator's share of the "
-                          "card; TensorFlow: a logical device limit), e.g. 16GiB."),
-        click.option("--trial-address-space", type=click.IntRange(min=1), default=None,
-                     hidden=True,
-                     help="Cap each batch-size trial's address space (tests of the search)."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+from gpubench.settings_cli import BatchSize, Size, workload_options
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -139,47 +36,14 @@ def main() -> None:
     """
 
 
-def _search_options(func: Callable) -> Callable:
-    """The options of the batch search (`run --batch auto|largest` and `search`)."""
-    for option in reversed([
-        click.option("--max-trials", type=click.IntRange(min=2), default=DEFAULT_MAX_TRIALS,
-                     show_default=True, help="Most batch-size trials a search may run."),
-        click.option("--search-budget", type=click.FloatRange(min=1), default=DEFAULT_BUDGET,
-                     show_default=True,
-                     help="Seconds a search may take; it keeps the largest batch confirmed "
-                          "by then."),
-    ]):
-        func = option(func)
-    return func
-
-
 @main.command()
-@_model_options
-@_search_options
 @click.option("--batch", type=BatchSize(), default="auto", show_default=True,
               help="Images per GPU per step: N; 'auto', the largest power of two that fits "
                    "and leaves at least 8 training steps an epoch; or 'largest', the largest "
                    "that fits.")
 @click.option("--batch-rule", type=click.Choice(BATCH_RULES), default=None, hidden=True,
               help="How the given batch was chosen, for the record (the agent's --quick).")
-@click.option("--data", default="synthetic", show_default=True,
-              help="'synthetic' (generated once into the cache) or a folder with one "
-                   "sub-folder of PNG/JPEG images per class.")
-@click.option("--epochs", type=click.IntRange(min=2), default=DEFAULT_EPOCHS, show_default=True,
-              help="Epochs to train; epoch 2 is the measured one.")
-@click.option("--limit-images", type=click.IntRange(min=10), default=None,
-              help="Use only this many images (smoke runs).")
-@click.option("--pipeline", type=click.Choice(PIPELINES), default="cached", show_default=True,
-              help="cached: decode once and prefetch (measures the GPU); seed: decode every "
-                   "epoch as the protocol's scripts did.")
-@click.option("--weights", default="none", show_default=True,
-              help="Starting weights of the EfficientNet: none, imagenet (Keras's cache or a "
-                   "download) or a weights file.")
-@click.option("--data-on-device/--data-on-host", default=False, show_default=True,
-              help="torch backend, cached pipeline: keep the decoded images on the GPU and "
-                   "gather batches there.")
-@click.option("--replicas-on-cpu", type=click.IntRange(min=0), default=0, hidden=True,
-              help="torch: data-parallel over this many CPU processes (tests of --gpus N).")
+@workload_options("run")
 def run(**given: Any) -> None:
     """Train one model and report every epoch and the result as events."""
     from gpubench.agent.workload import runner
@@ -197,7 +61,7 @@ def run(**given: Any) -> None:
 
 
 @main.command()
-@_model_options
+@workload_options("trial")
 @click.option("--batch", type=click.IntRange(min=1), required=True, help="Batch size to try.")
 @click.option("--kind", type=click.Choice(("probe", "confirm")), default="probe",
               show_default=True, help="Why the trial is made (the record keeps it).")
@@ -216,19 +80,13 @@ def trial(batch: int, kind: str, **given: Any) -> None:
 
 
 @main.command()
-@_model_options
-@_search_options
+@workload_options("search")
 @click.option("--batch", "batch_rule", type=click.Choice((RULE_STEPS, RULE_LARGEST)),
               default=RULE_STEPS, show_default=True,
               help="The rule whose batch is reported beside the largest.")
 @click.option("--limit", "limits", type=Size(), multiple=True,
               help="Search again as a GPU of this size (repeat for several); the whole card "
                    "when none is given.")
-@click.option("--data", default="synthetic", show_default=True,
-              help="The dataset whose epoch the confirm trials take (only its image counts "
-                   "are read).")
-@click.option("--limit-images", type=click.IntRange(min=10), default=None,
-              help="Use only this many images.")
 def search(limits: tuple[int, ...], **given: Any) -> None:
     """Only the batch search: the largest batch that fits, for each --limit; one
     search_done event each, no training."""
@@ -254,7 +112,8 @@ def search(limits: tuple[int, ...], **given: Any) -> None:
 def models(as_json: bool, backend: str, image_size: int | None) -> None:
     """Build B0, B3 and B7 and print their parameter counts next to the protocol's."""
     from gpubench.agent.workload import backend as frameworks
-    from gpubench.agent.workload.options import PROTOCOL_PARAMETERS
+
+    from gpubench.settings import PROTOCOL_PARAMETERS
 
     frameworks.select(backend, 0)
     frameworks.import_keras()

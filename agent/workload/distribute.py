@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from gpubench.agent.workload.options import RunSettings
+from gpubench.settings import RunSettings
 
 
 @contextlib.contextmanager

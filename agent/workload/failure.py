@@ -5,19 +5,17 @@ from __future__ import annotations
 import traceback
 
 from gpubench.agent.workload import backend, batch_search
-from gpubench.agent.workload.options import EXIT_ERROR, EXIT_OUT_OF_MEMORY
 
-from gpubench.errors import GpubenchError
-from gpubench.events import EventWriter
-
-MESSAGE_LIMIT = 2000  # characters of an error message put in the event
+from gpubench.errors import ExitCode, GpubenchError
+from gpubench.events import MESSAGE_LIMIT, EventWriter
+from gpubench.settings import EXIT_ERROR, EXIT_OUT_OF_MEMORY
 
 
 def report_failure(events: EventWriter, exc: BaseException) -> int:
     """One `error` event for `exc`, and the exit code that goes with it."""
     if isinstance(exc, KeyboardInterrupt):
         events.emit("error", status="interrupted", message="interrupted")
-        return 130
+        return ExitCode.INTERRUPTED
     if isinstance(exc, batch_search.NoBatchFits) or (
         not isinstance(exc, GpubenchError) and backend.is_out_of_memory(exc)
     ):

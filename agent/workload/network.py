@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpubench.agent.workload.options import RunSettings
+from gpubench.settings import RunSettings
 
 
 def prepare_network(settings: RunSettings, *, weights: str = "none",

@@ -22,7 +22,9 @@ from gpubench.agent.workload import backend, batch_search, data, synthetic, tria
 from gpubench.agent.workload.failure import report_failure
 from gpubench.agent.workload.memory import MemoryReport
 from gpubench.agent.workload.network import prepare_network
-from gpubench.agent.workload.options import (
+
+from gpubench.events import EventWriter
+from gpubench.settings import (
     EXIT_OK,
     MEASURED_EPOCH,
     PROTOCOL_PARAMETERS,
@@ -31,9 +33,8 @@ from gpubench.agent.workload.options import (
     SYNTHETIC,
     VALIDATION_SPLIT,
     RunSettings,
+    switches,
 )
-
-from gpubench.events import EventWriter
 
 GRAPH_MEMORY_NOTE = ("CUDA graphs: the allocator peak covers the whole run, not only the "
                      "measured epoch (a graph's replays do not pass through the allocator)")
@@ -221,12 +222,7 @@ def started_fields(settings: RunSettings, dataset: data.Dataset, batch: int, cho
         "epochs": settings.epochs,
         "pipeline": settings.pipeline,
         "weights": net.weights_label(settings.weights),
-        "jit_compile": settings.jit_compile,
-        "cuda_graphs": settings.cuda_graphs,
-        "data_on_device": settings.data_on_device,
-        "batched_augmentation": settings.batched_augmentation,
-        "fused_batchnorm": settings.fused_batchnorm,
-        "channels_first": settings.channels_first,
+        **{name: getattr(settings, name) for name in switches()},
         "dataset": dataset.describe(),
         "pid": os.getpid(),
     }

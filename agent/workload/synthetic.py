@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from gpubench.agent.workload.options import CLASSES
 from PIL import Image, ImageDraw, ImageFilter
+
+from gpubench.settings import CLASSES
 
 NAME = "synthetic-rps"
 VERSION = 1  # bump when the pixels change: the cache folder and fingerprint follow

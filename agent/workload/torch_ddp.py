@@ -24,9 +24,9 @@ from typing import Any
 
 from gpubench.agent.workload.data import Dataset
 from gpubench.agent.workload.memory import GpuMemory, MemoryReport
-from gpubench.agent.workload.options import EXIT_OK, RunSettings
 
 from gpubench.events import EventWriter
+from gpubench.settings import EXIT_OK, RunSettings
 
 
 class _QueuedEvents:

@@ -22,24 +22,23 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from gpubench.agent.workload import backend
 from gpubench.agent.workload.batch_search import Trial, TrialFailed
-from gpubench.agent.workload.options import (
-    EXIT_OK,
-    EXIT_OUT_OF_MEMORY,
-    STEP_SWITCHES,
-    TORCH_KERNELS,
-    RunSettings,
-)
 
 from gpubench.errors import GpubenchError
-from gpubench.events import EventWriter, parse_line
+from gpubench.events import MESSAGE_LIMIT, EventWriter, parse_line
+from gpubench.settings import (
+    EXIT_OK,
+    EXIT_OUT_OF_MEMORY,
+    WORKLOAD_MODULE,
+    RunSettings,
+    arguments,
+)
 
 TRIAL_TIMEOUT_SECONDS = 1200.0
-MESSAGE_LIMIT = 2000  # characters of an error message kept in a trial
 
 
 def warm_applies(settings: RunSettings) -> bool:
@@ -149,25 +148,8 @@ class ProcessTrials:
 
     def command(self, batch: int, kind: str) -> list[str]:
         """The command line of one trial process."""
-        settings = self.settings
-        command = [
-            sys.executable, "-m", "gpubench.agent.workload", "trial",
-            "--model", settings.model,
-            "--batch", str(batch),
-            "--kind", kind,
-            "--precision", settings.precision,
-            "--backend", settings.backend,
-            "--gpus", str(settings.gpus),
-            "--image-size", str(settings.size),
-            "--trial-steps", str(settings.trial_steps),
-            "--seed", str(settings.seed),
-        ] + [on if getattr(settings, name) else off
-             for on, off, name in (*STEP_SWITCHES, *TORCH_KERNELS)]
-        if settings.memory_limit_bytes:
-            command += ["--memory-limit", str(settings.memory_limit_bytes)]
-        if settings.trial_address_space:
-            command += ["--trial-address-space", str(settings.trial_address_space)]
-        return command
+        return [sys.executable, "-m", WORKLOAD_MODULE, "trial", "--batch", str(batch),
+                "--kind", kind, *arguments("trial", asdict(self.settings))]
 
     def __call__(self, batch: int, kind: str) -> Trial:
         started = time.monotonic()

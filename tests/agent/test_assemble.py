@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from gpubench.agent.assemble import RunBuilder
 from gpubench.agent.inventory import take_inventory
-from gpubench.agent.nvml import FakeNvml, GpuSample
+from gpubench.agent.nvml import GpuSample
+from gpubench.agent.nvml_replay import FakeNvml
 from gpubench.agent.runners.base import Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick
 
@@ -17,7 +18,7 @@ from gpubench.events import Event
 from gpubench.v1 import run_pb2
 
 GIB = 1 << 30
-REQUEST = WorkloadRequest(model="B0", batch=None, gpus=1)
+REQUEST = WorkloadRequest("B0", settings={"gpus": 1})
 
 
 def event(kind: str, t: float = 0.0, **data) -> Event:
@@ -116,7 +117,7 @@ def test_interrupted_run_keeps_what_was_measured(builder: RunBuilder) -> None:
 
 def test_crash_before_the_workload_started_still_builds_a_record(trace_path: Path) -> None:
     inventory = take_inventory(FakeNvml.from_trace(trace_path))
-    builder = RunBuilder(WorkloadRequest(model="B3", batch=40, gpus=1), inventory,
+    builder = RunBuilder(WorkloadRequest("B3", batch=40, settings={"gpus": 1}), inventory,
                          gpu_indices=(0,))
     run = builder.build(Outcome(exit_code=1, output_tail=["ImportError: no module named keras"]))
     assert problems(run) == []
@@ -129,7 +130,7 @@ def test_crash_before_the_workload_started_still_builds_a_record(trace_path: Pat
 def test_cpu_only_run_lists_no_gpu() -> None:
     from gpubench.agent.inventory import take_inventory as cpu_inventory
 
-    builder = RunBuilder(WorkloadRequest(model="B0", batch=8, gpus=0), cpu_inventory(None))
+    builder = RunBuilder(WorkloadRequest("B0", batch=8, settings={"gpus": 0}), cpu_inventory(None))
     builder.add(event("started", model="B0", gpu_count=0, batch_per_gpu=8, global_batch=8,
                       backend="tensorflow", image_size=32))
     for item in EPOCHS:

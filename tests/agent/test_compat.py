@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from gpubench.agent import compat
 from gpubench.agent.inventory import take_inventory
-from gpubench.agent.nvml import FakeNvml
+from gpubench.agent.nvml_replay import FakeNvml
 
 from gpubench.errors import ExitCode
 

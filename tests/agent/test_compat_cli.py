@@ -13,7 +13,7 @@ import pytest
 from gpubench.agent import cli
 from gpubench.agent.display import RunDisplay
 from gpubench.agent.inventory import take_inventory
-from gpubench.agent.nvml import FakeNvml
+from gpubench.agent.nvml_replay import FakeNvml
 from gpubench.agent.runners.docker import DockerRunner
 from gpubench.agent.runners.local import LocalRunner
 from test_agent_cli import agent, agent_env

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpubench.agent import devices, inventory, nvml
+from gpubench.agent import devices, inventory
+from gpubench.agent.nvml_replay import FakeNvml
 from gpubench.agent.telemetry import Sampler, aggregate
 from test_agent_cli import agent, agent_env
 
@@ -46,8 +47,8 @@ def four_gpus(trace_path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def host(trace_path: Path) -> nvml.FakeNvml:
-    return nvml.FakeNvml(four_gpus(trace_path))
+def host(trace_path: Path) -> FakeNvml:
+    return FakeNvml(four_gpus(trace_path))
 
 
 def test_the_environment_is_read_as_cuda_reads_it() -> None:
@@ -77,7 +78,7 @@ def test_an_index_is_only_trusted_in_pci_bus_order() -> None:
     assert sure.warning == by_uuid.warning == ""
 
 
-def test_cuda_is_asked_first_and_matched_by_uuid(host: nvml.FakeNvml) -> None:
+def test_cuda_is_asked_first_and_matched_by_uuid(host: FakeNvml) -> None:
     # CUDA, asked, sees two GPUs fastest first: NVML's 3, then 1.
     found = devices.find_visible(host, {devices.VISIBLE_ENV: "1,3"},
                                  ask_cuda=lambda: [UUIDS[3], UUIDS[1]])
@@ -88,7 +89,7 @@ def test_cuda_is_asked_first_and_matched_by_uuid(host: nvml.FakeNvml) -> None:
     assert odd.nvml_indices == () and "not among NVML's" in odd.warning
 
 
-def test_the_view_reads_the_workloads_cards(host: nvml.FakeNvml) -> None:
+def test_the_view_reads_the_workloads_cards(host: FakeNvml) -> None:
     view, found = devices.visible_nvml(host, {devices.VISIBLE_ENV: UUIDS[TARGET]},
                                        ask_cuda=lambda: None)
     assert found.nvml_indices == (TARGET,) and view.gpu_count() == 1

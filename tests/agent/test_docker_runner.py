@@ -20,7 +20,8 @@ from gpubench.v1 import run_pb2
 pytestmark = pytest.mark.docker
 
 HERE = Path(__file__).resolve().parent
-REQUEST = WorkloadRequest(model="B0", batch=8, gpus=0, epochs=2, image_size=32, limit_images=48)
+REQUEST = WorkloadRequest(
+    "B0", batch=8, settings={"gpus": 0, "epochs": 2, "image_size": 32, "limit_images": 48})
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import os
 import socket
 from pathlib import Path
 
-from gpubench.agent import inventory, nvml
+from gpubench.agent import inventory
+from gpubench.agent.nvml_replay import FakeNvml
 
 
 def test_host_is_described_without_its_name(agent_state: Path) -> None:
@@ -26,7 +27,7 @@ def test_host_is_described_without_its_name(agent_state: Path) -> None:
 
 
 def test_gpus_from_the_recorded_trace(trace_path: Path) -> None:
-    fake = nvml.FakeNvml.from_trace(trace_path)
+    fake = FakeNvml.from_trace(trace_path)
     recorded = fake.trace["gpus"][0]
     found = inventory.take_inventory(fake)
     assert not found.cpu_only and found.no_gpu_reason == ""
@@ -42,7 +43,7 @@ def test_gpus_from_the_recorded_trace(trace_path: Path) -> None:
 
 
 def test_unsupported_modes_are_said_so(trace_path: Path) -> None:
-    fake = nvml.FakeNvml.from_trace(trace_path)
+    fake = FakeNvml.from_trace(trace_path)
     gpu = dict(fake.trace["gpus"][0], ecc_mode=None, persistence_mode=None, pcie_width=None,
                missing=["ecc_mode", "persistence_mode", "pcie_width"])
     record = inventory.gpu_record(gpu, fake.trace["system"])

@@ -13,7 +13,8 @@ from gpubench.agent.runners.local import LocalRunner
 
 from gpubench.v1 import run_pb2
 
-REQUEST = WorkloadRequest(model="B0", batch=8, gpus=0, epochs=2, image_size=32, limit_images=48)
+REQUEST = WorkloadRequest(
+    "B0", batch=8, settings={"gpus": 0, "epochs": 2, "image_size": 32, "limit_images": 48})
 
 
 def alive(pid: int) -> bool:
@@ -46,13 +47,14 @@ def ending(events, outcome):
 
 def test_arguments_reach_the_workload() -> None:
     assert REQUEST.arguments() == [
-        "run", "--model", "B0", "--batch", "8", "--gpus", "0", "--epochs", "2",
+        "run", "--batch", "8", "--model", "B0", "--gpus", "0", "--epochs", "2",
         "--image-size", "32", "--limit-images", "48",
     ]
-    assert WorkloadRequest(model="B7").arguments() == ["run", "--model", "B7", "--batch", "auto"]
-    assert WorkloadRequest(model="B0", jit_compile=True, data_on_device=False).arguments()[-2:] == [
-        "--jit-compile", "--data-on-host"]
-    assert WorkloadRequest(model="B0", cuda_graphs=True).arguments()[-1] == "--cuda-graphs"
+    assert WorkloadRequest("B7").arguments() == ["run", "--batch", "auto", "--model", "B7"]
+    switched = WorkloadRequest("B0", settings={"jit_compile": True, "data_on_device": False})
+    assert switched.arguments()[-2:] == ["--jit-compile", "--data-on-host"]
+    graphs = WorkloadRequest("B0", settings={"cuda_graphs": True})
+    assert graphs.arguments()[-1] == "--cuda-graphs"
 
 
 def test_events_in_order_and_other_output_in_the_log(fake_workload_command, tmp_path) -> None:

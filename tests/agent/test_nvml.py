@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from gpubench.agent import nvml
+from gpubench.agent.nvml_replay import FakeNvml
 
 
 class Clock:
@@ -23,7 +24,7 @@ class Clock:
 
 
 def test_fake_reports_the_recorded_inventory(trace_path: Path) -> None:
-    fake = nvml.FakeNvml.from_trace(trace_path)
+    fake = FakeNvml.from_trace(trace_path)
     trace = json.loads(trace_path.read_text())
     assert fake.gpu_count() == len(trace["gpus"]) >= 1
     gpu = fake.gpu(0)
@@ -34,7 +35,7 @@ def test_fake_reports_the_recorded_inventory(trace_path: Path) -> None:
 
 def test_fake_replays_samples_by_elapsed_time(trace_path: Path) -> None:
     clock = Clock()
-    fake = nvml.FakeNvml.from_trace(trace_path, clock=clock)
+    fake = FakeNvml.from_trace(trace_path, clock=clock)
     recorded = [s for s in fake.trace["samples"] if s["index"] == 0]
     train_start, train_end = fake.phase("train")
     # Moving the clock to a recorded sample's time gives exactly that sample.
@@ -59,7 +60,7 @@ def test_fake_speed_and_start_position(trace_path: Path) -> None:
     recorded = nvml.read_trace(trace_path)
     train_start, _ = next((p["t_start"], p["t_end"]) for p in recorded["phases"]
                           if p["name"] == "train")
-    fake = nvml.FakeNvml(recorded, clock=clock, speed=10, start_at=train_start)
+    fake = FakeNvml(recorded, clock=clock, speed=10, start_at=train_start)
     first = fake.sample(0)
     clock.now += 1.0  # ten seconds of the trace
     later = fake.sample(0)
@@ -70,7 +71,7 @@ def test_fake_speed_and_start_position(trace_path: Path) -> None:
 
 def test_fake_maps_the_recorded_workload_to_a_live_pid(trace_path: Path) -> None:
     clock = Clock()
-    fake = nvml.FakeNvml.from_trace(trace_path, clock=clock, workload_pid=4242)
+    fake = FakeNvml.from_trace(trace_path, clock=clock, workload_pid=4242)
     recorded_pid = fake.trace["meta"]["workload_pid"]
     clock.now += sum(fake.phase("train")) / 2
     sample = fake.sample(0)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from gpubench.agent import nvml
 from gpubench.agent.nvml import GpuSample
+from gpubench.agent.nvml_replay import FakeNvml
 from gpubench.agent.telemetry import (
     Sampler,
     Tick,
@@ -132,7 +133,7 @@ def test_counter_and_power_integral_agree_on_the_recorded_training(trace_path: P
 
 
 def test_sampler_thread_on_the_replayed_trace(trace_path: Path) -> None:
-    fake = nvml.FakeNvml.from_trace(trace_path, speed=20, workload_pid=999_999)
+    fake = FakeNvml.from_trace(trace_path, speed=20, workload_pid=999_999)
     out = io.StringIO()
     sampler = Sampler(fake, [0], hz=20, workload_pids=lambda: {999_999}, trace=out,
                       trace_fields={"model": "B0"})
@@ -165,10 +166,10 @@ def test_sampler_records_why_it_stopped() -> None:
 
 
 def test_idle_wait_returns_once_the_recorded_gpu_cools_down(trace_path: Path) -> None:
-    fake = nvml.FakeNvml.from_trace(trace_path)
+    fake = FakeNvml.from_trace(trace_path)
     train_start, train_end = fake.phase("train")
     speed = 20.0
-    fake = nvml.FakeNvml.from_trace(trace_path, speed=speed, start_at=train_end - 4.0)
+    fake = FakeNvml.from_trace(trace_path, speed=speed, start_at=train_end - 4.0)
     report = wait_for_idle(fake, [0], timeout=10, poll=0.05)
     assert report.reached
     assert report.utilization < 5 and report.temperature_c < 50
@@ -178,11 +179,11 @@ def test_idle_wait_returns_once_the_recorded_gpu_cools_down(trace_path: Path) ->
 
 
 def test_idle_wait_gives_up_and_says_what_it_found(trace_path: Path) -> None:
-    fake = nvml.FakeNvml.from_trace(trace_path)
+    fake = FakeNvml.from_trace(trace_path)
     train_start, train_end = fake.phase("train")
     # Held (almost) still in the middle of the recorded training, under a limit
     # no GPU meets (0 C).
-    busy = nvml.FakeNvml.from_trace(trace_path, speed=0.001,
+    busy = FakeNvml.from_trace(trace_path, speed=0.001,
                                     start_at=(train_start + train_end) / 2)
     found = busy.sample(0)
     report = wait_for_idle(busy, [0], timeout=0.3, poll=0.05, max_temperature=0.0)

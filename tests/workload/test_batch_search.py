@@ -22,8 +22,9 @@ from gpubench.agent.workload.batch_search import (
     search,
     speed_batch,
 )
-from gpubench.agent.workload.options import RULE_LARGEST, RULE_STEPS, RunSettings
 from gpubench.agent.workload.trials import ProcessTrials
+
+from gpubench.settings import RULE_LARGEST, RULE_STEPS, RunSettings
 
 GIB = 1 << 30
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gpubench.agent.workload import data, synthetic
-from gpubench.agent.workload.options import VALIDATION_SPLIT
 from PIL import Image
 from workload_helpers import write_png
 
 from gpubench.errors import DataError, ExitCode
+from gpubench.settings import VALIDATION_SPLIT
 
 
 def test_synthetic_images_depend_only_on_their_index() -> None:

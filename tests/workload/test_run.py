@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gpubench.agent.workload.options import PROTOCOL_PARAMETERS
 from workload_helpers import write_png
 
 from gpubench.errors import ExitCode
 from gpubench.events import STREAM_VERSION
+from gpubench.settings import PROTOCOL_PARAMETERS
 
 pytestmark = pytest.mark.slow
 

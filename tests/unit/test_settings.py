@@ -1,24 +1,15 @@
-"""The workload's settings: the protocol's tables, validation naming the flag."""
+"""The run settings: one schema, validation naming the flag, both command lines and the
+workload's arguments derived from it."""
 
 from __future__ import annotations
 
 import sys
 
 import pytest
-from gpubench.agent.workload import options
-from gpubench.agent.workload.options import BadSettings, RunSettings
 
-from gpubench import record
+from gpubench import settings as options
 from gpubench.errors import ExitCode
-
-
-def test_tables_equal_the_run_records() -> None:
-    # The workload keeps its own copy (it runs without the generated wire code).
-    assert options.MODELS == record.MODELS
-    assert options.PRECISIONS == record.PRECISIONS
-    assert options.BACKENDS == record.BACKENDS
-    assert options.PIPELINES == record.PIPELINES
-    assert options.NATIVE_IMAGE_SIZE == record.NATIVE_IMAGE_SIZE
+from gpubench.settings import BadSettings, RunSettings
 
 
 @pytest.mark.parametrize(
@@ -99,10 +90,85 @@ def test_settings_and_search_import_no_framework() -> None:
 
     code = (
         "import sys\n"
-        "import gpubench.agent.workload, gpubench.agent.workload.options\n"
+        "import gpubench.agent.workload, gpubench.settings\n"
         "import gpubench.agent.workload.batch_search, gpubench.agent.workload.cli\n"
         "loaded = [m for m in ('keras', 'tensorflow', 'torch', 'jax') if m in sys.modules]\n"
         "print(','.join(loaded))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
+
+
+# A value other than the default for every setting, valid together (torch, one GPU).
+CHANGED = {
+    "model": "B3", "precision": "mixed_bfloat16", "gpus": 1, "backend": "torch",
+    "data": "/data/rps", "epochs": 3, "image_size": 64, "limit_images": 100,
+    "pipeline": "cached", "weights": "imagenet", "seed": 7, "jit_compile": False,
+    "cuda_graphs": False, "data_on_device": True, "batched_augmentation": False,
+    "fused_batchnorm": False, "channels_first": False, "max_trials": 5, "trial_steps": 3,
+    "search_budget": 30.0, "memory_limit_bytes": 16 << 30, "trial_address_space": 1 << 34,
+    "replicas_on_cpu": 0,
+}
+
+
+def test_every_setting_is_in_the_example() -> None:
+    assert set(CHANGED) == set(options.SETTINGS)
+
+
+@pytest.mark.parametrize("command", ["run", "trial", "search"])
+def test_the_workload_reads_back_what_the_arguments_give(command: str) -> None:
+    # The arguments the agent (and each batch trial) derive from the schema are parsed
+    # by the workload's own command line into the same settings.
+    from gpubench.agent.workload import cli
+
+    taken = options.taken_by(command)
+    given = {name: value for name, value in CHANGED.items() if name in taken}
+    extra = {"trial": ["--batch", "8"]}.get(command, [])
+    context = cli.main.commands[command].make_context(
+        command, [*extra, *options.arguments(command, given)])
+    for name, value in given.items():
+        assert context.params[name] == value, name
+    assert set(context.params) >= set(taken)
+
+
+def test_a_trial_takes_what_shapes_the_network_and_its_step() -> None:
+    assert set(options.taken_by("trial")) == {
+        "model", "precision", "gpus", "backend", "image_size", "seed", "jit_compile",
+        "cuda_graphs", "batched_augmentation", "fused_batchnorm", "channels_first",
+        "trial_steps", "memory_limit_bytes", "trial_address_space"}
+    # None is the workload's default: not passed.
+    assert options.arguments("trial", {"model": "B0", "image_size": None}) == ["--model", "B0"]
+
+
+@pytest.mark.parametrize("command", ["run", "largest-batch"])
+def test_the_agent_offers_each_of_its_settings_once(command: str) -> None:
+    from gpubench.agent import cli
+
+    agent_command = cli.main.commands[command]
+    flags = [flag for param in agent_command.params for flag in param.opts]
+    for name, setting in options.offered_by_agent(command).items():
+        assert flags.count(setting.flag) == 1, name
+        param = next(p for p in agent_command.params if p.name == name)
+        assert param.default is None  # the workload's default unless given
+        assert "[default: " in (param.help or "")
+
+
+def test_the_workload_defaults_are_the_schema_s() -> None:
+    from gpubench.agent.workload import cli
+
+    context = cli.main.commands["run"].make_context("run", [])
+    settings = RunSettings(**{name: context.params[name] for name in options.taken_by("run")})
+    assert settings == RunSettings(backend=options.default_backend())
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    ("auto", (None, "steps")), ("largest", (None, "largest")), (" 64 ", (64, "given")),
+])
+def test_batch_sizes(text: str, parsed: tuple) -> None:
+    assert options.parse_batch(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "big"])
+def test_a_bad_batch_names_the_flag(text: str) -> None:
+    with pytest.raises(BadSettings, match="--batch"):
+        options.parse_batch(text)

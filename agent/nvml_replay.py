@@ -1,0 +1,89 @@
+"""A recorded NVML trace replayed as the driver: for machines without a GPU.
+
+Development and tests only (GPUBENCH_NVML_TRACE, tests/data/): the agent reads
+a real GPU through agent/nvml.py's RealNvml. Traces are written on a GPU by
+bench/record_nvml_trace.py (agent/nvml.py's `write_trace`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpubench.agent.nvml import GpuSample, Nvml, read_trace
+
+
+class FakeNvml(Nvml):
+    """Replays a recorded trace: what the GPU reported `speed` x (now - start) into it.
+
+    Replay begins `start_at` seconds into the trace. After the trace's end the
+    last sample of each GPU is repeated. Processes the trace recorded for its
+    workload (meta.workload_pid) are reported under `workload_pid` when given,
+    so a live child process can stand in for it.
+    """
+
+    def __init__(
+        self,
+        trace: Mapping[str, Any],
+        *,
+        speed: float = 1.0,
+        start_at: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        workload_pid: int | None = None,
+    ) -> None:
+        self.trace = trace
+        self._speed = speed
+        self._start_at = start_at
+        self._clock = clock
+        self._start = clock()
+        self._recorded_pid = (trace.get("meta") or {}).get("workload_pid")
+        self._workload_pid = workload_pid
+        self._times: dict[int, list[float]] = {}
+        self._samples: dict[int, list[dict[str, Any]]] = {}
+        for data in trace["samples"]:
+            index = int(data["index"])
+            self._times.setdefault(index, []).append(float(data["t"]))
+            self._samples.setdefault(index, []).append(data)
+
+    @classmethod
+    def from_trace(cls, path: str | Path, **options: Any) -> FakeNvml:
+        """A fake replaying the trace file at `path` (see the class for options)."""
+        return cls(read_trace(path), **options)
+
+    def follow_workload(self, pid: int) -> None:
+        """Report the recorded workload's GPU memory under this live process id."""
+        self._workload_pid = pid
+
+    def system(self) -> dict[str, Any]:
+        return {"missing": [], **self.trace["system"]}
+
+    def gpu_count(self) -> int:
+        return len(self.trace["gpus"])
+
+    def gpu(self, index: int) -> dict[str, Any]:
+        gpu = dict(self.trace["gpus"][index])
+        gpu.setdefault("missing", [])
+        return gpu
+
+    def sample(self, index: int) -> GpuSample:
+        now = self._clock()
+        times = self._times[index]
+        elapsed = self._start_at + (now - self._start) * self._speed
+        position = max(0, bisect.bisect_right(times, elapsed) - 1)
+        data = dict(self._samples[index][position])
+        if self._workload_pid is not None and self._recorded_pid is not None:
+            processes = dict(data.get("processes") or {})
+            if str(self._recorded_pid) in processes:
+                processes[str(self._workload_pid)] = processes.pop(str(self._recorded_pid))
+            data["processes"] = processes
+        return GpuSample.from_dict(data, t=now)
+
+    def phase(self, name: str) -> tuple[float, float]:
+        """A recorded phase's (start, end), in seconds into the trace."""
+        for phase in self.trace.get("phases", ()):
+            if phase["name"] == name:
+                return float(phase["t_start"]), float(phase["t_end"])
+        raise KeyError(name)

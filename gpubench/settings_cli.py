@@ -1,0 +1,124 @@
+"""The run settings as click options, for the workload's and the agent's command lines.
+
+Both are made from the one schema (gpubench.settings.SETTINGS): the workload's
+options carry the schema's defaults; the agent's default to None ("the
+workload's default") so that only what the user gave is passed on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gpubench.errors import GpubenchError
+from gpubench.settings import (
+    RunSettings,
+    Setting,
+    default_backend,
+    offered_by_agent,
+    parse_batch,
+    parse_size,
+    taken_by,
+)
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+class Parsed(click.ParamType):
+    """A value read by one of gpubench.settings' parsers; its BadSettings becomes
+    click's usage error, naming the option."""
+
+    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+        self.name = name
+        self._parse = parse
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if not isinstance(value, str):
+            return value  # a default, already parsed
+        try:
+            return self._parse(value)
+        except GpubenchError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def BatchSize() -> Parsed:  # noqa: N802 - used as a click type, as click.Choice is
+    """A batch size and how it is chosen: N (given), 'auto' (the speed rule) or 'largest'."""
+    return Parsed("N|auto|largest", parse_batch)
+
+
+def Size() -> Parsed:  # noqa: N802
+    """A size in bytes: 16GiB, 8GB, 12000MiB or a plain number of bytes."""
+    return Parsed("SIZE", parse_size)
+
+
+def _click_type(setting: Setting) -> Any:
+    if setting.kind == "choice":
+        return click.Choice(setting.choices)
+    if setting.kind == "size":
+        return Size()
+    if setting.kind == "int":
+        return click.IntRange(min=setting.minimum) if setting.minimum is not None else int
+    if setting.kind == "float":
+        return click.FloatRange(min=setting.minimum) if setting.minimum is not None else float
+    return str
+
+
+def _option(name: str, setting: Setting, *, default: Any, show_default: Any,
+            help_text: str) -> Decorator:
+    declarations = [f"{setting.flag}/{setting.off_flag}" if setting.off_flag else setting.flag,
+                    name]
+    return click.option(*declarations, type=None if setting.off_flag else _click_type(setting),
+                        default=default, show_default=show_default, hidden=setting.hidden,
+                        help=help_text)
+
+
+def _apply(options: list[Decorator]) -> Decorator:
+    """Apply click options in the order written (the first is listed first in --help)."""
+
+    def apply(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+def workload_options(command: str, *, leave_out: tuple[str, ...] = ()) -> Decorator:
+    """The options of the workload's `command` ("run", "trial", "search"), with the
+    schema's defaults (the backend's: $KERAS_BACKEND, else tensorflow)."""
+    defaults = RunSettings.__dataclass_fields__
+    options = []
+    for name, setting in taken_by(command).items():
+        if name in leave_out:
+            continue
+        default = defaults[name].default
+        shown: Any = default is not None
+        if name == "backend":
+            default, shown = default_backend, "KERAS_BACKEND, else tensorflow"
+        options.append(_option(name, setting, default=default, show_default=shown,
+                               help_text=setting.help))
+    return _apply(options)
+
+
+def agent_options(command: str, *, leave_out: tuple[str, ...] = ()) -> Decorator:
+    """The settings the agent's `command` ("run", "largest-batch") offers, each default
+    None: only what the user gives is passed to the workload."""
+    defaults = RunSettings.__dataclass_fields__
+    options = []
+    for name, setting in offered_by_agent(command).items():
+        if name in leave_out:
+            continue
+        default = setting.agent_default or defaults[name].default
+        if isinstance(default, bool):
+            default = "on" if default else "off"
+        options.append(_option(name, setting, default=None, show_default=False,
+                               help_text=f"{setting.help} [default: {default}]"))
+    return _apply(options)
+
+
+def given_settings(values: dict[str, Any], command: str) -> dict[str, Any]:
+    """Take the agent `command`'s setting values out of click's `values` (those given)."""
+    return {name: value for name in offered_by_agent(command)
+            if (value := values.pop(name, None)) is not None}
