@@ -244,31 +244,8 @@ def cli(
               'a JSON object {"Tesla T4": 2300}.')
 @_format_option("table", "json", "csv")
 @click.pass_context
-def compare(
-    ctx: click.Context,
-    model: str,
-    baseline: str | None,
-    baseline_count: int,
-    gpus: tuple[str, ...],
-    precision: str | None,
-    backend: str | None,
-    image_size: int | None,
-    train_images: int | None,
-    settings: str | None,
-    batch_rule: str | None,
-    pipeline: str | None,
-    weights: str | None,
-    data: str | None,
-    epochs: int | None,
-    benchmark_version: str | None,
-    allow_mixed: bool,
-    include_outliers: bool,
-    include_flagged: bool,
-    chart: str | None,
-    price_options: tuple[str, ...],
-    price_file: str | None,
-    fmt: str,
-) -> None:
+def compare(ctx: click.Context, model: str, chart: str | None, price_options: tuple[str, ...],
+            price_file: str | None, fmt: str, **filters: Any) -> None:
     """Compare GPU configurations on one model: epoch-2 time, throughput, largest
     batch, peak memory, energy and speedup against a baseline.
 
@@ -278,26 +255,7 @@ def compare(
     images/s per 1,000 USD beside img/J."""
     # Read before the collector is asked: a bad price fails at once, naming its line.
     book = prices.load(price_options, [price_file] if price_file else [])
-    frame = query_client(ctx).compare(
-        model.upper(),
-        baseline=baseline,
-        baseline_count=baseline_count,
-        gpus=gpus,
-        precision=precision,
-        backend=backend,
-        image_size=image_size,
-        train_images=train_images,
-        settings=settings,
-        batch_rule=batch_rule,
-        pipeline=pipeline,
-        weights=weights,
-        data=data,
-        epochs=epochs,
-        benchmark_version=benchmark_version,
-        allow_mixed=allow_mixed,
-        include_outliers=include_outliers,
-        include_flagged=include_flagged,
-    )
+    frame = query_client(ctx).compare(model.upper(), **filters)
     published = frames.published_frame(frame.attrs["response"])
     priced = len(book) > 0 and not frame.empty
     if priced:

@@ -193,6 +193,42 @@ def _timestamp(value: datetime | str | None, field: str) -> Any:
     return stamp
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """What to compare: one model, and the filters `Client.compare` describes."""
+
+    model: str
+    baseline: str | None = None
+    baseline_count: int = 1
+    gpus: Sequence[str] = ()
+    precision: str | None = None
+    backend: str | None = None
+    image_size: int | None = None
+    allow_mixed: bool = False
+    include_outliers: bool = False
+    benchmark_version: str | None = None
+    train_images: int | None = None
+    settings: str | None = None
+    batch_rule: str | None = None
+    pipeline: str | None = None
+    weights: str | None = None
+    data: str | None = None
+    epochs: int | None = None
+    include_flagged: bool = False
+
+    def request(self) -> collector_pb2.CompareRequest:
+        """The Compare call's request (an unset filter is the message's empty value)."""
+        return collector_pb2.CompareRequest(
+            model=self.model, precision=self.precision or "", backend=self.backend or "",
+            image_size=self.image_size or 0, train_images=self.train_images or 0,
+            settings=self.settings or "", batch_rule=self.batch_rule or "",
+            pipeline=self.pipeline or "", weights=self.weights or "", data=self.data or "",
+            epochs=self.epochs or 0, benchmark_version=self.benchmark_version or "",
+            gpu_names=list(self.gpus), baseline_gpu=self.baseline or "",
+            baseline_gpu_count=self.baseline_count or 0, allow_mixed=self.allow_mixed,
+            include_outliers=self.include_outliers, include_flagged=self.include_flagged)
+
+
 class Client:
     """A connection to one collector.
 
@@ -402,73 +438,15 @@ class Client:
 
     # -- comparisons ----------------------------------------------------------------
 
-    def compare_response(
-        self,
-        model: str,
-        baseline: str | None = None,
-        baseline_count: int = 1,
-        gpus: Sequence[str] = (),
-        precision: str | None = None,
-        backend: str | None = None,
-        image_size: int | None = None,
-        allow_mixed: bool = False,
-        include_outliers: bool = False,
-        benchmark_version: str | None = None,
-        train_images: int | None = None,
-        settings: str | None = None,
-        batch_rule: str | None = None,
-        pipeline: str | None = None,
-        weights: str | None = None,
-        data: str | None = None,
-        epochs: int | None = None,
-        include_flagged: bool = False,
-    ) -> collector_pb2.CompareResponse:
-        """The collector's raw comparison; see `compare` for the arguments."""
-        request = collector_pb2.CompareRequest(
-            model=model,
-            precision=precision or "",
-            backend=backend or "",
-            image_size=image_size or 0,
-            train_images=train_images or 0,
-            settings=settings or "",
-            batch_rule=batch_rule or "",
-            pipeline=pipeline or "",
-            weights=weights or "",
-            data=data or "",
-            epochs=epochs or 0,
-            benchmark_version=benchmark_version or "",
-            gpu_names=list(gpus),
-            baseline_gpu=baseline or "",
-            baseline_gpu_count=baseline_count or 0,
-            allow_mixed=allow_mixed,
-            include_outliers=include_outliers,
-            include_flagged=include_flagged,
-        )
+    def compare_response(self, model: str, **filters: Any) -> collector_pb2.CompareResponse:
+        """The collector's raw comparison; `filters` are those of `compare`."""
+        request = Comparison(model, **filters).request()
         return self._call(self._collector.Compare, request, f"comparing {model}")
 
-    def compare(
-        self,
-        model: str,
-        baseline: str | None = None,
-        baseline_count: int = 1,
-        gpus: Sequence[str] = (),
-        precision: str | None = None,
-        backend: str | None = None,
-        image_size: int | None = None,
-        allow_mixed: bool = False,
-        include_outliers: bool = False,
-        benchmark_version: str | None = None,
-        train_images: int | None = None,
-        settings: str | None = None,
-        batch_rule: str | None = None,
-        pipeline: str | None = None,
-        weights: str | None = None,
-        data: str | None = None,
-        epochs: int | None = None,
-        include_flagged: bool = False,
-    ) -> pd.DataFrame:
+    def compare(self, model: str, **filters: Any) -> pd.DataFrame:
         """Compare GPU configurations on one model: one row per GPU configuration,
-        fastest first.
+        fastest first. `filters` are the fields of `Comparison` (an unknown one is a
+        TypeError naming it):
 
         `baseline` names the GPU whose `baseline_count`-GPU configuration is the 1.0x
         reference (default: the slowest). `gpus` keeps only those GPU names. Runs that
@@ -488,27 +466,7 @@ class Client:
         published runs of the model ("published": one dict each, as
         `gpubench.frames.published_frame` has them).
         """
-        response = self.compare_response(
-            model,
-            baseline=baseline,
-            baseline_count=baseline_count,
-            gpus=gpus,
-            precision=precision,
-            backend=backend,
-            image_size=image_size,
-            allow_mixed=allow_mixed,
-            include_outliers=include_outliers,
-            benchmark_version=benchmark_version,
-            train_images=train_images,
-            settings=settings,
-            batch_rule=batch_rule,
-            pipeline=pipeline,
-            weights=weights,
-            data=data,
-            epochs=epochs,
-            include_flagged=include_flagged,
-        )
-        return frames.compare_frame(response)
+        return frames.compare_frame(self.compare_response(model, **filters))
 
     def leaderboard_response(
         self,
