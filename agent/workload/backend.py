@@ -1,8 +1,11 @@
 """The framework under Keras: choosing it, importing it, asking it about itself.
 
-The one place that knows what differs between TensorFlow, PyTorch and JAX for
-start-up, versions, device checks, out-of-memory errors and host syncs (peak
-memory is in `memory`). `select` must run before anything imports Keras.
+`select` chooses the framework once per process (before anything imports Keras)
+and returns its `frameworks.Framework`, which knows what differs between
+TensorFlow, PyTorch and JAX; the functions here are the entry points the run
+calls with the backend's name (start-up, versions, device checks, host syncs),
+plus what is the same for all three: reading an out-of-memory error. Peak memory
+is in `memory`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import platform
 import sys
 from types import ModuleType
 from typing import Any
+
+from gpubench.agent.workload import frameworks
+from gpubench.agent.workload.frameworks.base import Framework
 
 from gpubench.errors import GpubenchError
 
@@ -32,10 +38,12 @@ _OOM_TEXT = (
 )
 
 
-def select(backend: str, gpus: int) -> None:
-    """Point Keras at `backend` and the process at its first `gpus` GPUs (0: CPU only)."""
+def select(backend: str, gpus: int) -> Framework:
+    """Point Keras at `backend` and the process at its first `gpus` GPUs (0: CPU only);
+    returns the framework."""
     if "keras" in sys.modules:
         raise RuntimeError("Keras was imported before the backend was selected")
+    framework = frameworks.get(backend)
     os.environ["KERAS_BACKEND"] = backend
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # Allocate as the model needs rather than grabbing the card, so the
@@ -44,13 +52,13 @@ def select(backend: str, gpus: int) -> None:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if gpus == 0:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        if backend == "jax":
-            os.environ["JAX_PLATFORMS"] = "cpu"
     elif visible is None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
     else:
         listed = [d for d in visible.split(",") if d.strip()]
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(listed[:gpus])
+    framework.configure_environment(gpus)
+    return framework
 
 
 _configured: list[str] = []  # the backend import_keras configured, once per process
@@ -64,13 +72,8 @@ def import_keras(*, memory_growth: bool = True) -> ModuleType:
     which sets a memory limit instead (TensorFlow takes one or the other).
     """
     wanted = os.environ["KERAS_BACKEND"]
-    if wanted == "tensorflow" and memory_growth and wanted not in _configured:
-        # Memory growth must be set before TensorFlow touches a GPU: without it
-        # TensorFlow takes nearly the whole card and the peak means nothing.
-        import tensorflow as tf
-
-        for gpu in tf.config.list_physical_devices("GPU"):
-            tf.config.experimental.set_memory_growth(gpu, True)
+    if wanted not in _configured:
+        frameworks.get(wanted).configure_devices(memory_growth=memory_growth)
     import keras
 
     if keras.backend.backend() != wanted:
@@ -79,26 +82,11 @@ def import_keras(*, memory_growth: bool = True) -> ModuleType:
     return keras
 
 
-def gpu_count(backend: str) -> int:
-    """GPUs the framework sees in this process."""
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return len(tf.config.list_physical_devices("GPU"))
-    if backend == "torch":
-        import torch
-
-        return torch.cuda.device_count()
-    import jax
-
-    return sum(1 for d in jax.devices() if d.platform == "gpu")
-
-
 def check_gpus(backend: str, wanted: int) -> None:
     """Refuse to run on fewer GPUs than asked for (rather than on the CPU unnoticed)."""
     if wanted == 0:
         return
-    found = gpu_count(backend)
+    found = frameworks.get(backend).gpu_count()
     if found < wanted:
         raise GpubenchError(
             f"--gpus {wanted}: {backend} sees {found} GPU(s) "
@@ -118,45 +106,8 @@ def versions(backend: str) -> dict[str, str]:
         "cuda_runtime_version": "",
         "cudnn_version": "",
     }
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        info = tf.sysconfig.get_build_info()
-        found.update(backend_version=tf.__version__,
-                     cuda_runtime_version=info.get("cuda_version", ""),
-                     cudnn_version=info.get("cudnn_version", ""))
-    elif backend == "torch":
-        import torch
-
-        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-        found.update(backend_version=torch.__version__,
-                     cuda_runtime_version=torch.version.cuda or "",
-                     cudnn_version=_cudnn_version(cudnn) if cudnn else "")
-    else:
-        import jax
-
-        found["backend_version"] = jax.__version__
-        try:  # a private module: absent on CPU-only builds and free to move
-            from jax._src.lib import cuda_versions
-
-            if cuda_versions is not None:
-                found["cuda_runtime_version"] = _cuda_version(
-                    cuda_versions.cuda_runtime_get_version())
-                found["cudnn_version"] = _cudnn_version(cuda_versions.cudnn_get_version())
-        except (ImportError, AttributeError, RuntimeError):
-            pass
+    found.update(frameworks.get(backend).versions())
     return {key: str(value) for key, value in found.items()}
-
-
-def _cuda_version(number: int) -> str:
-    """CUDA's integer version (1000 * major + 10 * minor, e.g. 12040) as '12.4'."""
-    return f"{number // 1000}.{number % 1000 // 10}"
-
-
-def _cudnn_version(number: int) -> str:
-    """cuDNN's integer version as 'major.minor.patch' (90100 -> 9.1.0, 8902 -> 8.9.2)."""
-    major_unit = 10000 if number >= 10000 else 1000  # cuDNN 9 widened the major field
-    return f"{number // major_unit}.{number % major_unit // 100}.{number % 100}"
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -196,14 +147,4 @@ def error_line(error: BaseException) -> str:
 
 def synchronize(backend: str) -> None:
     """Wait until the GPU has finished the work queued so far (no-op where not needed)."""
-    if backend == "torch":
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-    elif backend == "jax":
-        import jax
-
-        for device in jax.local_devices():
-            if hasattr(device, "synchronize_all_activity"):
-                device.synchronize_all_activity()
+    frameworks.get(backend).synchronize()

@@ -1,17 +1,18 @@
-"""Peak GPU memory per GPU from the framework's own allocator.
+"""Peak GPU memory per GPU from the framework's own allocator, and a batch trial's memory.
 
-TensorFlow: get_memory_info / reset_memory_stats (memory growth is on, see
-backend.import_keras); torch: max_memory_allocated / reset_peak_memory_stats;
-JAX: memory_stats()["peak_bytes_in_use"], which cannot be reset. A CPU run has
-no GPU allocator: no figures, and a note that says so. NVML's view of the
-process comes from the agent, not from here.
+The framework reads its allocator (frameworks: TensorFlow's get_memory_info, torch's
+max_memory_allocated, JAX's memory_stats, which cannot be reset); the functions
+here are the entry points the run calls with the backend's name. A CPU run has no
+GPU allocator: no figures, and a note that says so; a CPU trial reads this
+process's figures from /proc. NVML's view of the process comes from the agent,
+not from here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpubench.errors import GpubenchError
+from gpubench.agent.workload import frameworks
 
 
 @dataclass(frozen=True)
@@ -45,70 +46,14 @@ def reset_peaks(backend: str, gpus: int) -> None:
     """Start a new peak on each GPU (before the measured epoch)."""
     if gpus == 0:
         return
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        for i in range(gpus):
-            tf.config.experimental.reset_memory_stats(f"GPU:{i}")
-    elif backend == "torch":
-        import torch
-
-        for i in range(gpus):
-            torch.cuda.reset_peak_memory_stats(i)
-    # JAX keeps one peak for the life of the process; read_peaks says so.
+    frameworks.get(backend).reset_peaks(gpus)
 
 
 def read_peaks(backend: str, gpus: int) -> MemoryReport:
     """The allocator peak of each GPU since the last reset."""
     if gpus == 0:
         return MemoryReport([], ["CPU run: there is no GPU allocator peak to report"])
-    if backend == "tensorflow":
-        return _tensorflow(gpus)
-    if backend == "torch":
-        import torch
-
-        return MemoryReport([
-            GpuMemory(i, int(torch.cuda.max_memory_allocated(i)),
-                      int(torch.cuda.get_device_properties(i).total_memory),
-                      int(torch.cuda.max_memory_reserved(i)))
-            for i in range(gpus)
-        ])
-    return _jax(gpus)
-
-
-def _tensorflow(gpus: int) -> MemoryReport:
-    import tensorflow as tf
-
-    try:  # the usable memory per GPU; TensorFlow's public API has no card total
-        from tensorflow.python.client import device_lib
-
-        limits = [d.memory_limit for d in device_lib.list_local_devices() if d.device_type == "GPU"]
-        notes = ["memory_total_bytes is the memory TensorFlow may use on the card"]
-    except (ImportError, AttributeError):
-        limits, notes = [], ["TensorFlow did not report the card's memory"]
-    return MemoryReport(
-        [
-            GpuMemory(i, int(tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"]),
-                      int(limits[i]) if i < len(limits) else 0)
-            for i in range(gpus)
-        ],
-        notes,
-    )
-
-
-def _jax(gpus: int) -> MemoryReport:
-    import jax
-
-    devices = [d for d in jax.local_devices() if d.platform == "gpu"][:gpus]
-    found = []
-    for i, device in enumerate(devices):
-        stats = device.memory_stats() or {}
-        found.append(GpuMemory(i, int(stats.get("peak_bytes_in_use", 0)),
-                               int(stats.get("bytes_limit", 0))))
-    return MemoryReport(found, [
-        "JAX cannot reset its peak: it covers the whole run, not only the measured epoch",
-        "memory_total_bytes is JAX's allocator limit on the card",
-    ])
+    return frameworks.get(backend).read_peaks(gpus)
 
 
 # --- the memory of one batch-size trial ---------------------------------------------
@@ -118,10 +63,6 @@ MIB = 1 << 20
 # framework cannot measure it before its allocator is set up (TensorFlow): a card of
 # --memory-limit bytes leaves the allocator this much less.
 CONTEXT_ALLOWANCE_BYTES = 512 * MIB
-# The allocator caps limit_memory set, per torch device: what a trial may use.
-_TORCH_ALLOWED: dict[int, int] = {}
-# What each torch device had in use when limit_memory first looked.
-_TORCH_CONTEXT: dict[int, int] = {}
 
 
 @dataclass(frozen=True)
@@ -152,19 +93,7 @@ def read_trial(backend: str, gpus: int, *, address_space_limit: int | None = Non
 
         resident = _proc_status_bytes("VmRSS")
         return TrialMemory(_proc_status_bytes("VmHWM"), 0, resident + available_memory_bytes())
-    if backend == "torch":
-        import torch
-
-        free, _ = torch.cuda.mem_get_info(0)
-        reserved_now = int(torch.cuda.memory_reserved(0))
-        capacity = free + reserved_now
-        limit = _torch_allowed_bytes(0)
-        return TrialMemory(int(torch.cuda.max_memory_allocated(0)),
-                           int(torch.cuda.max_memory_reserved(0)),
-                           min(capacity, limit) if limit else capacity)
-    report = read_peaks(backend, 1)
-    gpu = report.gpus[0] if report.gpus else GpuMemory(0, 0, 0)
-    return TrialMemory(gpu.allocator_peak_bytes, 0, gpu.memory_total_bytes)
+    return frameworks.get(backend).read_trial()
 
 
 def release(backend: str) -> None:
@@ -173,56 +102,14 @@ def release(backend: str) -> None:
     import gc
 
     gc.collect()
-    if backend == "torch":
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+    frameworks.get(backend).release()
 
 
 def limit_memory(backend: str, gpus: int, limit_bytes: int | None) -> list[str]:
     """Make each GPU behave as a card of `limit_bytes` (--memory-limit), or as the whole
     card again for None (torch only); before the framework's first allocation.
-    Returns notes for the run's record."""
-    if backend == "torch":
-        import torch
-
-        notes = []
-        for i in range(gpus):
-            free, total = torch.cuda.mem_get_info(i)
-            # This process's CUDA context (and any other process's memory), read before
-            # this process allocated anything and kept for later limits.
-            context = _TORCH_CONTEXT.setdefault(i, total - free)
-            if limit_bytes is None:
-                torch.cuda.set_per_process_memory_fraction(1.0, i)
-                _TORCH_ALLOWED.pop(i, None)
-                continue
-            allowed = limit_bytes - context
-            if allowed <= 0:
-                raise GpubenchError(f"--memory-limit {limit_bytes} bytes is less than the "
-                                    f"{context} bytes in use on GPU {i} before training")
-            torch.cuda.set_per_process_memory_fraction(min(1.0, allowed / total), i)
-            _TORCH_ALLOWED[i] = allowed
-            notes.append(f"--memory-limit: GPU {i}'s allocator may take {allowed} bytes "
-                         f"(the limit less {context} bytes in use before training)")
-        return notes
-    if limit_bytes is None:
-        return []
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        allowed_mib = (limit_bytes - CONTEXT_ALLOWANCE_BYTES) // MIB
-        for gpu in tf.config.list_physical_devices("GPU")[:gpus]:
-            tf.config.set_logical_device_configuration(
-                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=allowed_mib)])
-        return [f"--memory-limit: TensorFlow may take {allowed_mib} MiB of each GPU (the limit "
-                f"less {CONTEXT_ALLOWANCE_BYTES // MIB} MiB for the CUDA context)"]
-    raise GpubenchError(f"--memory-limit is not available on {backend}")
-
-
-def _torch_allowed_bytes(device: int) -> int:
-    """The allocator's cap that limit_memory set on `device` (0: none)."""
-    return _TORCH_ALLOWED.get(device, 0)
+    Returns notes for the record."""
+    return frameworks.get(backend).limit_memory(gpus, limit_bytes)
 
 
 def address_space_peak_bytes() -> int:

@@ -28,7 +28,7 @@ from typing import Protocol
 
 import keras
 import numpy as np
-from gpubench.agent.workload import hostmemory
+from gpubench.agent.workload import frameworks, hostmemory
 from gpubench.agent.workload.data import Dataset, decode_images, decoder_pool
 
 
@@ -78,49 +78,23 @@ class Decoded:
 class Cached:
     """Slices of the decoded uint8 images in host memory.
 
-    With `device` (torch on a GPU) each batch is copied to the GPU here, in the
-    prefetching thread: the copy waits for the GPU's queued work in that thread,
-    not in the one that queues the training steps.
+    With `to_device` (torch on a GPU: Framework.device_copy) each batch is copied
+    to the GPU here, in the prefetching thread: the copy waits for the GPU's queued
+    work in that thread, not in the one that queues the training steps.
     """
 
     images: np.ndarray
     labels: np.ndarray
-    device: object = None
+    to_device: Callable[[np.ndarray], object] | None = None
 
     def order(self, indices: np.ndarray) -> object:
         return indices
 
     def batch(self, indices: np.ndarray) -> tuple[object, object]:
         images, labels = self.images[indices], self.labels[indices]
-        if self.device is None:
+        if self.to_device is None:
             return images, labels
-        import torch
-
-        return (torch.from_numpy(images).to(self.device),
-                torch.from_numpy(labels).to(self.device))
-
-
-class OnDevice:
-    """The decoded images and labels as tensors on the training device (torch backend).
-
-    Each epoch's order is copied to the device once, so taking a batch copies
-    nothing from the host: a copy from pageable host memory would make the host
-    wait for the device to finish all queued work, every step.
-    """
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
-        import torch
-
-        self._torch = torch
-        self._device = training_gpu() or torch.device("cpu")
-        self._images = torch.from_numpy(images).to(self._device)
-        self._labels = torch.from_numpy(labels).to(self._device)
-
-    def order(self, indices: np.ndarray) -> object:
-        return self._torch.from_numpy(np.ascontiguousarray(indices)).to(self._device)
-
-    def batch(self, indices: object) -> tuple[object, object]:
-        return self._images[indices], self._labels[indices]
+        return self.to_device(images), self.to_device(labels)
 
 
 class ImageBatches(keras.utils.PyDataset):
@@ -190,17 +164,6 @@ class ImageBatches(keras.utils.PyDataset):
         return len(self._order[step * self._batch : (step + 1) * self._batch])
 
 
-def training_gpu() -> object:
-    """The GPU Keras trains on (torch backend), or None: batches stay in host memory."""
-    if keras.backend.backend() != "torch":
-        return None
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    return torch.device("cuda", torch.cuda.current_device())
-
-
 def build_feed(
     dataset: Dataset,
     *,
@@ -234,8 +197,9 @@ def build_feed(
         if channels_first:
             cache = np.ascontiguousarray(cache.transpose(0, 3, 1, 2))
         decode_seconds = time.monotonic() - started
-        source = (OnDevice(cache, labels) if on_device
-                  else Cached(cache, labels, device=training_gpu()))
+        framework = frameworks.current()
+        source = (framework.device_source(cache, labels) if on_device
+                  else Cached(cache, labels, framework.device_copy()))
         mode = "cached-on-device" if on_device else mode
     else:
         source = Decoded(dataset, labels, size, pool, as_float=mode == "seed",

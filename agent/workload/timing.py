@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import keras
+from gpubench.agent.workload import frameworks
 from gpubench.agent.workload.measure import StepStats, step_stats
 
 from gpubench.events import EventWriter
@@ -210,12 +211,10 @@ class DeviceTimedEpochs(EpochTimer):
 
 
 def epoch_timer(backend: str, on_gpu: bool, *args: object, **kwargs: object) -> EpochTimer:
-    """The epoch timer for a run: device events for torch on a GPU, else the host's clock."""
-    if backend == "torch" and on_gpu:
-        import torch
-
-        if torch.cuda.is_available():
-            return DeviceTimedEpochs(*args, **kwargs)
+    """The epoch timer for a run: on the device where the framework can time steps
+    there (torch on a GPU: CUDA events), else on the host's clock."""
+    if frameworks.get(backend).times_steps_on_device(on_gpu):
+        return DeviceTimedEpochs(*args, **kwargs)
     return HostTimedEpochs(*args, **kwargs)
 
 

@@ -1,0 +1,82 @@
+"""JAX under Keras: memory_stats, DataParallel, device syncs.
+
+Peak memory: memory_stats()["peak_bytes_in_use"], which cannot be reset (the
+record says so). No --memory-limit. Several GPUs: keras.distribution.DataParallel
+over the first N GPUs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from gpubench.agent.workload.frameworks.base import (
+    Framework,
+    cuda_version_text,
+    cudnn_version_text,
+)
+from gpubench.agent.workload.memory import GpuMemory, MemoryReport
+
+
+class Jax(Framework):
+    """Keras on JAX."""
+
+    name = "jax"
+
+    def configure_environment(self, gpus: int) -> None:
+        if gpus == 0:
+            os.environ["JAX_PLATFORMS"] = "cpu"
+
+    def gpu_count(self) -> int:
+        import jax
+
+        return sum(1 for d in jax.devices() if d.platform == "gpu")
+
+    def versions(self) -> dict[str, str]:
+        import jax
+
+        found = {"backend_version": jax.__version__, "cuda_runtime_version": "",
+                 "cudnn_version": ""}
+        try:  # a private module: absent on CPU-only builds and free to move
+            from jax._src.lib import cuda_versions
+
+            if cuda_versions is not None:
+                found["cuda_runtime_version"] = cuda_version_text(
+                    cuda_versions.cuda_runtime_get_version())
+                found["cudnn_version"] = cudnn_version_text(cuda_versions.cudnn_get_version())
+        except (ImportError, AttributeError, RuntimeError):
+            pass
+        return found
+
+    def synchronize(self) -> None:
+        import jax
+
+        for device in jax.local_devices():
+            if hasattr(device, "synchronize_all_activity"):
+                device.synchronize_all_activity()
+
+    def reset_peaks(self, gpus: int) -> None:
+        """JAX keeps one peak for the life of the process; read_peaks says so."""
+
+    def read_peaks(self, gpus: int) -> MemoryReport:
+        import jax
+
+        devices = [d for d in jax.local_devices() if d.platform == "gpu"][:gpus]
+        found = []
+        for i, device in enumerate(devices):
+            stats = device.memory_stats() or {}
+            found.append(GpuMemory(i, int(stats.get("peak_bytes_in_use", 0)),
+                                   int(stats.get("bytes_limit", 0))))
+        return MemoryReport(found, [
+            "JAX cannot reset its peak: it covers the whole run, not only the measured epoch",
+            "memory_total_bytes is JAX's allocator limit on the card",
+        ])
+
+    @contextlib.contextmanager
+    def data_parallel(self, gpus: int) -> Iterator[None]:
+        import keras
+
+        devices = keras.distribution.list_devices("gpu")[:gpus]
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+        yield
