@@ -25,11 +25,15 @@ changes, and why:
 
 Needs torch on one CUDA GPU, no torch.compile, and no mixed_float16 (its loss
 scaling reads a flag back to the host every step); options.RunSettings checks.
-Imports Keras: import this module only after the backend has been selected.
+Keras's private torch code it replaces and wraps is listed in
+keras_internals.CUDA_GRAPHS: Framework.prepare_steps runs the steps as Keras does,
+with a warning, where that is not as tested. Imports Keras: import this module
+only after the backend has been selected.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,6 +198,7 @@ def draw_from_default_generator() -> None:
     if getattr(random.torch_seed_generator, _PATCHED, False):
         return
 
+    @functools.wraps(random.torch_seed_generator)  # keeps Keras's signature
     def default_generator(seed: Any) -> None:
         return None  # torch's functions then use the default generator
 

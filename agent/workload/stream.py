@@ -7,6 +7,8 @@ import sys
 
 from gpubench.events import EventWriter
 
+_claimed: list[EventWriter] = []  # the writer claim_stdout made in this process
+
 
 def claim_stdout() -> EventWriter:
     """An event writer on the process's real stdout; all other output goes to stderr.
@@ -21,4 +23,16 @@ def claim_stdout() -> EventWriter:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     stream = os.fdopen(events_fd, "w", buffering=1, encoding="utf-8")
-    return EventWriter(stream)
+    writer = EventWriter(stream)
+    _claimed.append(writer)
+    return writer
+
+
+def warn(message: str) -> None:
+    """A warning from code that is handed no event writer: a `warning` event (which the
+    run's record keeps) on the stream claim_stdout made, or one line on stderr where
+    this process claimed none (a data-parallel replica, a script)."""
+    if _claimed:
+        _claimed[-1].emit("warning", message=message)
+    else:
+        print(f"warning: {message}", file=sys.stderr, flush=True)

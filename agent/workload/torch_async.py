@@ -16,11 +16,14 @@ queue step n+1 while the GPU runs step n, and the GPU idles in between.
   host memory (`HostSeeds`): the same seeds, so the same random numbers.
 
 Used for torch on a GPU (on the CPU it changes nothing but is harmless, which the
-tests use). Imports Keras: import it after the backend has been selected.
+tests use), where keras_internals.TORCH_ASYNC finds the Keras internals this
+replaces as they were tested: Framework.prepare_steps checks before it calls
+`keep_host_ahead`. Imports Keras: import it after the backend has been selected.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -98,6 +101,8 @@ def _fill_numbers(original: Callable[..., Any], core: Any) -> Callable[..., Any]
             return torch.int64 if x < -(2**31) or x >= 2**31 else torch.int32
         return core.to_torch_dtype(keras.config.floatx())
 
+    # Wraps Keras's function: its signature stays Keras's (keras_internals checks it).
+    @functools.wraps(original)
     def convert_to_tensor(x: Any, dtype: Any = None, sparse: Any = None,
                           ragged: Any = None) -> Any:
         if not sparse and not ragged and (type(x) in NUMBERS or _numbers(x)):

@@ -6,7 +6,8 @@ allocator reserved at its peak. --memory-limit: a per-process memory fraction
 torch backend has no data parallelism of its own: torch_ddp runs one process per
 GPU. On a GPU the steps are timed with CUDA events, batches are copied to the GPU
 in the prefetching thread, and the compiled steps keep the host ahead of the GPU
-(torch_async) and replay as CUDA graphs (cuda_graphs).
+(torch_async) and replay as CUDA graphs (cuda_graphs), each only where
+keras_internals finds the Keras it was tested on.
 """
 
 from __future__ import annotations
@@ -137,13 +138,17 @@ class Torch(Framework):
 
     def prepare_steps(self, network: Any, *, gpus: int, cuda_graphs: bool) -> Any:
         """On a GPU: keep the host from waiting inside a step (torch_async) and, with
-        `cuda_graphs`, replay the steps as CUDA graphs."""
+        `cuda_graphs`, replay the steps as CUDA graphs. Either is left out, with one
+        warning, where the installed Keras is not the one it was tested on."""
         if gpus == 0:
             return None
-        from gpubench.agent.workload import torch_async
+        from gpubench.agent.workload import keras_internals
 
-        torch_async.keep_host_ahead(network)
-        if not cuda_graphs:
+        if keras_internals.usable(keras_internals.TORCH_ASYNC, network):
+            from gpubench.agent.workload import torch_async
+
+            torch_async.keep_host_ahead(network)
+        if not cuda_graphs or not keras_internals.usable(keras_internals.CUDA_GRAPHS, network):
             return None
         from gpubench.agent.workload import cuda_graphs as graphs
 
