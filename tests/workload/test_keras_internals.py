@@ -2,18 +2,21 @@
 
 Against the installed Keras, in child processes with Keras on torch: every
 internal torch_async and cuda_graphs touch is there with the signature they were
-written against, the step factories make one-argument steps, and HostSeeds draws
-SeedGenerator.next's sequence. Then the fallback: with Keras's version made
-unknown, or an internal renamed, the fast path is left out with one warning event
-that names the Keras version and the tested range, and Keras's own code stays.
+written against, the step factories make one-argument steps, HostSeeds draws
+SeedGenerator.next's sequence, and pyproject.toml pins Keras to the tested range.
+Then the fallback: with Keras's version made unknown, or an internal renamed, the
+fast path is left out with one warning event that names the Keras version and the
+tested range, and Keras's own code stays.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from gpubench.agent.workload import keras_internals
@@ -76,6 +79,12 @@ def test_tested_versions() -> None:
     assert keras_internals.tested("3.15.1") and keras_internals.tested("3.15.0")
     for version in ("3.16.0", "3.14.1", "3.16.0.dev2026", "4.0.0", "not a version"):
         assert not keras_internals.tested(version), version
+
+
+def test_pyproject_pins_keras_to_the_tested_range() -> None:
+    text = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    pins = re.findall(r'"(keras[^"]*)"', text)
+    assert pins and set(pins) == {f"keras{keras_internals.TESTED_RANGE}"}
 
 
 FALLBACK = MODEL + r"""
