@@ -284,6 +284,9 @@ class _Hub:
             self._drop(link)
         except OSError:
             self._drop(link)
+        except Exception:  # a bug: this thread must go on reading the other connections
+            log.exception("closed a front-end's connection to the owner after an error")
+            self._drop(link)
 
     def _drop(self, link: _Link) -> None:
         self._selector.unregister(link)
@@ -549,7 +552,12 @@ class Frontends:
                 sock, _ = self._listener.accept()
             except OSError:  # closed: the collector is stopping
                 return
-            if self._handshake(sock):
+            try:
+                admitted = self._handshake(sock)
+            except Exception:  # a bug: this thread must go on accepting front-ends
+                log.exception("the handshake of a connection to the owner failed")
+                admitted = False
+            if admitted:
                 self._hub.add(sock)
             else:
                 sock.close()
