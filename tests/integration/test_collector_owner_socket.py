@@ -39,6 +39,13 @@ def collector(collector_factory):
     return collector_factory(frontends=2)
 
 
+@pytest.fixture
+def owner_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """The owner's warnings (why it closed a connection)."""
+    caplog.set_level(logging.WARNING, logger="gpubench.collector.owner")
+    return caplog
+
+
 def _connect(collector) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(10)
@@ -114,14 +121,11 @@ def test_a_connection_that_proves_the_secret_is_served_as_documented(collector) 
     sock.close()
 
 
-def test_a_connection_without_the_secret_is_closed(
-    collector, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.WARNING, logger="gpubench.collector.owner")
+def test_a_connection_without_the_secret_is_closed(collector, owner_log) -> None:
     wrong = _connect(collector)
     ipc.send(wrong, ipc.proof(ipc.new_secret(), _nonce(wrong)), ipc.HANDSHAKE_LIMIT)
     assert _closed_by_the_owner(wrong)
-    assert "did not prove the front-ends' secret" in caplog.text
+    assert "did not prove the front-ends' secret" in owner_log.text
     # A request in place of the proof: closed, nothing done.
     bold = _connect(collector)
     _nonce(bold)
@@ -143,14 +147,13 @@ def test_a_proof_made_for_another_connection_is_refused(collector) -> None:
 
 
 def test_a_frame_over_the_limit_is_refused_and_the_connection_closed(
-    collector, caplog: pytest.LogCaptureFixture
+    collector, owner_log
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="gpubench.collector.owner")
     sock = _authenticated(collector)
     # Only the length: the owner refuses it before any of the body comes.
     sock.sendall((LIMIT + 1).to_bytes(4, "big"))
     assert _closed_by_the_owner(sock)
-    assert f"a frame of {LIMIT + 1:,} bytes announced; at most {LIMIT:,}" in caplog.text
+    assert f"a frame of {LIMIT + 1:,} bytes announced; at most {LIMIT:,}" in owner_log.text
     # Before the handshake the bound is a kilobyte.
     early = _connect(collector)
     _nonce(early)
