@@ -12,6 +12,10 @@ It is one asyncio loop (grpc.aio): a call waiting for the owner holds no thread,
 and no call or reply is handed from one thread to another, which costs a
 synchronous gRPC server's handler threads context switches on every call.
 
+It speaks to the owner in collector.ipc's protocol: length-prefixed protobuf
+messages (protos/gpubench/v1/collector_ipc.proto) over the owner's Unix socket, each
+connection opened with the proof of the secret the owner passed on stdin.
+
 It stops gracefully on SIGTERM/SIGINT (in-flight calls finish), and at once when
 the owner's connection closes (the owner is gone: nothing could be stored).
 """
@@ -21,23 +25,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
-import pickle
 import shutil
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from multiprocessing.connection import Client
 from pathlib import Path
 from typing import Any
 
 import grpc
-from gpubench.collector import validation
-from gpubench.collector.rows import Ack, ack_message, run_row
+from gpubench.collector import ipc, validation
+from gpubench.collector.rows import run_row
 from gpubench.collector.statuses import answer_of
 from gpubench.collector.transport import (
     DEFAULT_WORKERS,
@@ -53,13 +55,11 @@ from gpubench.collector.transport import (
 )
 
 from gpubench.errors import GpubenchError
-from gpubench.v1 import collector_pb2
+from gpubench.v1 import collector_ipc_pb2, collector_pb2
 
-PICKLE = pickle.HIGHEST_PROTOCOL
+log = logging.getLogger(__name__)
+
 OWNER_GONE = "collector shutting down (its database process is gone)"
-# multiprocessing.connection's framing, which the owner reads and writes: a signed
-# 32-bit big-endian length, or -1 and an unsigned 64-bit one from 2 GiB on.
-_SHORT, _LONG = struct.Struct("!i"), struct.Struct("!Q")
 # Connections to the owner at most (each one a file descriptor on both sides); more
 # concurrent calls wait for one. As many as a single-process collector has handler threads.
 MAX_LINKS = DEFAULT_WORKERS
@@ -75,92 +75,92 @@ OWNER_GONE_DRAIN_S = 3.0
 OWNER_GONE_GRACE_S = 5.0
 
 
-def _frame(data: bytes) -> bytes:
-    if len(data) > 0x7FFFFFFF:
-        return _SHORT.pack(-1) + _LONG.pack(len(data)) + data
-    return _SHORT.pack(len(data)) + data
-
-
 class OwnerClient:
     """Requests to the owner: a pool of connections, each with one request at a time.
 
-    A connection is opened with multiprocessing's handshake (the owner's authkey),
-    then read and written by the loop; a call takes an idle one or opens another,
-    up to MAX_LINKS.
-    A control connection carries hello/ready/failed, and the owner's health news; its
-end means the owner is gone.
+    A connection is opened with the handshake (collector.ipc: the proof of the
+    owner's secret), then read and written by the loop; a call takes an idle one or
+    opens another, up to MAX_LINKS.
+    A control connection carries Started/Ready/Failed, and the owner's health news; its
+    end means the owner is gone.
     """
 
-    def __init__(self, address: str, authkey: bytes) -> None:
+    def __init__(self, address: str, secret: bytes, limit: int) -> None:
         self._address = address
-        self._authkey = authkey
+        self._secret = secret
+        self._limit = limit
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self._links = asyncio.Semaphore(MAX_LINKS)
-        self._control = Client(address, "AF_UNIX", authkey=authkey)
+        self._control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._control.connect(address)
+        nonce = ipc.nonce_of(ipc.receive(self._control, collector_ipc_pb2.OwnerMessage,
+                                         ipc.HANDSHAKE_LIMIT))
+        ipc.send(self._control, ipc.proof(secret, nonce), ipc.HANDSHAKE_LIMIT)
         self.gone = False  # set once the owner's control connection closed
 
-    def tell(self, *message: Any) -> None:
-        """Send a control message (hello, ready, failed)."""
-        self._control.send_bytes(pickle.dumps(message, PICKLE))
+    def tell(self, message: collector_ipc_pb2.FrontendMessage) -> None:
+        """Send a control message (Started, Ready, Failed)."""
+        ipc.send(self._control, message, self._limit)
 
     def watch(
         self, loop: asyncio.AbstractEventLoop, gone: asyncio.Event,
         on_health: Callable[[bool], None],
     ) -> None:
         """Set `gone` (in `loop`) when the owner's control connection closes; call
-        `on_health(serving)` (in this watching thread) for each ("health", serving)."""
+        `on_health(serving)` (in this watching thread) for each Health message."""
 
         def wait() -> None:
-            with contextlib.suppress(EOFError, OSError):
+            with contextlib.suppress(OSError):  # closed, or broken (FrameError)
                 while True:
-                    message = pickle.loads(self._control.recv_bytes())
-                    if message[0] == "health":
-                        on_health(message[1])
+                    message = ipc.receive(self._control, collector_ipc_pb2.OwnerMessage,
+                                          self._limit)
+                    if message.WhichOneof("kind") == "health":
+                        on_health(message.health.serving)
             loop.call_soon_threadsafe(gone.set)
 
         threading.Thread(target=wait, name="owner-watch", daemon=True).start()
 
-    async def ask(self, *request: Any) -> Any:
-        """Send a request and wait for its reply; raises Refusal with the owner's status."""
+    async def ask(self, request: collector_ipc_pb2.FrontendMessage) -> Any:
+        """Send a request and wait for its reply: see `ipc.outcome`; raises Refusal with
+        the owner's status."""
         if self.gone:
             raise Refusal(grpc.StatusCode.UNAVAILABLE, OWNER_GONE)
+        frame = ipc.framed(request, self._limit)
         async with self._links:
-            return await self._exchange(request)
+            return ipc.outcome(await self._exchange(frame))
 
-    async def _exchange(self, request: tuple) -> Any:
+    async def _exchange(self, frame: bytes) -> collector_ipc_pb2.Reply:
         try:
             link = self._idle.pop() if self._idle else await self._connect()
-        except (OSError, EOFError):  # refused, or the owner died during the handshake
+        except (OSError, asyncio.IncompleteReadError):  # refused, or closed in the handshake
             raise Refusal(grpc.StatusCode.UNAVAILABLE, OWNER_GONE) from None
         reader, writer = link
         try:
-            writer.write(_frame(pickle.dumps(request, PICKLE)))
-            (size,) = _SHORT.unpack(await reader.readexactly(_SHORT.size))
-            if size == -1:
-                (size,) = _LONG.unpack(await reader.readexactly(_LONG.size))
-            ok, payload = pickle.loads(await reader.readexactly(size))
-        except (asyncio.IncompleteReadError, OSError):
+            writer.write(frame)
+            message = await ipc.read(reader, collector_ipc_pb2.OwnerMessage, self._limit)
+            if message.WhichOneof("kind") != "reply":
+                raise ipc.FrameError(f"a {message.WhichOneof('kind')} where a reply belongs")
+        except (asyncio.IncompleteReadError, OSError) as exc:
             writer.close()
+            if isinstance(exc, ipc.FrameError):
+                log.warning("closed a connection to the owner: %s", exc)
             raise Refusal(grpc.StatusCode.UNAVAILABLE, OWNER_GONE) from None
         except BaseException:  # cancelled mid-call: its late reply would answer the next one
             writer.close()
             raise
         self._idle.append(link)
-        if not ok:
-            raise Refusal(*payload)
-        return payload
+        return message.reply
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        # The handshake blocks (a few round trips to the owner's accept thread): off the loop.
-        connection = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: Client(self._address, "AF_UNIX", authkey=self._authkey)
-        )
+        reader, writer = await asyncio.open_unix_connection(self._address)
         try:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM,
-                                 fileno=os.dup(connection.fileno()))
-        finally:
-            connection.close()
-        return await asyncio.open_unix_connection(sock=sock)
+            nonce = ipc.nonce_of(await ipc.read(reader, collector_ipc_pb2.OwnerMessage,
+                                                ipc.HANDSHAKE_LIMIT))
+            writer.write(ipc.framed(ipc.proof(self._secret, nonce), ipc.HANDSHAKE_LIMIT))
+        except BaseException:
+            writer.close()
+            raise
+        return reader, writer
 
 
 def _authorization(context: grpc.aio.ServicerContext) -> str | None:
@@ -215,20 +215,19 @@ class Handlers:
         """Check the token, then parse, validate and make the row; the owner checks the
         token (and the rate limit) again and stores it."""
         self.last_call = time.monotonic()
-        authorization = _authorization(context)
+        authorization, peer = _authorization(context), context.peer()
         try:
             if authorization not in self._accepted:
-                await self._owner.ask("auth", authorization, context.peer())
+                await self._owner.ask(ipc.auth_request(authorization, peer))
                 self._accepted.add(authorization)
             request = parse_request(collector_pb2.SubmitRunRequest, data)
             # Whether the caller may load a published run, only the owner knows (its token).
             problems = validation.problems(request.run, may_publish=True)
             row = None if problems else run_row(request.run, "")
-            ack: Ack = await self._owner.ask("submit", authorization, context.peer(), row,
-                                             problems)
+            ack = await self._owner.ask(ipc.submit_request(authorization, peer, row, problems))
         except Exception as exc:  # a refusal with its code; a bug INTERNAL, logged
             await context.abort(*answer_of(exc, "SubmitRun"))
-        return ack_message(ack)
+        return ack
 
     def forwarder(
         self, method: str
@@ -238,8 +237,8 @@ class Handlers:
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             self.last_call = time.monotonic()
             try:
-                return await self._owner.ask("call", method, request, _authorization(context),
-                                             context.peer())
+                return await self._owner.ask(ipc.call_request(
+                    method, request, _authorization(context), context.peer()))
             except Exception as exc:  # the owner's status; a bug INTERNAL, logged
                 await context.abort(*answer_of(exc, method))
 
@@ -272,8 +271,10 @@ async def serve(config: dict[str, Any]) -> int:
     stop, gone = asyncio.Event(), asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    owner = OwnerClient(config["owner_address"], bytes.fromhex(config["authkey"]))
-    owner.tell("hello", config["index"], os.getpid())
+    owner = OwnerClient(config["owner_address"], bytes.fromhex(config["secret"]),
+                        ipc.frame_limit(config["max_message_bytes"]))
+    owner.tell(collector_ipc_pb2.FrontendMessage(
+        started=collector_ipc_pb2.Started(index=config["index"], pid=os.getpid())))
     tls = None
     if config["tls_cert"]:
         tls = TlsFiles(Path(config["tls_cert"]), Path(config["tls_key"]))
@@ -287,10 +288,11 @@ async def serve(config: dict[str, Any]) -> int:
     try:
         port = listen(server, config["host"], config["port"], tls)
     except GpubenchError as exc:
-        owner.tell("failed", str(exc))
+        owner.tell(collector_ipc_pb2.FrontendMessage(
+            failed=collector_ipc_pb2.Failed(message=str(exc))))
         return 1
     await server.start()
-    owner.tell("ready", port)
+    owner.tell(collector_ipc_pb2.FrontendMessage(ready=collector_ipc_pb2.Ready(port=port)))
     owner.watch(loop, gone, lambda serving: asyncio.run_coroutine_threadsafe(
         set_serving_aio(health, serving), loop))
     # Wake on a signal or on the owner's connection closing, whichever comes first.

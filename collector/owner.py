@@ -5,7 +5,7 @@ interpreter lock, so it cannot use a second core. With `serve --frontends N` the
 owner starts N front-end processes (collector.frontend) that listen on the same
 host:port (SO_REUSEPORT: the kernel spreads connections over them). They do the
 stateless, CPU-heavy part of a call (gRPC, protobuf, validation, the runs-table
-row) and forward the rest here over a Unix socket, as compact pickles.
+row) and forward the rest here over a Unix socket, as protobuf messages.
 
 The owner keeps all state and every guarantee: the token check (tokens live in
 the database, so a revocation takes effect at once), the per-token rate limit,
@@ -14,17 +14,23 @@ A forwarded call other than SubmitRun is answered by the same servicer code a
 single-process collector runs, through `Gate.guarded`, so its status codes and
 messages are the same.
 
-Wire format, one pickle per message. A front-end opens a control connection,
-then a pool of connections, each carrying one request at a time:
-  control:            ("hello", index, pid), then ("ready", port) or ("failed", message);
-                      owner -> front-end: ("health", serving) whenever the store's
+The wire (collector.ipc; the messages in protos/gpubench/v1/collector_ipc.proto):
+each message is a 4-byte big-endian length, then one protobuf message. The socket
+lives in a folder of mode 0700; on every connection the owner sends a Challenge and
+the front-end must answer with the Proof of the secret the owner gave it on stdin
+(HMAC-SHA256, compared with hmac.compare_digest), or the connection is closed. So is
+one whose frame announces more than `ipc.frame_limit` bytes. A front-end opens a
+control connection, then a pool of connections, each carrying one request at a time:
+  control:            Started(index, pid), then Ready(port) or Failed(message);
+                      owner -> front-end: Health(serving) whenever the store's
                       writes stop or start being durable (a full disk)
-  front-end -> owner: ("auth", authorization, peer), before a front-end parses a
+  front-end -> owner: AuthRequest(authorization, peer), before a front-end parses a
                       submission of a token it has not seen accepted lately,
-                      ("submit", authorization, peer, row, problems),
-                      ("call", method, request bytes, authorization, peer)
+                      SubmitRequest(authorization, peer, row | problems),
+                      CallRequest(method, request bytes, authorization, peer)
                       (peer: the caller's address, for the failed-authentication limit)
-  owner -> front-end: (True, None | Ack | response bytes) or (False, (code, details))
+  owner -> front-end: a Reply: accepted, the SubmitRunResponse, the response's bytes,
+                      or refused (status code, details)
 """
 
 from __future__ import annotations
@@ -33,7 +39,6 @@ import contextlib
 import json
 import logging
 import os
-import pickle
 import selectors
 import shutil
 import signal
@@ -46,12 +51,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, Listener
 from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import message_factory
-from gpubench.collector import validation
+from gpubench.collector import ipc, validation
 from gpubench.collector.auth import Access, Gate, access_of, bearer_secret
 from gpubench.collector.service import AdminService, CollectorService
 from gpubench.collector.statuses import answer_of, status_of
@@ -59,11 +63,10 @@ from gpubench.collector.store import Store
 from gpubench.collector.transport import STOP_GRACE_S, Refusal, TlsFiles, bind_address
 
 from gpubench.errors import GpubenchError
-from gpubench.v1 import collector_pb2
+from gpubench.v1 import collector_ipc_pb2, collector_pb2
 
 log = logging.getLogger(__name__)
 
-PICKLE = pickle.HIGHEST_PROTOCOL
 # How long a front-end may take to start and listen (s).
 START_TIMEOUT_S = 60.0
 # A front-end that dies is restarted: at once the first time, then after a delay that
@@ -166,21 +169,29 @@ class Dispatcher:
         return behavior(request, ForwardedContext(authorization, peer)).SerializeToString()
 
 
-def _outcome(run: Callable[[], Any]) -> tuple[bool, Any]:
-    """(True, result) or (False, (code, details)), as the front-end reads them."""
-    try:
-        return True, run()
-    except Exception as exc:  # ours with its code; a bug INTERNAL, logged (as in one process)
-        return False, answer_of(exc, "a forwarded call")
+class _Link:
+    """The owner's end of one authenticated connection of a front-end."""
 
+    __slots__ = ("sock", "frames", "limit")
 
-def _reply(connection: Connection, ok: bool, payload: Any) -> None:
-    _tell(connection, (ok, payload))
+    def __init__(self, sock: socket.socket, limit: int) -> None:
+        self.sock = sock
+        self.frames = ipc.Frames(limit)
+        self.limit = limit
 
+    def fileno(self) -> int:
+        return self.sock.fileno()
 
-def _tell(connection: Connection, message: tuple) -> None:
-    with contextlib.suppress(OSError):  # the front-end is gone: nobody to tell
-        connection.send_bytes(pickle.dumps(message, PICKLE))
+    def send(self, frame: bytes) -> None:
+        """Write a framed message (from any thread; one reply at a time per link)."""
+        with contextlib.suppress(OSError):  # the front-end is gone: nobody to tell
+            self.sock.sendall(frame)
+
+    def refuse(self, exc: BaseException) -> None:
+        """Answer the link's request with the status `exc` ends it with (a bug: INTERNAL,
+        logged, as in one process)."""
+        code, details = answer_of(exc, "a forwarded call")
+        self.send(ipc.refused(code, details, self.limit))
 
 
 class _Hub:
@@ -192,20 +203,22 @@ class _Hub:
     the store's writer thread right after its commit.
     """
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
+    def __init__(self, dispatcher: Dispatcher, limit: int) -> None:
         self._dispatcher = dispatcher
+        self._limit = limit
+        self._accepted = ipc.accepted(limit)
         self._calls = ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="forwarded")
         self._selector = selectors.DefaultSelector()
         self._waker_in, self._waker_out = socket.socketpair()
         self._selector.register(self._waker_in, selectors.EVENT_READ, None)
-        self._joining: list[Connection] = []
+        self._joining: list[_Link] = []
         self._lock = threading.Lock()
         self._closing = False
         # Front-end index -> the port it listens on (or a GpubenchError), from its
         # control connection; and each control connection's future (a restarted
         # front-end's, not its predecessor's, whose connection may close late).
         self.started: dict[int, Future] = {}
-        self._control: dict[Connection, Future] = {}
+        self._control: dict[_Link, Future] = {}
         # What the front-ends' health services say (the store's durability), and the
         # lock that keeps each control connection's messages whole and in order.
         self._serving = True
@@ -213,10 +226,10 @@ class _Hub:
         self._thread = threading.Thread(target=self._loop, name="owner-hub", daemon=True)
         self._thread.start()
 
-    def add(self, connection: Connection) -> None:
-        """Start reading a new connection."""
+    def add(self, sock: socket.socket) -> None:
+        """Start reading a new connection (one that passed the handshake)."""
         with self._lock:
-            self._joining.append(connection)
+            self._joining.append(_Link(sock, self._limit))
         self._waker_out.send(b"x")
 
     def expect(self, index: int) -> Future:
@@ -226,13 +239,14 @@ class _Hub:
         return future
 
     def set_serving(self, serving: bool) -> None:
-        """Tell every front-end what its health service says: ("health", serving)."""
+        """Tell every front-end what its health service says: Health(serving)."""
+        frame = ipc.framed(ipc.health(serving), self._limit)
         with self._telling:
             self._serving = serving
             with self._lock:
                 controls = list(self._control)
             for control in controls:
-                _tell(control, ("health", serving))
+                control.send(frame)
 
     def close(self) -> None:
         """Stop reading; close every connection."""
@@ -248,66 +262,96 @@ class _Hub:
                     self._waker_in.recv(4096)
                     with self._lock:
                         joining, self._joining = self._joining, []
-                    for connection in joining:
-                        self._selector.register(connection, selectors.EVENT_READ, connection)
+                    for link in joining:
+                        self._selector.register(link, selectors.EVENT_READ, link)
                     continue
-                connection = key.data
-                try:
-                    message = pickle.loads(connection.recv_bytes())
-                except (EOFError, OSError):
-                    self._drop(connection)
-                    continue
-                self._handle(connection, message)
+                self._read(key.data)
         for key in list(self._selector.get_map().values()):
             if key.data is not None:
-                key.data.close()
+                key.data.sock.close()
         self._selector.close()
 
-    def _drop(self, connection: Connection) -> None:
-        self._selector.unregister(connection)
-        connection.close()
-        started = self._control.pop(connection, None)
+    def _read(self, link: _Link) -> None:
+        """Read what a readable connection has; handle each message it completes."""
+        try:
+            data = link.sock.recv(ipc.READ_BYTES)
+            if not data:
+                raise ConnectionError("closed")
+            for frame in link.frames.feed(data):
+                self._handle(link, ipc.parse(collector_ipc_pb2.FrontendMessage, frame))
+        except ipc.FrameError as exc:  # a broken front-end: not one to keep talking to
+            log.warning("closed a front-end's connection to the owner: %s", exc)
+            self._drop(link)
+        except OSError:
+            self._drop(link)
+        except Exception:  # a bug: this thread must go on reading the other connections
+            log.exception("closed a front-end's connection to the owner after an error")
+            self._drop(link)
+
+    def _drop(self, link: _Link) -> None:
+        self._selector.unregister(link)
+        link.sock.close()
+        started = self._control.pop(link, None)
         if started is not None and not started.done():
             started.set_exception(GpubenchError("it exited before listening"))
 
-    def _handle(self, connection: Connection, message: tuple) -> None:
-        kind = message[0]
+    def _handle(self, link: _Link, message: collector_ipc_pb2.FrontendMessage) -> None:
+        kind = message.WhichOneof("kind")
         if kind == "submit":
-            _, authorization, peer, row, problems = message
             try:
+                authorization, peer = ipc.caller_of(message.submit)
+                row, problems = ipc.submission_of(message.submit)
                 future = self._dispatcher.submit(authorization, peer, row, problems)
-            except Refusal as refused:
-                _reply(connection, False, (refused.code, refused.details))
+            except Exception as exc:  # refused at once (the token, the run)
+                link.refuse(exc)
                 return
-            future.add_done_callback(lambda done: _reply(connection, *_outcome(done.result)))
+            future.add_done_callback(lambda done: self._acknowledge(link, done))
         elif kind == "auth":  # before a front-end parses a run
-            _, authorization, peer = message
-            _reply(connection,
-                   *_outcome(lambda: self._dispatcher.authenticate(authorization, peer)))
+            try:
+                self._dispatcher.authenticate(*ipc.caller_of(message.auth))
+            except Exception as exc:
+                link.refuse(exc)
+                return
+            link.send(self._accepted)
         elif kind == "call":
-            _, method, request, authorization, peer = message
-            self._calls.submit(self._answer_call, connection, method, request, authorization,
-                               peer)
-        elif kind == "hello":  # a front-end's control connection: ("hello", index, pid)
+            self._calls.submit(self._answer_call, link, message.call)
+        elif kind == "started":  # a front-end's control connection
             with self._lock:
-                self._control[connection] = self.started[message[1]]
+                started = self.started.get(message.started.index)
+                if started is None:
+                    raise ipc.FrameError(f"no front-end {message.started.index} was started")
+                self._control[link] = started
             with self._telling:  # a front-end starts SERVING: tell it if that is wrong
                 if not self._serving:
-                    _tell(connection, ("health", False))
+                    link.send(ipc.framed(ipc.health(False), self._limit))
         elif kind in ("ready", "failed"):
-            started = self._control.get(connection)
+            started = self._control.get(link)
             if started is not None and not started.done():
                 if kind == "ready":
-                    started.set_result(message[1])
+                    started.set_result(message.ready.port)
                 else:
-                    started.set_exception(GpubenchError(message[1]))
+                    started.set_exception(GpubenchError(message.failed.message))
+        else:  # a proof after the handshake
+            raise ipc.FrameError(f"a {kind} message out of place")
 
-    def _answer_call(
-        self, connection: Connection, method: str, request: bytes, authorization: str | None,
-        peer: str | None,
-    ) -> None:
-        _reply(connection,
-               *_outcome(lambda: self._dispatcher.call(method, request, authorization, peer)))
+    @staticmethod
+    def _acknowledge(link: _Link, done: Future) -> None:
+        """Reply to a submission once the store has it (or refused it)."""
+        try:
+            frame = ipc.acknowledged(done.result(), link.limit)
+        except Exception as exc:  # a conflict, a closing store, a full disk
+            link.refuse(exc)
+            return
+        link.send(frame)
+
+    def _answer_call(self, link: _Link, call: collector_ipc_pb2.CallRequest) -> None:
+        try:
+            response = self._dispatcher.call(call.method, call.request, *ipc.caller_of(call))
+            frame = ipc.response(response, link.limit)
+        except Exception as exc:
+            link.refuse(exc)
+            return
+        link.send(frame)
 
 
 def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
@@ -366,9 +410,11 @@ class Frontends:
         self._max_message_bytes = max_message_bytes
         self._folder = tempfile.mkdtemp(prefix="gpubench-collector-")  # mode 0700
         self._address = os.path.join(self._folder, "owner.sock")
-        self._authkey = os.urandom(32)
-        self._listener = Listener(self._address, "AF_UNIX", authkey=self._authkey)
-        self._hub = _Hub(dispatcher)
+        self._secret = ipc.new_secret()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self._address)
+        self._listener.listen(socket.SOMAXCONN)  # front-ends open their links in bursts
+        self._hub = _Hub(dispatcher, ipc.frame_limit(max_message_bytes))
         # The front-ends' health follows the store's durability (NOT_SERVING: disk full).
         self._unlisten = dispatcher.store.durability.listen(
             lambda trouble: self._hub.set_serving(trouble is None)
@@ -377,6 +423,11 @@ class Frontends:
         self._held: socket.socket | None = None
         self._stopping = False
         threading.Thread(target=self._accept, name="owner-accept", daemon=True).start()
+
+    @property
+    def socket_path(self) -> str:
+        """The Unix socket the front-ends connect to, in a folder of mode 0700."""
+        return self._address
 
     @property
     def pids(self) -> list[int]:
@@ -454,6 +505,8 @@ class Frontends:
             except subprocess.TimeoutExpired:
                 frontend.process.kill()
                 frontend.process.wait()
+        with contextlib.suppress(OSError):  # wakes the accepting thread
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self._hub.close()
         if self._held is not None:
@@ -466,7 +519,7 @@ class Frontends:
             "tls_cert": str(self._tls.cert) if self._tls else None,
             "tls_key": str(self._tls.key) if self._tls else None,
             "max_message_bytes": self._max_message_bytes,
-            "owner_address": self._address, "authkey": self._authkey.hex(),
+            "owner_address": self._address, "secret": self._secret.hex(),
         }
         self._hub.expect(index)
         process = subprocess.Popen(
@@ -496,12 +549,36 @@ class Frontends:
     def _accept(self) -> None:
         while True:
             try:
-                connection = self._listener.accept()
+                sock, _ = self._listener.accept()
             except OSError:  # closed: the collector is stopping
                 return
-            except Exception:  # a connection that failed the handshake: not a front-end
-                continue
-            self._hub.add(connection)
+            try:
+                admitted = self._handshake(sock)
+            except Exception:  # a bug: this thread must go on accepting front-ends
+                log.exception("the handshake of a connection to the owner failed")
+                admitted = False
+            if admitted:
+                self._hub.add(sock)
+            else:
+                sock.close()
+
+    def _handshake(self, sock: socket.socket) -> bool:
+        """Whether the peer proves the front-ends' secret (see collector.ipc)."""
+        sock.settimeout(ipc.HANDSHAKE_TIMEOUT_S)
+        try:
+            nonce, challenge = ipc.challenge()
+            sock.sendall(challenge)
+            answer = ipc.receive(sock, collector_ipc_pb2.FrontendMessage, ipc.HANDSHAKE_LIMIT)
+        except OSError as exc:  # gone, silent, or over the handshake's frame limit
+            log.warning("closed a connection to the owner's socket that did not complete "
+                        "the handshake (%s)", exc or type(exc).__name__)
+            return False
+        if not ipc.proves(answer, self._secret, nonce):
+            log.warning("closed a connection to the owner's socket that did not prove the "
+                        "front-ends' secret")
+            return False
+        sock.settimeout(None)
+        return True
 
 
 def _exit_text(code: int | None) -> str:
