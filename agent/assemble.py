@@ -307,6 +307,8 @@ class RunBuilder:
         config.weights = str(started.get("weights") or request.setting("weights") or "")
         for name in switches():
             setattr(config, name, bool(started.get(name, False)))
+        if self.result is not None and self.result.get("cuda_graphs") is not None:
+            config.cuda_graphs = bool(self.result.get("cuda_graphs"))  # what ran
         dataset = started.get("dataset") or {}
         config.dataset_name = str(dataset.get("name") or "")
         config.image_count = int(dataset.get("image_count") or 0)

@@ -37,7 +37,8 @@ Kinds and their fields (all optional fields may be absent):
   memory [{gpu_index, allocator_peak_bytes, memory_total_bytes, reserved_peak_bytes}],
   memory_notes [str],
   warnings [str], epochs [{epoch, wall_seconds, train_images_per_second, ...}],
-  batch_per_gpu, global_batch, pipeline_mode, decode_seconds, weights,
+  batch_per_gpu, global_batch, pipeline_mode, cuda_graphs (whether graphs ran),
+  decode_seconds, weights,
   parameters {total, trainable, non_trainable}
 - warning: message
 - log: message

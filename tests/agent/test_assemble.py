@@ -149,3 +149,17 @@ def test_long_messages_fit_the_collector(builder: RunBuilder) -> None:
     run = builder.build(Outcome(exit_code=1))
     assert problems(run) == []
     assert run.result.status == run_pb2.RUN_STATUS_ERROR
+
+
+@pytest.mark.parametrize(("asked", "ran"), [(True, True), (True, False), (False, None)])
+def test_the_record_says_whether_cuda_graphs_ran(trace_path: Path, asked: bool,
+                                                 ran: bool | None) -> None:
+    # Asked-for graphs fall back to Keras's own steps on an untested Keras: the result
+    # event says what ran, and the record follows it.
+    built = RunBuilder(REQUEST, take_inventory(FakeNvml.from_trace(trace_path)),
+                       gpu_indices=(0,))
+    result = RESULT if ran is None else event("result", **{**RESULT.data, "cuda_graphs": ran})
+    for item in (event("started", **{**STARTED.data, "cuda_graphs": asked}), *EPOCHS, result):
+        built.add(item)
+    run = built.build(Outcome(exit_code=0), ticks_every_second(95.0, 130.0, 400.0), None)
+    assert run.config.cuda_graphs is (asked if ran is None else ran)
