@@ -43,16 +43,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test suite
 
 from factories import CARDS, make_run  # noqa: E402
-from gpubench.collector import store as store_module  # noqa: E402
+from gpubench.collector import group_commit  # noqa: E402
 from gpubench.collector.auth import TokenBook  # noqa: E402
+from gpubench.collector.columns import RUN_COLUMNS  # noqa: E402
 from gpubench.collector.owner import Dispatcher, Frontends  # noqa: E402
+from gpubench.collector.rows import run_row  # noqa: E402
 from gpubench.collector.server import (  # noqa: E402
     DEFAULT_MAX_MESSAGE_BYTES,
     create_server,
     default_frontends,
     make_gate,
 )
-from gpubench.collector.store import RUN_COLUMNS, Store, run_row  # noqa: E402
+from gpubench.collector.store import Store  # noqa: E402
 
 from gpubench import record  # noqa: E402
 
@@ -503,7 +505,7 @@ def main() -> None:
                              "the store's COMMIT_DELAY_S); for exploring the group commit")
     args = parser.parse_args()
     if args.commit_delay_ms is not None:
-        store_module.COMMIT_DELAY_S = args.commit_delay_ms / 1000
+        group_commit.COMMIT_DELAY_S = args.commit_delay_ms / 1000
     if args.server_cpus:
         os.sched_setaffinity(0, args.server_cpus)
     if args.frontends is None:  # after pinning: auto counts the CPUs the collector may use

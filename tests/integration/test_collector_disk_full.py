@@ -172,7 +172,7 @@ def test_a_database_a_full_disk_broke_is_opened_again_once_space_is_back(
     until the database is opened again: the collector does so itself."""
     collector = collector_factory(db_path=small_disk / "c.duckdb")
     # DuckDB checkpoints its log into the file past this size (16 MB by default).
-    collector.store._cursor().execute("SET checkpoint_threshold = '1KB'")
+    collector.store.database.cursor().execute("SET checkpoint_threshold = '1KB'")
     channels = health_channels(collector)
     stub = collector.collector_stub()
     runs = [make_run() for _ in range(3)]
