@@ -2,7 +2,7 @@
 the flusher keeps, or afresh from the runs), published runs, and the leaderboard.
 
 Like every read (collector.visible), these see every run acknowledged before they
-began, and current outlier flags.
+began, outliers flagged as the next rescore will flag them, and never wait for a write.
 """
 
 from __future__ import annotations

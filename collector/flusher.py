@@ -8,7 +8,7 @@ FLUSH_INTERVAL_S (collector.backlog) after they arrived, and deletes the journal
 segments once that commit has returned; opening the store inserts whatever a crash
 left in the journal (`replay`). Outlier flags and the group figures are recomputed
 for the groups a change touched: after deletes at once, after inserts at most every
-RESCORE_INTERVAL_S, and before any read.
+RESCORE_INTERVAL_S (readers compute the touched groups afresh meanwhile).
 
 A run the database refuses (a value its column cannot hold) must not hold up the
 runs after it: when a bulk insert is refused, the rows the database refuses are
@@ -54,7 +54,7 @@ from gpubench.v1 import run_pb2
 log = logging.getLogger(__name__)
 
 # Inserted runs leave their outlier groups unscored; the flusher rescores them at most
-# this often (seconds), and before any read (collector.visible).
+# this often (seconds). Readers compute unscored groups' flags themselves meanwhile.
 RESCORE_INTERVAL_S = 1.0
 
 
@@ -205,8 +205,9 @@ class Flusher:
     def _insert(self, rows: Sequence[dict[str, Any]]) -> None:
         """Insert rows in one statement (it commits by itself, atomically and durably:
         no BEGIN and COMMIT statements, about a tenth of a small commit's CPU)."""
-        # Their groups wait for a rescore; not the group of a row whose values no column
-        # holds: the insert refuses it, and the rescore could not even name its group.
+        # Their groups are unscored before any reader can see the rows in DuckDB; not
+        # the group of a row whose values no column holds: the insert refuses it, and
+        # the rescore could not even name its group.
         self._backlog.mark_unscored({
             group for row in rows
             if (group := outliers.group_of(row)) is not None

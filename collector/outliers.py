@@ -4,6 +4,10 @@ Runs are scored within their outlier group (OUTLIER_GROUP: the same GPU configur
 and everything that changes what was timed) by a robust z-score of their epoch-2 time.
 The flusher stores the flags in runs.outlier and runs.outlier_score and each group's
 figures in the table group_figures (`rescore`), for the groups a change touched.
+Between a change and that rescore, readers compute the same flags and figures for the
+touched groups in their query instead (`rescored_runs_sql`, `figures_sql`): both are
+made from the one statement text here, so that a read never differs from what the
+next rescore stores.
 
 Runs flagged as implausible (collector.plausibility) and published runs (transcribed,
 not measured) are in no group (SCORED_RUNS): Compare reads them apart, the
@@ -110,6 +114,21 @@ def figures_sql(source: str, where: str = "") -> str:
               WHERE {SCORED_RUNS}{where})
         GROUP BY {cols}, with_outliers
         HAVING count(*) FILTER (WHERE keep) > 0
+    """
+
+
+def rescored_runs_sql(runs: str, groups: str) -> str:
+    """The runs of the relation `runs` (every column of the runs table), with the flags
+    and scores of the runs in the outlier groups of the relation `groups` (the columns
+    of OUTLIER_GROUP) as `rescore` would store them now: what a reader sees while
+    those groups wait for the flusher's rescore."""
+    cols = ", ".join(OUTLIER_GROUP)
+    scores = _scores_sql(f"(SELECT * FROM {runs} AS r SEMI JOIN {groups} USING ({cols}))")
+    return f"""
+        SELECT r.* REPLACE (
+            CASE WHEN s.run_id IS NULL THEN r.outlier ELSE {_is_outlier("s")} END AS outlier,
+            coalesce(s.z, r.outlier_score) AS outlier_score)
+        FROM {runs} AS r LEFT JOIN ({scores}) AS s ON r.run_id = s.run_id
     """
 
 

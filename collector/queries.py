@@ -1,5 +1,6 @@
 """Reading stored runs: one by run_id, pages of them (ListRuns) with their page tokens,
-counts. Every read sees every run acknowledged before it began (collector.visible).
+counts. Every read sees every run acknowledged before it began and never waits for a
+write (collector.visible).
 """
 
 from __future__ import annotations

@@ -5,14 +5,13 @@ each with one job:
 
 - collector.group_commit: submissions, group-committed into the intake journal and
   acknowledged from it;
-- collector.backlog: the acknowledged runs not yet in DuckDB, and the outlier groups
-  waiting for a rescore;
+- collector.backlog: the acknowledged runs not yet in DuckDB, and what readers must
+  add to DuckDB's runs;
 - collector.flusher: every write of the runs table (the journal's runs in bulk,
   deletes, bulk loads, quarantine retries) and the outlier rescoring after it;
 - collector.outliers: the outlier flags and per-group figures, as SQL;
 - collector.queries and collector.aggregates: the reads (runs, pages, counts;
-  Compare, the leaderboard), each of which stores what is pending first
-  (collector.visible);
+  Compare, the leaderboard), which never take the write lock (collector.visible);
 - collector.quarantine: the acknowledged runs the database refused;
 - collector.tokens: access tokens.
 """
@@ -83,8 +82,7 @@ class Store:
             log.warning("%s: %d acknowledged run(s) held in quarantine, refused by the "
                         "database; see `gpubench-collector quarantine list`", self.path, held)
         self.tokens_table = Tokens(self.database)
-        reads = functools.partial(visible.snapshot, self.database, self.backlog,
-                                  self.flusher.catch_up)
+        reads = functools.partial(visible.snapshot, self.database, self.backlog)
         self._runs = RunReads(reads, self.quarantine)
         self._aggregates = Aggregates(reads)
         self._group_commit = GroupCommit(self.database, self.backlog)
@@ -133,6 +131,12 @@ class Store:
             self.flusher.catch_up()
         return results
 
+    def catch_up(self) -> None:
+        """Store every acknowledged run still only in the journal and rescore the groups
+        waiting for it, now (the flusher does so within FLUSH_INTERVAL_S by itself)."""
+        with self.database.write_lock:
+            self.flusher.catch_up()
+
     def delete(self, run_id: str) -> str:
         """Delete a run (and rescore its group); returns its submitter. NotFound if absent."""
         return self.flusher.delete(run_id)
@@ -165,7 +169,7 @@ class Store:
             con.execute("COMMIT")
             return counts
 
-    # -- reads ------------------------------------------------------------------------------
+    # -- reads (none takes the write lock: collector.visible) --------------------------------
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
         """The stored run, or NotFound (which says so of a run held in quarantine)."""
@@ -204,8 +208,7 @@ class Store:
     def figures(self) -> dict[str, Any]:
         """The runs stored (flagged, outliers, published among them), quarantined and
         waiting in the journal, and the bulk inserts so far: StatsResponse's fields."""
-        with self.backlog.lock:  # before the read below, which stores the pending runs
-            depth = len(self.backlog.pending)
+        depth = len(self.backlog.view().rows)  # before the read, which includes them
         return {**self._runs.counts(), "runs_quarantined": self.quarantine.count(),
                 "journal_depth": depth, "flushes": self.flusher.flushes,
                 "flush_seconds_total": self.flusher.flush_seconds_total,

@@ -32,7 +32,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def held(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs stay in the journal until a read, a close or an explicit trigger."""
+    """Runs stay in the journal until a write, a close or Store.catch_up."""
     monkeypatch.setattr(backlog, "FLUSH_ROWS", 10**6)
     monkeypatch.setattr(backlog, "FLUSH_INTERVAL_S", 3600.0)
 
@@ -97,7 +97,9 @@ def test_a_resubmission_gets_the_first_acknowledgement_wherever_the_run_is(
         assert store.submit(run, "lab") == first  # still in the journal
         with pytest.raises(RunConflict, match=run.run_id):
             store.submit(changed, "lab")
-        assert store.count() == 1  # a read stores what is pending
+        assert store.count() == 1  # a read sees what is pending
+        assert store.flushes == 0  # without storing it
+        store.catch_up()
         assert store.flushes == 1
         assert store.submit(run, "lab") == first  # in DuckDB now
         with pytest.raises(RunConflict):
@@ -131,6 +133,7 @@ def test_sixteen_submitters_are_stored_in_one_database_commit(tmp_path: Path, he
         assert store.committed_runs / store.commits > 1  # the journal's group commit
         assert store.flushes == 0
         assert store.count() == 400
+        store.catch_up()
         assert (store.flushes, store.flushed_runs) == (1, 400)
     finally:
         store.close()
@@ -215,8 +218,10 @@ def test_a_failed_database_insert_keeps_the_runs_for_the_next_try(
         store.flusher._insert = failing
         # A retryable error naming the cause, not the bare OSError.
         with pytest.raises(StorageUnavailable, match="disk I/O error"):
-            store.count()
-        assert store.count() == 1
+            store.catch_up()
+        assert store.count() == 1  # still read from the journal's runs
+        store.catch_up()
+        assert not store.backlog.pending
         assert store.get(run.run_id).submitter == "lab"
     finally:
         store.close()
@@ -258,7 +263,7 @@ def _poisoned(**fields: object):
 
 
 def test_a_run_the_database_refuses_does_not_hold_up_the_runs_after_it(
-    tmp_path: Path, held: None
+    tmp_path: Path, held: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = tmp_path / "c.duckdb"
     store = Store(db)
@@ -268,8 +273,10 @@ def test_a_run_the_database_refuses_does_not_hold_up_the_runs_after_it(
         runs = [make_run(label=str(i)) for i in range(5)]
         for run in runs:
             store.submit(run, "lab")
-        assert store.count() == 5  # the read stores what is pending, around the refused run
+        assert store.count() == 5  # a read sees what is pending, but the refused run
         assert store.get(runs[-1].run_id).run == runs[-1]
+        store.catch_up()  # stored around the refused run
+        assert store.count() == 5
         [held_run] = store.quarantined()
         assert (held_run.run_id, held_run.submitter, held_run.received_at) == (
             poisoned.run_id, "lab", first.received_at)
@@ -279,6 +286,7 @@ def test_a_run_the_database_refuses_does_not_hold_up_the_runs_after_it(
         # Later runs go on being stored, and the flusher has nothing left.
         later = make_run(label="later")
         store.submit(later, "lab")
+        store.catch_up()
         assert store.count() == 6 and not store.backlog.pending
         # Resubmitted, the refused run gets its first acknowledgement (it is not lost).
         assert store.submit(poisoned, "lab") == first
@@ -293,6 +301,8 @@ def test_a_run_the_database_refuses_does_not_hold_up_the_runs_after_it(
         assert [r.run_id for r in store.quarantined()] == [poisoned.run_id]
     finally:
         store.close()
+    # Its group (3e9 training images) is no group the rescore could name: never tried.
+    assert not [r for r in caplog.records if "rescoring outliers failed" in r.getMessage()]
 
 
 def test_the_flusher_quarantines_a_refused_run_and_says_so(
@@ -330,6 +340,7 @@ def test_a_quarantined_run_is_stored_by_retry_once_the_cause_is_fixed_or_dropped
                         config__global_batch=3_000_000_000)
         store.submit(wide, "lab")
         store.submit(huge, "lab")
+        store.catch_up()
         assert store.count() == 0 and store.quarantine_count() == 2
         before = {r.run_id: r for r in store.quarantined()}
 
