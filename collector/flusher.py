@@ -208,10 +208,11 @@ class Flusher:
         # Their groups are unscored before any reader can see the rows in DuckDB; not
         # the group of a row whose values no column holds: the insert refuses it, and
         # the rescore could not even name its group.
+        groups = {g for g in map(outliers.group_of, rows) if g is not None}
         self._backlog.mark_unscored({
-            group for row in rows
-            if (group := outliers.group_of(row)) is not None
-            and not columns.misfits(row, outliers.OUTLIER_GROUP)})
+            g for g in groups
+            if not columns.misfits(dict(zip(outliers.OUTLIER_GROUP, g, strict=True)),
+                                   outliers.OUTLIER_GROUP)})
         values = columns.column_lists(rows)
         con = self._db.cursor()
         try:
