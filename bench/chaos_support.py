@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test
 
 from factories import make_run  # noqa: E402
 from gpubench.collector.auth import TokenBook  # noqa: E402
-from gpubench.collector.store import RunFilter, Store  # noqa: E402
+from gpubench.collector.queries import RunFilter  # noqa: E402
+from gpubench.collector.store import Store  # noqa: E402
 
 from gpubench.v1 import collector_pb2 as pb  # noqa: E402
 from gpubench.v1 import collector_pb2_grpc  # noqa: E402

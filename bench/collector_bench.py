@@ -43,16 +43,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test suite
 
 from factories import CARDS, make_run  # noqa: E402
-from gpubench.collector import store as store_module  # noqa: E402
+from gpubench.collector import group_commit  # noqa: E402
 from gpubench.collector.auth import TokenBook  # noqa: E402
+from gpubench.collector.columns import RUN_COLUMNS  # noqa: E402
 from gpubench.collector.owner import Dispatcher, Frontends  # noqa: E402
+from gpubench.collector.rows import run_row  # noqa: E402
 from gpubench.collector.server import (  # noqa: E402
     DEFAULT_MAX_MESSAGE_BYTES,
     create_server,
     default_frontends,
     make_gate,
 )
-from gpubench.collector.store import RUN_COLUMNS, Store, run_row  # noqa: E402
+from gpubench.collector.store import Store  # noqa: E402
 
 from gpubench import record  # noqa: E402
 
@@ -210,7 +212,8 @@ def submissions_over_grpc(
         begin = min(s[0] for s in spans)
         end = max(s[1] for s in spans)
         done = sum(s[2] for s in spans)
-        stored = store.count()  # stores what is still pending: those flushes count too
+        store.catch_up()  # stores what is still pending: those flushes count too
+        stored = store.count()
         flushes = store.flushes - flushes_before[0]
         per_flush = (store.flushed_runs - flushes_before[1]) / max(flushes, 1)
         assert stored == done + clients, f"stored {stored}, submitted {done} + {clients} warm-ups"
@@ -275,7 +278,7 @@ def store_group_commit(workdir: Path, threads: int, total: int) -> float:
         begin = time.perf_counter()
         for w in workers:
             w.join()
-        store.count()  # every acknowledged run in DuckDB too, inside the timing
+        store.catch_up()  # every acknowledged run in DuckDB too, inside the timing
         return per * threads / (time.perf_counter() - begin)
     finally:
         store.close()
@@ -503,7 +506,7 @@ def main() -> None:
                              "the store's COMMIT_DELAY_S); for exploring the group commit")
     args = parser.parse_args()
     if args.commit_delay_ms is not None:
-        store_module.COMMIT_DELAY_S = args.commit_delay_ms / 1000
+        group_commit.COMMIT_DELAY_S = args.commit_delay_ms / 1000
     if args.server_cpus:
         os.sched_setaffinity(0, args.server_cpus)
     if args.frontends is None:  # after pinning: auto counts the CPUs the collector may use

@@ -40,9 +40,11 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 from gpubench.collector.errors import ShuttingDown
+from gpubench.collector.rows import utc_now
 from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.statuses import answer_of
-from gpubench.collector.store import Store, TokenRow, utc_now
+from gpubench.collector.store import Store
+from gpubench.collector.tokens import TokenRow
 from gpubench.collector.transport import Refusal, parse_request
 
 from gpubench.errors import InvalidRecord

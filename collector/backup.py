@@ -24,9 +24,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gpubench.collector.database import database_in_use, import_database
 from gpubench.collector.errors import DatabaseLocked
 from gpubench.collector.intake import journal_folder
-from gpubench.collector.store import Store, database_in_use, import_database
+from gpubench.collector.store import Store
 
 from gpubench import __version__
 from gpubench.errors import ExitCode, GpubenchError

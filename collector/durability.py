@@ -5,7 +5,7 @@ errors of its journal and database writes into `StorageFull` or
 `StorageUnavailable` (retryable status codes with a clear message), and keeps
 here which of its parts cannot write. The health service listens: the collector
 says NOT_SERVING while any part is in trouble and SERVING again once its writes
-succeed (the store retries by itself: see Store's flusher).
+succeed (the store retries by itself: see collector.flusher).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def storage_error(exc: BaseException, doing: str) -> StorageUnavailable | None:
     elif isinstance(exc, duckdb.Error):
         full = any(words in text for words in _FULL_WORDS)
         # FatalException: DuckDB refuses everything until the database is opened again,
-        # which the store does (Store._reopen).
+        # which the flusher does (Database.reopen).
         if not (full or isinstance(exc, (duckdb.IOException, duckdb.FatalException))
                 or any(words in text for words in _IO_WORDS)):
             return None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 from gpubench.collector.quarantine import QuarantinedRun
-from gpubench.collector.store import TokenRow
+from gpubench.collector.tokens import TokenRow
 
 from gpubench.client import Client, translate_error
 from gpubench.errors import (

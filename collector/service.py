@@ -15,12 +15,15 @@ from typing import Any, TypeVar
 
 import grpc
 from gpubench.collector import backup, compare, validation, wire
+from gpubench.collector.aggregates import CompareQuery, LeaderboardQuery
 from gpubench.collector.auth import LOCAL_ADMIN, Caller, TokenBook, current_caller
 from gpubench.collector.quarantine import QuarantinedRun
+from gpubench.collector.queries import RunFilter
 from gpubench.collector.rows import ack_message
 from gpubench.collector.stats import stats_message
 from gpubench.collector.statuses import answer_of
-from gpubench.collector.store import CompareQuery, LeaderboardQuery, RunFilter, Store, TokenRow
+from gpubench.collector.store import Store
+from gpubench.collector.tokens import TokenRow
 
 from gpubench import SCHEMA_VERSION, __version__, record
 from gpubench.errors import AccessDenied, InvalidRecord

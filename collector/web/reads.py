@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpubench.collector.store import STANDARD_TRAIN_IMAGES
-
 from gpubench import record
 from gpubench.client import Client
 from gpubench.v1 import collector_pb2
@@ -120,7 +118,7 @@ def leaderboard(client: Client, model: str, *, settings: str, batch_rule: str,
         compared = client.compare_response(
             model, gpus=sorted({e.gpu_name for e in entries}), precision=way_precision,
             backend=way_backend, image_size=record.NATIVE_IMAGE_SIZE[model],
-            train_images=STANDARD_TRAIN_IMAGES, settings=response.settings,
+            train_images=record.STANDARD_TRAIN_IMAGES, settings=response.settings,
             batch_rule=response.batch_rule, pipeline=pipeline, weights=weights, data=data,
             epochs=epochs, benchmark_version=response.benchmark_version,
             include_flagged=include_flagged)

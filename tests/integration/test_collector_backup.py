@@ -18,7 +18,8 @@ import pytest
 from factories import make_run
 from gpubench.collector.auth import TokenBook
 from gpubench.collector.intake import journal_folder
-from gpubench.collector.store import RunFilter, Store
+from gpubench.collector.queries import RunFilter
+from gpubench.collector.store import Store
 
 from gpubench import Client
 from gpubench.v1 import collector_pb2 as pb

@@ -40,7 +40,7 @@ def test_log_level_info_shows_what_the_collector_does(tmp_path: Path) -> None:
     # Opening the database stores the journal's runs and says so at INFO, the default.
     done = collector("token", "list", "--db", str(db))
     assert done.returncode == 0, done.stderr
-    assert " INFO gpubench.collector.store: " in done.stderr
+    assert " INFO gpubench.collector.flusher: " in done.stderr
     assert "stored 1 acknowledged run(s) from" in done.stderr
 
     quiet_db = tmp_path / "quiet.duckdb"

@@ -242,7 +242,7 @@ def test_more_concurrent_calls_than_links_to_the_owner_all_get_answers(
     pid = collector.frontends.pids[0]
     calls = MAX_LINKS + 36
     runs = [make_run(label=str(i)) for i in range(calls)]
-    with collector.store._intake:  # the owner's writer waits: every call stays in flight
+    with collector.store.backlog.lock:  # the owner's writer waits: every call stays in flight
         pending = [first.SubmitRun.future(pb.SubmitRunRequest(run=run),
                                           metadata=collector.metadata(), timeout=60)
                    for run in runs]

@@ -68,7 +68,7 @@ def test_connections_past_the_limit_are_closed(collector_factory) -> None:
 def test_calls_past_the_concurrent_limit_are_resource_exhausted(collector_factory) -> None:
     collector = collector_factory(max_concurrent_calls=4)
     stub = collector.collector_stub()
-    with collector.store._intake:  # the writer waits: submissions stay in flight
+    with collector.store.backlog.lock:  # the writer waits: submissions stay in flight
         calls = [stub.SubmitRun.future(pb.SubmitRunRequest(run=make_run()),
                                        metadata=collector.metadata(), timeout=30)
                  for _ in range(8)]

@@ -20,7 +20,8 @@ import grpc
 import pytest
 from factories import make_run
 from gpubench.collector import local_admin
-from gpubench.collector.store import RunFilter, Store
+from gpubench.collector.queries import RunFilter
+from gpubench.collector.store import Store
 
 from gpubench import record
 from gpubench.v1 import collector_pb2 as pb

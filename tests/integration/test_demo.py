@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpubench.collector.store import RunFilter, Store
+from gpubench.collector.queries import RunFilter
+from gpubench.collector.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent

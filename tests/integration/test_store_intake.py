@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from factories import make_run
-from gpubench.collector import store as store_module
+from gpubench.collector import backlog, columns
 from gpubench.collector.errors import RunConflict, StorageUnavailable
 from gpubench.collector.intake import Journal, JournalEntry, journal_folder
 from gpubench.collector.store import Store
@@ -32,9 +32,9 @@ TESTS = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def held(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs stay in the journal until a read, a close or an explicit trigger."""
-    monkeypatch.setattr(store_module, "FLUSH_ROWS", 10**6)
-    monkeypatch.setattr(store_module, "FLUSH_INTERVAL_S", 3600.0)
+    """Runs stay in the journal until a write, a close or Store.catch_up."""
+    monkeypatch.setattr(backlog, "FLUSH_ROWS", 10**6)
+    monkeypatch.setattr(backlog, "FLUSH_INTERVAL_S", 3600.0)
 
 
 def _segments(db: Path) -> list[Path]:
@@ -56,9 +56,10 @@ def test_runs_acknowledged_before_a_crash_are_stored_on_the_next_open(tmp_path: 
         import json, os, signal, sys
         sys.path.insert(0, {str(TESTS)!r})
         from factories import make_run
-        from gpubench.collector import store as store_module
-        store_module.FLUSH_ROWS, store_module.FLUSH_INTERVAL_S = 10**6, 3600.0
-        store = store_module.Store({str(db)!r})
+        from gpubench.collector import backlog
+        from gpubench.collector.store import Store
+        backlog.FLUSH_ROWS, backlog.FLUSH_INTERVAL_S = 10**6, 3600.0
+        store = Store({str(db)!r})
         acks = [store.submit(make_run(label=str(i)), "lab") for i in range(5)]
         print(json.dumps([[a.run_id, a.received_at.isoformat()] for a in acks]), flush=True)
         assert store.flushes == 0  # every run is in the journal only
@@ -96,7 +97,9 @@ def test_a_resubmission_gets_the_first_acknowledgement_wherever_the_run_is(
         assert store.submit(run, "lab") == first  # still in the journal
         with pytest.raises(RunConflict, match=run.run_id):
             store.submit(changed, "lab")
-        assert store.count() == 1  # a read stores what is pending
+        assert store.count() == 1  # a read sees what is pending
+        assert store.flushes == 0  # without storing it
+        store.catch_up()
         assert store.flushes == 1
         assert store.submit(run, "lab") == first  # in DuckDB now
         with pytest.raises(RunConflict):
@@ -130,6 +133,7 @@ def test_sixteen_submitters_are_stored_in_one_database_commit(tmp_path: Path, he
         assert store.committed_runs / store.commits > 1  # the journal's group commit
         assert store.flushes == 0
         assert store.count() == 400
+        store.catch_up()
         assert (store.flushes, store.flushed_runs) == (1, 400)
     finally:
         store.close()
@@ -138,8 +142,8 @@ def test_sixteen_submitters_are_stored_in_one_database_commit(tmp_path: Path, he
 def test_the_flusher_stores_runs_when_enough_are_pending(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "FLUSH_ROWS", 4)
-    monkeypatch.setattr(store_module, "FLUSH_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(backlog, "FLUSH_ROWS", 4)
+    monkeypatch.setattr(backlog, "FLUSH_INTERVAL_S", 3600.0)
     store = Store(tmp_path / "c.duckdb")
     try:
         for i in range(4):
@@ -152,13 +156,13 @@ def test_the_flusher_stores_runs_when_enough_are_pending(
 def test_the_flusher_stores_runs_when_they_have_waited_long_enough(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "FLUSH_ROWS", 10**6)
-    monkeypatch.setattr(store_module, "FLUSH_INTERVAL_S", 0.05)
+    monkeypatch.setattr(backlog, "FLUSH_ROWS", 10**6)
+    monkeypatch.setattr(backlog, "FLUSH_INTERVAL_S", 0.05)
     store = Store(tmp_path / "c.duckdb")
     try:
         store.submit(make_run(), "lab")
         assert _wait_for(lambda: store.flushed_runs == 1)
-        assert _wait_for(lambda: not store._dirty_groups)  # and its group is rescored
+        assert _wait_for(lambda: not store.backlog.unscored)  # and its group is rescored
     finally:
         store.close()
 
@@ -205,17 +209,19 @@ def test_a_failed_database_insert_keeps_the_runs_for_the_next_try(
     try:
         run = make_run()
         store.submit(run, "lab")
-        real_insert = store._insert
+        real_insert = store.flusher._insert
 
         def failing(rows):
-            store._insert = real_insert  # once
+            store.flusher._insert = real_insert  # once
             raise OSError("disk I/O error")
 
-        store._insert = failing
+        store.flusher._insert = failing
         # A retryable error naming the cause, not the bare OSError.
         with pytest.raises(StorageUnavailable, match="disk I/O error"):
-            store.count()
-        assert store.count() == 1
+            store.catch_up()
+        assert store.count() == 1  # still read from the journal's runs
+        store.catch_up()
+        assert not store.backlog.pending
         assert store.get(run.run_id).submitter == "lab"
     finally:
         store.close()
@@ -257,7 +263,7 @@ def _poisoned(**fields: object):
 
 
 def test_a_run_the_database_refuses_does_not_hold_up_the_runs_after_it(
-    tmp_path: Path, held: None
+    tmp_path: Path, held: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = tmp_path / "c.duckdb"
     store = Store(db)
@@ -267,8 +273,10 @@ def test_a_run_the_database_refuses_does_not_hold_up_the_runs_after_it(
         runs = [make_run(label=str(i)) for i in range(5)]
         for run in runs:
             store.submit(run, "lab")
-        assert store.count() == 5  # the read stores what is pending, around the refused run
+        assert store.count() == 5  # a read sees what is pending, but the refused run
         assert store.get(runs[-1].run_id).run == runs[-1]
+        store.catch_up()  # stored around the refused run
+        assert store.count() == 5
         [held_run] = store.quarantined()
         assert (held_run.run_id, held_run.submitter, held_run.received_at) == (
             poisoned.run_id, "lab", first.received_at)
@@ -278,7 +286,8 @@ def test_a_run_the_database_refuses_does_not_hold_up_the_runs_after_it(
         # Later runs go on being stored, and the flusher has nothing left.
         later = make_run(label="later")
         store.submit(later, "lab")
-        assert store.count() == 6 and not store._pending
+        store.catch_up()
+        assert store.count() == 6 and not store.backlog.pending
         # Resubmitted, the refused run gets its first acknowledgement (it is not lost).
         assert store.submit(poisoned, "lab") == first
         with pytest.raises(RunConflict):
@@ -292,13 +301,15 @@ def test_a_run_the_database_refuses_does_not_hold_up_the_runs_after_it(
         assert [r.run_id for r in store.quarantined()] == [poisoned.run_id]
     finally:
         store.close()
+    # Its group (3e9 training images) is no group the rescore could name: never tried.
+    assert not [r for r in caplog.records if "rescoring outliers failed" in r.getMessage()]
 
 
 def test_the_flusher_quarantines_a_refused_run_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(store_module, "FLUSH_ROWS", 10**6)
-    monkeypatch.setattr(store_module, "FLUSH_INTERVAL_S", 0.05)
+    monkeypatch.setattr(backlog, "FLUSH_ROWS", 10**6)
+    monkeypatch.setattr(backlog, "FLUSH_INTERVAL_S", 0.05)
     store = Store(tmp_path / "c.duckdb")
     try:
         poisoned = _poisoned(config__batch_per_gpu=3_000_000_000,
@@ -308,8 +319,8 @@ def test_the_flusher_quarantines_a_refused_run_and_says_so(
             store.submit(make_run(label=str(i)), "lab")
         # No read: the flusher thread itself stores the three and sets the fourth aside.
         assert _wait_for(lambda: store.flushed_runs == 4)
-        assert store.quarantine_count() == 1 and not store._pending
-        assert _wait_for(lambda: not store._dirty_groups)
+        assert store.quarantine_count() == 1 and not store.backlog.pending
+        assert _wait_for(lambda: not store.backlog.unscored)
     finally:
         store.close()
     [logged] = [r for r in caplog.records if r.levelname == "ERROR"]
@@ -329,6 +340,7 @@ def test_a_quarantined_run_is_stored_by_retry_once_the_cause_is_fixed_or_dropped
                         config__global_batch=3_000_000_000)
         store.submit(wide, "lab")
         store.submit(huge, "lab")
+        store.catch_up()
         assert store.count() == 0 and store.quarantine_count() == 2
         before = {r.run_id: r for r in store.quarantined()}
 
@@ -339,12 +351,12 @@ def test_a_quarantined_run_is_stored_by_retry_once_the_cause_is_fixed_or_dropped
 
         # The fix for one of them, as a release with a wider column would bring it: the
         # column and the insert's type of it.
-        store._cursor().execute("ALTER TABLE runs ALTER train_images TYPE BIGINT")
-        columns = store_module.RUN_COLUMNS
-        wider = columns.set(columns.get_field_index("train_images"),
-                            pa.field("train_images", pa.int64()))
-        monkeypatch.setattr(store_module, "RUN_COLUMNS", wider)
-        monkeypatch.setattr(store_module, "_INSERT_ROWS", store_module.insert_rows_sql(wider))
+        store.database.cursor().execute("ALTER TABLE runs ALTER train_images TYPE BIGINT")
+        known = columns.RUN_COLUMNS
+        wider = known.set(known.get_field_index("train_images"),
+                          pa.field("train_images", pa.int64()))
+        monkeypatch.setattr(columns, "RUN_COLUMNS", wider)
+        monkeypatch.setattr(columns, "INSERT_ROWS", columns.insert_rows_sql(wider))
         stored, refused = store.retry_quarantined([wide.run_id])
         assert (stored, refused) == ([wide.run_id], [])
         assert store.get(wide.run_id).run == wide

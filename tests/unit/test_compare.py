@@ -180,11 +180,11 @@ def test_every_dimension_is_pinned_by_a_flag_gpubench_compare_has() -> None:
 
 
 def test_every_dimension_is_a_column_of_the_outlier_groups() -> None:
-    from gpubench.collector import store
+    from gpubench.collector import aggregates, outliers
 
-    columns = store._KEY_COLUMNS
+    columns = aggregates.KEY_COLUMNS
     assert [d for d, _, _ in compare.DIMENSIONS] == list(columns)
-    assert set(columns) <= set(store.OUTLIER_GROUP)
+    assert set(columns) <= set(outliers.OUTLIER_GROUP)
 
 
 def test_a_refusal_names_each_difference_and_its_flag() -> None:

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 from factories import make_run
-from gpubench.collector import store as store_module
-from gpubench.collector.quarantine import first_line, insert_sorting_out
+from gpubench.collector.quarantine import first_line, insert_sorting_out, refused_by_database
 from gpubench.collector.rows import run_row, utc_now
 from gpubench.collector.store import Store
 
@@ -28,10 +27,10 @@ def test_only_the_rows_the_database_refuses_are_set_aside(tmp_path: Path, bad_at
 
     def insert(part: list) -> None:
         calls.append(len(part))
-        store._insert(part)
+        store.flusher._insert(part)
 
     try:
-        refused = insert_sorting_out(rows, insert, store_module._refused_by_database)
+        refused = insert_sorting_out(rows, insert, refused_by_database)
         assert sorted(rows.index(row) for row, _ in refused) == sorted(bad_at)
         assert all("out of range" in first_line(exc) for _, exc in refused)
         assert store.count() == 200 - len(bad_at)
@@ -46,8 +45,8 @@ def test_a_batch_the_database_takes_is_one_insert(tmp_path: Path) -> None:
     calls = []
     try:
         rows = [_row() for _ in range(50)]
-        assert insert_sorting_out(rows, lambda part: calls.append(store._insert(part)),
-                                  store_module._refused_by_database) == []
+        assert insert_sorting_out(rows, lambda part: calls.append(store.flusher._insert(part)),
+                                  refused_by_database) == []
         assert len(calls) == 1 and store.count() == 50
     finally:
         store.close()
@@ -59,7 +58,7 @@ def test_an_error_not_about_the_rows_is_raised_not_set_aside() -> None:
 
     with pytest.raises(OSError, match="No space left"):
         insert_sorting_out([{"run_id": "a"}, {"run_id": "b"}], disk_full,
-                           store_module._refused_by_database)
+                           refused_by_database)
 
 
 def test_the_first_line_leaves_out_duckdbs_sql_excerpt() -> None:

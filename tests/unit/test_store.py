@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 from factories import make_run
-from gpubench.collector import migrations
-from gpubench.collector import store as store_module
+from gpubench.collector import columns, migrations, outliers, queries
+from gpubench.collector.aggregates import CompareQuery
 from gpubench.collector.errors import RunConflict, SchemaTooNew
-from gpubench.collector.store import CompareQuery, RunFilter, Store, run_row
+from gpubench.collector.queries import RunFilter
+from gpubench.collector.rows import run_row
+from gpubench.collector.store import Store
 
 from gpubench import record
 from gpubench.v1 import run_pb2
@@ -31,7 +33,7 @@ def test_a_fresh_database_records_every_migration_once(tmp_path: Path) -> None:
 def test_a_database_from_a_newer_collector_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     store = Store(db)
-    store._cursor().execute(
+    store.database.cursor().execute(
         "INSERT INTO schema_migrations VALUES ('0099_from_the_future', now())"
     )
     store.close()
@@ -123,8 +125,8 @@ def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
                *COLUMNS_ADDED["0008_like_for_like_and_flags"]]
     for statement in ("DROP TABLE group_figures",
                       *(f"ALTER TABLE runs DROP COLUMN {c}" for c in dropped)):
-        store._cursor().execute(statement)
-    store._cursor().execute(
+        store.database.cursor().execute(statement)
+    store.database.cursor().execute(
         "DELETE FROM schema_migrations WHERE name IN ('0003_group_figures', "
         "'0004_group_figures_by_train_images', '0005_settings', '0007_batch_rule', "
         "'0008_like_for_like_and_flags')"
@@ -182,23 +184,23 @@ def _as_an_older_collector(
     quarantine = next(m for m in migrations.MIGRATIONS if m.name == "0006_quarantine")
     patch.setattr(migrations, "MIGRATIONS",
                   known if quarantine in known else (*known, quarantine))
-    patch.setattr(store_module, "OUTLIER_GROUP", outlier_group)
-    columns = store_module.RUN_COLUMNS
+    patch.setattr(outliers, "OUTLIER_GROUP", outlier_group)
+    run_columns = columns.RUN_COLUMNS
     for migration, added in COLUMNS_ADDED.items():
         if migration not in {m.name for m in known}:
             for name in added:
-                columns = columns.remove(columns.get_field_index(name))
-    patch.setattr(store_module, "RUN_COLUMNS", columns)
-    patch.setattr(store_module, "_INSERT_ROWS", store_module.insert_rows_sql(columns))
+                run_columns = run_columns.remove(run_columns.get_field_index(name))
+    patch.setattr(columns, "RUN_COLUMNS", run_columns)
+    patch.setattr(columns, "INSERT_ROWS", columns.insert_rows_sql(run_columns))
     if "0007_batch_rule" not in {m.name for m in known}:
-        figures = store_module._FIGURES.replace(",\n" + LAST_FIGURE, "\n")
-        assert figures != store_module._FIGURES
-        patch.setattr(store_module, "_FIGURES", figures)
+        figures = outliers.FIGURES.replace(",\n" + LAST_FIGURE, "\n")
+        assert figures != outliers.FIGURES
+        patch.setattr(outliers, "FIGURES", figures)
     if "0008_like_for_like_and_flags" not in {m.name for m in known}:
         # No flags nor published runs to leave out, nor columns that say so.
-        patch.setattr(store_module, "SCORED_RUNS", "status = 'ok' AND epoch2_seconds IS NOT NULL")
-        patch.setattr(store_module, "_STORED_COLUMNS",
-                      store_module._STORED_COLUMNS.replace("flagged, flag_reasons", "false, ''"))
+        patch.setattr(outliers, "SCORED_RUNS", "status = 'ok' AND epoch2_seconds IS NOT NULL")
+        patch.setattr(queries, "STORED_COLUMNS",
+                      queries.STORED_COLUMNS.replace("flagged, flag_reasons", "false, ''"))
 
 
 def _smoke_run(seconds: float) -> object:
@@ -220,7 +222,7 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         store = Store(db)
         store.submit_many([*full, smoke], "lab")
         assert store.get(smoke.run_id).outlier  # 15 s faster than the full runs' median
-        figures = store._cursor().execute(
+        figures = store.database.cursor().execute(
             "SELECT with_outliers, runs, outliers_excluded FROM group_figures ORDER BY ALL"
         ).fetchall()
         assert figures == [(False, 4, 1), (True, 5, 0)]
@@ -241,7 +243,7 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         assert standard.train_images == (1709,)
         [small] = store.compare_groups(CompareQuery(model="B0", train_images=192))
         assert (small.runs, small.epoch2_median_seconds, small.train_images) == (1, 1.9, (192,))
-        rows = store._cursor().execute(
+        rows = store.database.cursor().execute(
             "SELECT train_images, with_outliers, runs FROM group_figures ORDER BY ALL"
         ).fetchall()
         assert rows == [(192, False, 1), (192, True, 1), (1709, False, 4), (1709, True, 4)]
@@ -285,7 +287,7 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         store.submit_many([*keras, *kernels, on_device, jit], "lab")
         assert all(store.get(r.run_id).outlier for r in [*kernels, on_device])
         assert "settings" not in {
-            c for (c,) in store._cursor().execute(
+            c for (c,) in store.database.cursor().execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
             ).fetchall()}
         store.close()
@@ -293,7 +295,8 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
     try:
         assert store.applied_migrations()[-3:] == ["0005_settings", "0007_batch_rule",
                                                    "0008_like_for_like_and_flags"]
-        settings = dict(store._cursor().execute("SELECT run_id, settings FROM runs").fetchall())
+        settings = dict(store.database.cursor().execute(
+            "SELECT run_id, settings FROM runs").fetchall())
         assert {settings[r.run_id] for r in keras} == {"keras"}
         assert [settings[r.run_id] for r in kernels] == ["kernels", "kernels"]
         assert settings[on_device.run_id] == "kernels+data-on-device"
@@ -308,7 +311,7 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         groups = store.compare_groups(CompareQuery(model="B0"))
         assert sorted(g.settings for g in groups) == [
             ("jit",), ("keras",), ("kernels",), ("kernels+data-on-device",)]
-        rows = store._cursor().execute(
+        rows = store.database.cursor().execute(
             "SELECT settings, runs FROM group_figures WHERE NOT with_outliers ORDER BY ALL"
         ).fetchall()
         assert rows == [("jit", 1), ("keras", 5), ("kernels", 2), ("kernels+data-on-device", 1)]
@@ -374,7 +377,7 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
     try:
         assert store.applied_migrations()[-2:] == ["0007_batch_rule",
                                                    "0008_like_for_like_and_flags"]
-        found = {r: (rule, largest) for r, rule, largest in store._cursor().execute(
+        found = {r: (rule, largest) for r, rule, largest in store.database.cursor().execute(
             "SELECT run_id, batch_rule, largest_batch_per_gpu FROM runs").fetchall()}
         assert {found[r.run_id] for r in given} == {("given", 0)}
         assert [found[r.run_id] for r in searched] == [("largest", 200), ("largest", 208)]
@@ -392,7 +395,7 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         groups = store.compare_groups(CompareQuery(model="B0"))
         assert sorted(g.batch_rules for g in groups) == [
             ("",), ("given",), ("largest",), ("steps",)]
-        rows = store._cursor().execute(
+        rows = store.database.cursor().execute(
             "SELECT batch_rule, runs, largest_batch_per_gpu_max FROM group_figures "
             "WHERE NOT with_outliers ORDER BY ALL"
         ).fetchall()
@@ -430,7 +433,7 @@ def test_upgrading_from_0007_flags_what_the_checks_would_refuse_and_folds_gpu_na
         assert any(r.startswith("inconsistent: run.result.epoch2_seconds: is 1e-09 s")
                    for r in flagged.flag_reasons), flagged.flag_reasons
         assert not any(store.get(r.run_id).flagged for r in [*honest, spaced, streamed])
-        names = {r: n for r, n in store._cursor().execute(
+        names = {r: n for r, n in store.database.cursor().execute(
             "SELECT run_id, gpu_name FROM runs").fetchall()}
         assert names[spaced.run_id] == "Tesla T4"
         # The streamed run is a pipeline of its own now (it was an outlier of the seed

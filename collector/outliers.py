@@ -1,0 +1,166 @@
+"""Outlier flags and the per-group figures Compare reads, as SQL over the runs table.
+
+Runs are scored within their outlier group (OUTLIER_GROUP: the same GPU configuration
+and everything that changes what was timed) by a robust z-score of their epoch-2 time.
+The flusher stores the flags in runs.outlier and runs.outlier_score and each group's
+figures in the table group_figures (`rescore`), for the groups a change touched.
+Between a change and that rescore, readers compute the same flags and figures for the
+touched groups in their query instead (`rescored_runs_sql`, `figures_sql`): both are
+made from the one statement text here, so that a read never differs from what the
+next rescore stores.
+
+Runs flagged as implausible (collector.plausibility) and published runs (transcribed,
+not measured) are in no group (SCORED_RUNS): Compare reads them apart, the
+leaderboard leaves them out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+# Robust z-score (Iglewicz and Hoaglin): 0.6745 * (x - median) / MAD; beyond 3.5 is an outlier.
+OUTLIER_THRESHOLD = 3.5
+# ... and only this far from its group's median: in a tight group the MAD is tiny, and the
+# z-score alone flagged two of five default B0 runs on one H200 that agree within 4%
+# (docs/results/h200-default-run.md, the repeats). Honest repeats on one card differ by a
+# few percent; a tenth is not measurement noise.
+OUTLIER_MIN_SHARE = 0.10
+# A GPU configuration: the cards, how many, and a --memory-limit (a smaller card).
+CONFIG_COLUMNS = ("gpu_name", "gpu_count", "memory_limit_bytes")
+# The columns that decide which runs are "the same GPU configuration" for outliers,
+# in the order of group_figures' first columns: the configuration, and everything that
+# changes what was timed (compare.DIMENSIONS). train_images: a smoke run on a subset
+# of the images (agent --limit-images) is not timed like a full run; settings: nor is a
+# run computed or fed differently (record.settings_label: "keras", "kernels", ...);
+# batch_rule: nor one whose batch was chosen by another rule ("steps", "largest", ...);
+# pipeline: nor one that decoded its images in the epoch (seed) or streamed them; nor one
+# of other weights, data (a real folder against the synthetic set) or number of epochs.
+OUTLIER_GROUP = (
+    "model", *CONFIG_COLUMNS, "backend", "precision", "image_size", "train_images",
+    "settings", "batch_rule", "pipeline", "weights", "data", "epochs", "benchmark_version",
+)
+# The runs that belong to outlier groups (and so to Compare's figures): measured, OK,
+# not flagged as implausible.
+SCORED_RUNS = ("status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published "
+               "AND NOT flagged")
+# The figures of a set of runs (those with `keep` true), in GroupFigures' order.
+FIGURES = """
+    count(*) FILTER (WHERE keep),
+    count(*) FILTER (WHERE NOT keep),
+    median(epoch2_seconds) FILTER (WHERE keep),
+    min(epoch2_seconds) FILTER (WHERE keep),
+    max(epoch2_seconds) FILTER (WHERE keep),
+    median(train_images_per_second) FILTER (WHERE keep),
+    max(batch_per_gpu) FILTER (WHERE keep),
+    max(global_batch) FILTER (WHERE keep),
+    median(peak_memory_bytes) FILTER (WHERE keep),
+    median(memory_total_bytes) FILTER (WHERE keep),
+    median(energy_per_epoch_joules) FILTER (WHERE keep),
+    median(images_per_joule) FILTER (WHERE keep),
+    max(largest_batch_per_gpu) FILTER (WHERE keep)
+"""
+
+
+def group_of(row: dict[str, Any]) -> tuple | None:
+    """The outlier group of a runs-table row (collector.rows.run_row); None for a run
+    in none (not OK, published or flagged: see SCORED_RUNS)."""
+    if row["status"] != "ok" or row["published"] or row["flagged"]:
+        return None
+    return tuple(row[column] for column in OUTLIER_GROUP)
+
+
+def _scores_sql(source: str, where: str = "") -> str:
+    """Per scored run of `source` (matching `where`, " AND ..."): run_id, x (its epoch-2
+    time), med (its group's median) and z (its robust z-score).
+
+    Per group the median and the median absolute deviation (MAD) of epoch2_seconds;
+    z = 0.6745 * (x - median) / MAD. Where the MAD is 0 (half the runs identical) the
+    mean absolute deviation stands in, scaled to the MAD's consistency constant
+    (Iglewicz and Hoaglin).
+    """
+    cols = ", ".join(OUTLIER_GROUP)
+    return f"""
+        WITH g AS (SELECT run_id, {cols}, epoch2_seconds AS x FROM {source}
+                   WHERE {SCORED_RUNS}{where}),
+             m AS (SELECT {cols}, median(x) AS med FROM g GROUP BY ALL),
+             d AS (SELECT {cols}, median(abs(x - med)) AS mad,
+                          avg(abs(x - med)) AS meanad
+                   FROM g JOIN m USING ({cols}) GROUP BY ALL)
+        SELECT g.run_id, g.x, m.med,
+            CASE WHEN d.mad > 0 THEN 0.6745 * (g.x - m.med) / d.mad
+                 WHEN d.meanad > 0 THEN (g.x - m.med) / (1.253314 * d.meanad)
+                 ELSE 0 END AS z
+        FROM g JOIN m USING ({cols}) JOIN d USING ({cols})
+    """
+
+
+def _is_outlier(scores: str) -> str:
+    """Whether the run of a row of `_scores_sql` (named `scores`) is an outlier: beyond
+    OUTLIER_THRESHOLD and more than OUTLIER_MIN_SHARE from its group's median."""
+    return (f"(abs({scores}.z) > {OUTLIER_THRESHOLD!r}::DOUBLE AND "
+            f"abs({scores}.x - {scores}.med) > {OUTLIER_MIN_SHARE!r}::DOUBLE * {scores}.med)")
+
+
+def figures_sql(source: str, where: str = "") -> str:
+    """group_figures' rows (two a group: with and without its outliers) of the scored
+    runs of `source` matching `where` (" AND ...")."""
+    cols = ", ".join(OUTLIER_GROUP)
+    return f"""
+        SELECT {cols}, with_outliers, {FIGURES}
+        FROM (SELECT *, with_outliers OR NOT outlier AS keep
+              FROM {source}, (VALUES (true), (false)) AS v(with_outliers)
+              WHERE {SCORED_RUNS}{where})
+        GROUP BY {cols}, with_outliers
+        HAVING count(*) FILTER (WHERE keep) > 0
+    """
+
+
+def rescored_runs_sql(runs: str, groups: str) -> str:
+    """The runs of the relation `runs` (every column of the runs table), with the flags
+    and scores of the runs in the outlier groups of the relation `groups` (the columns
+    of OUTLIER_GROUP) as `rescore` would store them now: what a reader sees while
+    those groups wait for the flusher's rescore."""
+    cols = ", ".join(OUTLIER_GROUP)
+    scores = _scores_sql(f"(SELECT * FROM {runs} AS r SEMI JOIN {groups} USING ({cols}))")
+    return f"""
+        SELECT r.* REPLACE (
+            CASE WHEN s.run_id IS NULL THEN r.outlier ELSE {_is_outlier("s")} END AS outlier,
+            coalesce(s.z, r.outlier_score) AS outlier_score)
+        FROM {runs} AS r LEFT JOIN ({scores}) AS s ON r.run_id = s.run_id
+    """
+
+
+def rescore(con: duckdb.DuckDBPyConnection, groups: set[tuple] | None) -> None:
+    """Recompute the outlier flags and scores of the given outlier groups' runs (None:
+    every group) and their rows of group_figures, in the caller's transaction. Only
+    changed rows of runs are written."""
+    if groups is not None and not groups:
+        return
+    cols = ", ".join(OUTLIER_GROUP)
+    where, rows_in, params = "", "", []
+    if groups is not None:
+        row = "(" + ", ".join("?" * len(OUTLIER_GROUP)) + ")"
+        rows_in = ", ".join([row] * len(groups))
+        where = f" AND ({cols}) IN ({rows_in})"
+        params = [value for key in sorted(groups, key=str) for value in key]
+    con.execute(
+        f"""
+        UPDATE runs SET outlier = {_is_outlier("s")}, outlier_score = s.z
+        FROM ({_scores_sql("runs", where)}) s
+        WHERE runs.run_id = s.run_id AND (runs.outlier_score IS DISTINCT FROM s.z OR
+            runs.outlier IS DISTINCT FROM {_is_outlier("s")})
+        """,
+        params,
+    )
+    # The figures follow the flags: recompute the touched groups' rows.
+    if groups is None:
+        # A run that left the groups (flagged on an upgrade) keeps no old outlier flag;
+        # only a full rescore can find one: a run is flagged before it is ever scored.
+        con.execute(f"UPDATE runs SET outlier = false, outlier_score = 0 "
+                    f"WHERE (outlier OR outlier_score <> 0) AND NOT ({SCORED_RUNS})")
+        con.execute("DELETE FROM group_figures")
+    else:
+        con.execute(f"DELETE FROM group_figures WHERE ({cols}) IN ({rows_in})", params)
+    con.execute(f"INSERT INTO group_figures {figures_sql('runs', where)}", params)

@@ -1,0 +1,181 @@
+"""Reading stored runs: one by run_id, pages of them (ListRuns) with their page tokens,
+counts. Every read sees every run acknowledged before it began and never waits for a
+write (collector.visible).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpubench.collector.quarantine import QuarantineTable
+from gpubench.collector.rows import REASON_SEPARATOR
+from gpubench.collector.visible import Snapshots
+
+from gpubench.errors import InvalidRecord, NotFound
+from gpubench.v1 import collector_pb2, run_pb2
+
+STORED_COLUMNS = ("run_id, record, submitter, received_at, outlier, outlier_score, "
+                  "content_sha256, flagged, flag_reasons")
+# A stored run's bytes in a ListRuns page, from above: its record, submitter and flag
+# reasons, and 256 for the rest (run_id and hash, times, flags, each field's tag and
+# length, the entry's own).
+_STORED_BYTES = ("octet_length(record) + strlen(submitter) + strlen(flag_reasons) "
+                 "+ 256")
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs to list; empty/zero fields match everything."""
+
+    gpu_name: str = ""  # case-insensitive substring
+    model: str = ""
+    backend: str = ""
+    precision: str = ""
+    gpu_count: int = 0
+    submitter: str = ""
+    since: datetime | None = None  # created_at, UTC
+    until: datetime | None = None
+
+
+class RunReads:
+    """The reads of single runs and pages of runs."""
+
+    def __init__(self, snapshot: Snapshots, quarantine: QuarantineTable) -> None:
+        self._snapshot = snapshot
+        self._quarantine = quarantine
+
+    def get(self, run_id: str) -> collector_pb2.StoredRun:
+        """The stored run, or NotFound (which says so of a run held in quarantine)."""
+        with self._snapshot() as read:
+            rows = read.con.execute(
+                f"SELECT {STORED_COLUMNS} FROM {read.runs} WHERE run_id = ?", [run_id]
+            ).fetchall()
+        if not rows:
+            reason = self._quarantine.reason_held(run_id)
+            if reason is not None:
+                raise NotFound(f"run_id {run_id}: acknowledged but held in quarantine, not "
+                               f"stored (the database refused it: {reason})")
+            raise NotFound(f"run_id {run_id}: no such run")
+        return _stored_run(rows[0])
+
+    def count(self) -> int:
+        """How many runs are stored."""
+        with self._snapshot() as read:
+            return read.con.execute(f"SELECT count(*) FROM {read.rows}").fetchall()[0][0]
+
+    def submitter_of(self, run_id: str) -> str:
+        """Who submitted a run; NotFound if absent."""
+        with self._snapshot() as read:
+            rows = read.con.execute(
+                f"SELECT submitter FROM {read.rows} WHERE run_id = ?", [run_id]
+            ).fetchall()
+        if not rows:
+            raise NotFound(f"run_id {run_id}: no such run")
+        return rows[0][0]
+
+    def list(
+        self, where: RunFilter, *, page_size: int, page_token: str = "",
+        page_bytes: int | None = None,
+    ) -> tuple[list[collector_pb2.StoredRun], str]:
+        """Runs matching `where`, newest first; returns a page and the next page's token.
+
+        A page holds at most `page_size` runs and, given `page_bytes`, ends before the
+        run that would take it past that many bytes (it holds one run at least), so its
+        size is bounded whatever the runs weigh. The runs' sizes are read first and
+        only the page's records after, so a page of large runs is not loaded whole.
+        """
+        clauses, params = _filter_sql(where)
+        if page_token:
+            created_at, run_id = _decode_page_token(page_token)
+            clauses.append("(created_at, run_id) < (?, ?)")
+            params += [created_at, run_id]
+        order = " ORDER BY created_at DESC, run_id DESC"
+        with self._snapshot() as read:
+            sql = f"SELECT run_id, created_at, {_STORED_BYTES} FROM {read.rows}"
+            if clauses:
+                sql += " WHERE " + " AND ".join(clauses)
+            heads = read.con.execute(sql + order + " LIMIT ?", [*params, page_size + 1]).fetchall()
+            taken, total = 0, 0
+            for _, _, size in heads[:page_size]:
+                if page_bytes is not None and taken and total + size > page_bytes:
+                    break
+                taken, total = taken + 1, total + size
+            if not taken:
+                return [], ""
+            ids = [head[0] for head in heads[:taken]]
+            rows = read.con.execute(
+                f"SELECT {STORED_COLUMNS} FROM {read.runs} WHERE run_id IN (SELECT unnest(?))"
+                + order, [ids],
+            ).fetchall()
+        last = heads[taken - 1]
+        token = _encode_page_token(last[1], last[0]) if len(heads) > taken else ""
+        return [_stored_run(r) for r in rows], token
+
+    def counts(self) -> dict[str, int]:
+        """The runs stored, and how many of them are flagged, outliers and published."""
+        with self._snapshot() as read:
+            stored, flagged, outlier, published = read.con.execute(
+                "SELECT count(*), count(*) FILTER (WHERE flagged), count(*) FILTER (WHERE "
+                f"outlier), count(*) FILTER (WHERE published) FROM {read.runs}").fetchall()[0]
+        return {"runs_stored": stored, "runs_flagged": flagged, "runs_outlier": outlier,
+                "runs_published": published}
+
+
+def equal_where_set(source: object, columns: tuple[str, ...]) -> tuple[list[str], list[Any]]:
+    """`column = ?` for each of `columns` that `source` sets (non-empty, non-zero)."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column in columns:
+        value = getattr(source, column)
+        if value:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    return clauses, params
+
+
+def _filter_sql(where: RunFilter) -> tuple[list[str], list[Any]]:
+    clauses, params = equal_where_set(
+        where, ("model", "backend", "precision", "submitter", "gpu_count")
+    )
+    if where.gpu_name:
+        clauses.append("contains(lower(gpu_name), ?)")
+        params.append(where.gpu_name.lower())
+    if where.since is not None:
+        clauses.append("created_at >= ?")
+        params.append(where.since)
+    if where.until is not None:
+        clauses.append("created_at < ?")
+        params.append(where.until)
+    return clauses, params
+
+
+def _stored_run(row: Sequence[Any]) -> collector_pb2.StoredRun:
+    stored = collector_pb2.StoredRun(
+        run=run_pb2.Run.FromString(row[1]),
+        submitter=row[2],
+        outlier=row[4],
+        outlier_score=row[5],
+        content_sha256=row[6],
+        flagged=row[7],
+        flag_reasons=row[8].split(REASON_SEPARATOR) if row[8] else [],
+    )
+    stored.received_at.FromDatetime(row[3])
+    return stored
+
+
+def _encode_page_token(created_at: datetime, run_id: str) -> str:
+    raw = f"{created_at.isoformat()}|{run_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_page_token(token: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        when, run_id = raw.split("|", 1)
+        return datetime.fromisoformat(when), run_id
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRecord("page_token", "not a token this collector handed out") from exc
