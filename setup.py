@@ -15,8 +15,15 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 PROTOS = ROOT / "protos"
 
-# Top-level folder -> the package it installs as.
-LAYOUT = {"gpubench": "gpubench", "gpubench.agent": "agent", "gpubench.collector": "collector"}
+# Where each part's packages live: the folder a module lives in is its import path below
+# these roots (agent/gpubench/agent/cli.py is gpubench.agent.cli). An image copies in
+# only the parts it runs; a part whose folder is absent is left out of the wheel.
+PARTS = {"gpubench": ROOT, "gpubench.agent": ROOT / "agent",
+         "gpubench.collector": ROOT / "collector"}
+# Each part's command.
+COMMANDS = {"gpubench": "gpubench = gpubench.cli:main",
+            "gpubench.agent": "gpubench-agent = gpubench.agent.cli:main",
+            "gpubench.collector": "gpubench-collector = gpubench.collector.cli:main"}
 
 
 def generate_wire_code() -> None:
@@ -47,20 +54,27 @@ class BuildWithWireCode(build_py):
         super().run()
 
 
-def packages() -> list[str]:
-    """Every package of the distribution, with its folder mapped by LAYOUT."""
+def packages() -> tuple[list[str], dict[str, str]]:
+    """Every package of the parts present, and the folder of each part's root package."""
     found: list[str] = []
-    for package, folder in LAYOUT.items():
+    folders: dict[str, str] = {}
+    for package, root in PARTS.items():
+        folder = root.joinpath(*package.split("."))
+        if not (folder / "__init__.py").exists():
+            continue
+        folders[package] = str(folder.relative_to(ROOT))
         found.append(package)
-        found += [f"{package}.{sub}" for sub in find_packages(folder)]
-    return sorted(found)
+        found += [f"{package}.{sub}" for sub in find_packages(str(folder))]
+    return sorted(found), folders
 
 
 if __name__ == "__main__":  # setuptools runs this file as __main__; `make proto` imports it
+    found, folders = packages()
     setup(
-        packages=packages(),
-        package_dir=LAYOUT,
-        # The collector's GPU table (collector/ceilings.py reads it).
+        packages=found,
+        package_dir=folders,
+        entry_points={"console_scripts": [COMMANDS[part] for part in folders]},
+        # The collector's GPU table (collector/gpubench/collector/ceilings.py reads it).
         package_data={"gpubench.collector": ["gpu_specs.json"],
                       # the results site's templates and stylesheet
                       "gpubench.collector.web": ["templates/*"]},

@@ -40,8 +40,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# setup.py's LAYOUT: the package each top-level folder installs as.
-LAYOUT = {"gpubench": "gpubench", "gpubench/agent": "agent", "gpubench/collector": "collector"}
 WHEEL_PACKAGES = ("keras", "namex", "optree", "h5py", "absl-py", "rich", "markdown-it-py",
                   "mdurl", "pygments", "click", "packaging")
 
@@ -143,24 +141,10 @@ class Outcome:
 def prepare(scratch: Path, wheels: Path | None) -> dict[str, str]:
     """The children's environment: gpubench importable without installing, Keras on torch.
 
-    Children run in `scratch`: started in the repository, Python would find its
-    gpubench/ folder (which lacks the agent) before the shim.
-
     `scratch` holds the synthetic dataset and the Python paths ($GPUBENCH_CACHE if set,
     else OUT/.scratch), so that OUT keeps only the evidence.
     """
-    shim = scratch / "python" / "shim"
-    for package, folder in LAYOUT.items():
-        target = shim / package
-        target.mkdir(parents=True, exist_ok=True)
-        for entry in (ROOT / folder).iterdir():
-            if entry.name in ("__pycache__",) or (package == "gpubench" and entry.name in
-                                                   ("agent", "collector")):
-                continue
-            link = target / entry.name
-            if not link.exists():
-                link.symlink_to(entry)
-    paths = [str(shim)]
+    paths = [str(ROOT)]  # the checkout: its gpubench/ finds the agent beside it
     if wheels is not None:
         site = scratch / "python" / "site"
         if not site.exists():

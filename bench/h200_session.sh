@@ -31,19 +31,13 @@ mkdir -p "$WORK/spool" "$WORK/logs" /tmp/site
 export PYTHONUNBUFFERED=1 KERAS_BACKEND=torch GPUBENCH_CACHE=/tmp/gpubench-cache
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-# Wheels for what the machine lacks; gpubench itself through a folder of links that
-# lays the repository out as the installed package (setup.py's LAYOUT), run from
-# outside the repository so Python cannot find the bare gpubench/ folder first.
+# Wheels for what the machine lacks; gpubench itself straight from the checkout (its
+# gpubench/ folder finds the agent and the collector beside it).
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 ROOT=$PWD
-SHIM=/tmp/gpubench-shim
-mkdir -p "$SHIM/gpubench"
-for entry in "$ROOT"/gpubench/*; do ln -sfn "$entry" "$SHIM/gpubench/"; done
-ln -sfn "$ROOT/agent" "$SHIM/gpubench/agent"
-ln -sfn "$ROOT/collector" "$SHIM/gpubench/collector"
 ls "$ROOT"/gpubench/v1/run_pb2.py >/dev/null || { echo "carry gpubench/v1 (make proto)"; exit 1; }
-export PYTHONPATH=$SHIM:/tmp/site
+export PYTHONPATH=$ROOT:/tmp/site
 cd "$WORK"
 gpubench-agent() { python3 -m gpubench.agent.cli "$@"; }
 

@@ -3,9 +3,9 @@
     .venv/bin/python bench/plausibility_margins.py
 
 For every run record the project measured or transcribed (docs/results/**/*.json), the
-ratios collector/plausibility.py holds to its tolerances, and how far the run stays
-under each ceiling of collector/ceilings.py; then the range of each over all runs. The
-tolerances in collector/plausibility.py are set from these ranges (docs/protocol.md,
+ratios gpubench.collector.plausibility holds to its tolerances, and how far the run stays
+under each ceiling of gpubench.collector.ceilings; then the range of each over all runs. The
+tolerances in gpubench.collector.plausibility are set from these ranges (docs/protocol.md,
 "What the collector accepts").
 """
 

@@ -1,7 +1,7 @@
 """Record an NVML trace on a real GPU, for the agent's replaying fake (FakeNvml).
 
 Runs on the GPU machine with python3, torch (CUDA) and nvidia-ml-py; torchvision
-is used when present. It needs nothing else of gpubench: it loads agent/nvml.py
+is used when present. It needs nothing else of gpubench: it loads agent/gpubench/agent/nvml.py
 by its path. It samples every GPU at --sample-hz on a background thread while it
 
   1. idles (--idle-before seconds),
@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_nvml_module() -> ModuleType:
-    """agent/nvml.py, loaded by path (the gpubench package need not be installed)."""
-    path = ROOT / "agent" / "nvml.py"
+    """agent/gpubench/agent/nvml.py, loaded by path (the gpubench package need not be installed)."""
+    path = ROOT / "agent" / "gpubench" / "agent" / "nvml.py"
     spec = importlib.util.spec_from_file_location("gpubench_agent_nvml", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load {path}")

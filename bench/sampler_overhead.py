@@ -20,7 +20,6 @@ needed); --nvml real reads the driver. --work cpu is a pure-Python loop;
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -67,19 +66,9 @@ print(time.perf_counter() - began)
 
 def import_agent() -> tuple[ModuleType, ModuleType]:
     """gpubench.agent's nvml and telemetry, installed or straight from this checkout."""
-    try:
-        from gpubench.agent import nvml, telemetry
-    except ImportError:  # a GPU machine with the checkout but no install
-        sys.path.insert(0, str(ROOT))
-        spec = importlib.util.spec_from_file_location(
-            "gpubench.agent", ROOT / "agent" / "__init__.py",
-            submodule_search_locations=[str(ROOT / "agent")],
-        )
-        assert spec is not None and spec.loader is not None
-        package = importlib.util.module_from_spec(spec)
-        sys.modules["gpubench.agent"] = package
-        spec.loader.exec_module(package)
-        from gpubench.agent import nvml, telemetry
+    sys.path.insert(0, str(ROOT))  # a GPU machine with the checkout but no install
+    from gpubench.agent import nvml, telemetry
+
     return nvml, telemetry
 
 

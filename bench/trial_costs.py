@@ -1,7 +1,7 @@
 """Where a warm batch trial's seconds go (torch on one GPU): the allocator's release,
 each training step, the peak reading.
 
-The batch search's trials (agent/workload/trials.py, `WarmTrials`) train one step at
+The batch search's trials (agent/gpubench/agent/workload/trials.py, `WarmTrials`) train one step at
 each batch in one process on one network. This runs the same network and the same
 steps at a list of batches, `--steps` steps each, and times each phase, so that a
 trial's fixed cost (the first step at a new shape, the allocator giving memory back

@@ -20,7 +20,6 @@ COPY pyproject.toml setup.py README.md /src/
 COPY protos /src/protos
 COPY gpubench /src/gpubench
 COPY agent /src/agent
-COPY collector /src/collector
 # The wheel build generates the wire code from protos/ (grpcio-tools, a build requirement).
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \

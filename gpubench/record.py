@@ -37,14 +37,14 @@ RunStatus = run_pb2.RunStatus
 BatchChoice = run_pb2.BatchChoice
 
 # The record's limits on text: the collector refuses a run over them
-# (collector/validation.py) and the agent keeps its records within them.
+# (collector/gpubench/collector/validation.py) and the agent keeps its records within them.
 MAX_MESSAGE_CHARS = 4000  # an error message
 MAX_TEXT_CHARS = 1000  # a warning, an image reference
 MAX_WARNINGS = 64
 # How the input pipeline ran (Config.pipeline_mode): "cached" may have become
 # "cached-on-device" (--data-on-device) or "streaming" (the images did not fit the host).
 PIPELINE_MODES = ("cached", "cached-on-device", "streaming", "seed")
-# The benchmark's synthetic data set (agent/workload/synthetic.py): its fingerprint covers
+# The benchmark's synthetic data set (gpubench.agent.workload.synthetic): its fingerprint covers
 # PNG bytes, which differ between Pillow builds, so it is known by its name.
 SYNTHETIC_DATA = "synthetic-rps"
 

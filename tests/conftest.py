@@ -88,7 +88,7 @@ class RunningCollector:
 
 @pytest.fixture(autouse=True)
 def agent_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The agent's state folder (its host key, agent/hostid.py) in a temporary folder, for
+    """The agent's state folder (its host key, gpubench.agent.hostid) in a temporary folder, for
     the agent in this process and the agents tests start: never the tester's own."""
     folder = tmp_path_factory.mktemp("agent-state")
     monkeypatch.setenv("GPUBENCH_STATE", str(folder))

@@ -12,8 +12,8 @@ from gpubench.agent.nvml import GpuSample
 from gpubench.agent.nvml_replay import FakeNvml
 from gpubench.agent.runners.base import Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick
+from gpubench.collector.validation import problems
 
-from collector.validation import problems
 from gpubench.events import Event
 from gpubench.v1 import run_pb2
 

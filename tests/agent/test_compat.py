@@ -1,4 +1,4 @@
-"""The compatibility check (agent/compat.py) on the cards users named and the GPU machine.
+"""The compatibility check (gpubench.agent.compat) on the cards users named and the GPU machine.
 
 The GPUs come from the NVML profiles in tests/data/ read through FakeNvml and the real
 inventory, as the agent reads them; the builds are the one probed on the GPU machine

@@ -105,9 +105,9 @@ def test_unreachable_collector_keeps_everything(tmp_path: Path, make_run) -> Non
 
 
 def test_retries_reach_the_collector_once_it_is_back(tmp_path: Path, make_run) -> None:
-    from collector.auth import TokenBook
-    from collector.server import create_server
-    from collector.store import Store
+    from gpubench.collector.auth import TokenBook
+    from gpubench.collector.server import create_server
+    from gpubench.collector.store import Store
 
     port = free_port()
     store = Store(tmp_path / "collector.duckdb")

@@ -1,4 +1,4 @@
-"""On a host with an NVIDIA GPU and torch: `--cuda-graphs` (agent/workload/cuda_graphs.py).
+"""On a host with an NVIDIA GPU and torch: `--cuda-graphs` (gpubench.agent.workload.cuda_graphs).
 
 A replayed step must compute what Keras's own step computes (weights, batch-norm
 moving averages, optimizer state and metrics, step after step), draw fresh random

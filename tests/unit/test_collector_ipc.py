@@ -161,7 +161,7 @@ def test_the_ipc_path_has_no_pickle_or_eval() -> None:
     banned = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle",
               "multiprocessing"}
     for name in ("ipc.py", "owner.py", "frontend.py"):
-        tree = ast.parse((ROOT / "collector" / name).read_text())
+        tree = ast.parse((ROOT / "collector" / "gpubench" / "collector" / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 imported = {alias.name.split(".")[0] for alias in node.names}

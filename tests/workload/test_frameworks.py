@@ -1,4 +1,4 @@
-"""The framework interface (agent/workload/frameworks): one implementation per
+"""The framework interface (agent/gpubench/agent/workload/frameworks): one implementation per
 framework, chosen by name once, each importing its framework only when asked.
 
 What needs no GPU: the choice, the lazy imports, and the answers that are the

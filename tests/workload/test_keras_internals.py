@@ -1,4 +1,4 @@
-"""The private Keras internals the torch fast paths patch (agent/workload/keras_internals.py).
+"""The private Keras internals the torch fast paths patch (gpubench.agent.workload.keras_internals).
 
 Against the installed Keras, in child processes with Keras on torch: every
 internal torch_async and cuda_graphs touch is there with the signature they were

@@ -342,7 +342,7 @@ def train(
         global_batch=batch * settings.devices,
         pipeline_mode=feed.mode,
         # What ran: asked-for graphs are not used where the Keras internals they patch
-        # differ (agent/workload/keras_internals.py).
+        # differ (agent/gpubench/agent/workload/keras_internals.py).
         cuda_graphs=graphs is not None,
         decode_seconds=round(feed.decode_seconds, 3),
         weights=net.weights_label(settings.weights),

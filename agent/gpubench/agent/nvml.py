@@ -4,7 +4,7 @@ Two implementations of one small interface (`Nvml`):
 
 - `RealNvml`: the driver, through pynvml. Opening it without a driver raises
   `NvmlUnavailable`; callers say so in one line and carry on CPU-only.
-- `FakeNvml` (agent/nvml_replay.py): replays a trace recorded on a real GPU
+- `FakeNvml` (agent/gpubench/agent/nvml_replay.py): replays a trace recorded on a real GPU
   (bench/record_nvml_trace.py writes them with `write_trace`; tests/data/ holds
   some) for machines without a GPU.
 
@@ -304,7 +304,7 @@ def open_nvml() -> Nvml:
     return RealNvml()
 
 
-# --- traces: recorded on a GPU (replayed by agent/nvml_replay.py) ---------------------------------
+# --- traces: recorded on a GPU (replayed by gpubench.agent.nvml_replay) ---
 
 
 def write_trace(

@@ -5,7 +5,7 @@ version, the CUDA version it was built for ('' for a build without CUDA) and the
 architectures its kernels cover; and Keras's version. The agent runs it in the
 workload's environment (`python -m gpubench.agent.workload probe --json`, or the same
 in the workload image) before any training and checks the answer against the GPUs
-(agent/compat.py).
+(agent/gpubench/agent/compat.py).
 
 It must be cheap and must not touch a GPU: a build that cannot run on the card is what
 it looks for, so it must not be the thing that fails. Most is read from files

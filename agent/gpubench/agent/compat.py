@@ -1,7 +1,7 @@
 """Will the workload run on these GPUs? The check before any training starts.
 
 Pure: it takes the GPUs' facts (NVML, through the inventory) and the builds the workload
-reported (`python -m gpubench.agent.workload probe --json`, agent/workload/probe.py) and
+reported (`python -m gpubench.agent.workload probe --json`, gpubench.agent.workload.probe) and
 decides which Keras backend runs, or raises a GpubenchError (exit code 2) that says why
 none can and what to install. No framework, no subprocess.
 
@@ -323,7 +323,7 @@ def choose(gpus: Sequence[Gpu], builds: Sequence[Build], *, asked: str | None = 
 
 
 def builds_from_probe(data: Mapping[str, Any]) -> list[Build]:
-    """The builds of a probe answer (agent/workload/probe.py); ValueError if it is none."""
+    """The builds of a probe answer (gpubench.agent.workload.probe); ValueError if it is none."""
     if not isinstance(data, Mapping) or data.get("format") != PROBE_FORMAT:
         raise ValueError(f"not a {PROBE_FORMAT} answer")
     builds = []

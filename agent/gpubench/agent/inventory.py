@@ -1,7 +1,7 @@
 """What the run happened on: the host (CPU, RAM, OS) and its GPUs (through nvml.py).
 
 Identities are never recorded as they are: the hostname as a keyed hash under the
-host's own random key (agent/hostid.py), each GPU's UUID as its SHA-256. Framework
+host's own random key (agent/gpubench/agent/hostid.py), each GPU's UUID as its SHA-256. Framework
 versions are not read here (the agent never imports the framework); the workload
 reports them in its started event.
 """

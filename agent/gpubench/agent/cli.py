@@ -338,7 +338,7 @@ PROBE_TIMEOUT = 120.0
 def _check_builds(runner: Any, inventory: Any, gpu_count: int, backend: str | None,
                   display: Any, skip: bool) -> str | None:
     """The backend to run: the workload's framework builds checked against the GPUs the
-    run uses (agent/compat.py), at the cost of one short child process. Raises
+    run uses (agent/gpubench/agent/compat.py), at the cost of one short child process. Raises
     GpubenchError (exit 2) saying why nothing runs there and what to install; leaves
     `backend` as given on a CPU-only run, with --no-compat-check, or when the workload
     cannot answer (an image older than the check)."""

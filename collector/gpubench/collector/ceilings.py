@@ -1,6 +1,6 @@
 """How fast a GPU could possibly train the benchmark: the ceilings a run is held to.
 
-The figures are data (collector/gpu_specs.json): each known GPU's peak TFLOP/s and
+The figures are data (gpu_specs.json beside this module): each known GPU's peak TFLOP/s and
 memory bandwidth, each model's FLOPs and memory per training image, and the fastest
 run the project verified on a GPU. A run faster than one of these ceilings is
 implausible (collector.plausibility flags it). Pure Python, no database: the front-end

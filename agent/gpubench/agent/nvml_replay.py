@@ -1,8 +1,8 @@
 """A recorded NVML trace replayed as the driver: for machines without a GPU.
 
 Development and tests only (GPUBENCH_NVML_TRACE, tests/data/): the agent reads
-a real GPU through agent/nvml.py's RealNvml. Traces are written on a GPU by
-bench/record_nvml_trace.py (agent/nvml.py's `write_trace`).
+a real GPU through agent/gpubench/agent/nvml.py's RealNvml. Traces are written on a GPU by
+bench/record_nvml_trace.py (agent/gpubench/agent/nvml.py's `write_trace`).
 """
 
 from __future__ import annotations
