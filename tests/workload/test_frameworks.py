@@ -79,3 +79,15 @@ def test_one_gpu_needs_no_data_parallel_scope() -> None:
 def test_version_numbers_as_text() -> None:
     assert cuda_version_text(12040) == "12.4"
     assert cudnn_version_text(90100) == "9.1.0" and cudnn_version_text(8902) == "8.9.2"
+
+
+def test_trials_stay_in_the_run_s_process_only_where_the_framework_recovers() -> None:
+    from gpubench.agent.workload.trials import warm_applies
+    from gpubench.settings import RunSettings
+
+    # torch goes on after an out-of-memory error; TensorFlow's process cannot.
+    assert warm_applies(RunSettings(backend="torch", gpus=1))
+    assert not warm_applies(RunSettings(backend="tensorflow", gpus=1))
+    assert not warm_applies(RunSettings(backend="torch", gpus=2))
+    assert frameworks.get("torch").replicas_in_processes
+    assert not frameworks.get("tensorflow").replicas_in_processes

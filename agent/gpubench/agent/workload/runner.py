@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpubench.agent.workload import backend, batch_search, data, synthetic, trials
+from gpubench.agent.workload import backend, batch_search, data, frameworks, synthetic, trials
 from gpubench.agent.workload.failure import report_failure
 from gpubench.agent.workload.memory import MemoryReport
 from gpubench.agent.workload.network import prepare_network
@@ -81,7 +81,7 @@ def run(settings: RunSettings, events: EventWriter) -> int:
         elif not warm:
             choice = choose_batch(settings, trials.ProcessTrials(settings), dataset.train_count,
                                   events)
-        if settings.backend == "torch" and settings.devices > 1:
+        if frameworks.get(settings.backend).replicas_in_processes and settings.devices > 1:
             from gpubench.agent.workload import torch_ddp
 
             assert choice is not None  # several devices: never warm

@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
-from gpubench.agent.workload import backend
+from gpubench.agent.workload import backend, frameworks
 from gpubench.agent.workload.batch_search import Trial, TrialFailed
 
 from gpubench.errors import GpubenchError
@@ -42,8 +42,10 @@ TRIAL_TIMEOUT_SECONDS = 1200.0
 
 
 def warm_applies(settings: RunSettings) -> bool:
-    """Whether trials can run in this process: torch on one CUDA GPU."""
-    return settings.backend == "torch" and settings.gpus == 1 and settings.devices == 1
+    """Whether trials can run in this process: one GPU, and a framework that goes on
+    after an out-of-memory error (torch)."""
+    return (frameworks.get(settings.backend).recovers_from_out_of_memory
+            and settings.gpus == 1 and settings.devices == 1)
 
 
 def trial_settings(settings: RunSettings) -> RunSettings:

@@ -32,6 +32,12 @@ class Framework(ABC):
     methods, never at module level: the class is chosen before Keras is imported."""
 
     name: ClassVar[str]  # the --backend name and KERAS_BACKEND value
+    # Whether a process goes on after an out-of-memory error (the batch trials then
+    # run in the run's own process, on one GPU); TensorFlow's cannot.
+    recovers_from_out_of_memory: ClassVar[bool] = False
+    # Whether data parallelism runs one process per device (torch_ddp) rather than
+    # one process holding every device (a Keras distribution).
+    replicas_in_processes: ClassVar[bool] = False
 
     # --- start-up ----------------------------------------------------------------
 

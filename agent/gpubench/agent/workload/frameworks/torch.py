@@ -26,6 +26,8 @@ class Torch(Framework):
     """Keras on PyTorch."""
 
     name = "torch"
+    recovers_from_out_of_memory = True
+    replicas_in_processes = True
 
     def __init__(self) -> None:
         # The allocator caps limit_memory set, per device: what a trial may use.
