@@ -18,22 +18,25 @@ from gpubench.settings import RULE_LARGEST, RULE_QUICK, RULE_STEPS, arguments
 TAIL_LINES = 40
 
 
-@dataclass(frozen=True)
-class WorkloadRequest:
-    """What the workload is asked to run: one model with the settings the user gave.
+class GivenSettings:
+    """A request's `settings`: RunSettings field names (gpubench.settings) to the values
+    the user gave; a setting not in it takes the workload's default."""
 
-    `settings` maps RunSettings field names (gpubench.settings) to values; a setting
-    not in it takes the workload's default.
-    """
+    settings: Mapping[str, Any]
+
+    def setting(self, name: str) -> Any:
+        """The value given for setting `name`, or None (the workload's default)."""
+        return self.settings.get(name)
+
+
+@dataclass(frozen=True)
+class WorkloadRequest(GivenSettings):
+    """What the workload is asked to run: one model with the settings the user gave."""
 
     model: str
     batch: int | None = None  # None: chosen by the workload's search, by batch_rule
     batch_rule: str = RULE_STEPS  # "steps" (--batch auto), "largest", "given" or "quick"
     settings: Mapping[str, Any] = field(default_factory=dict)
-
-    def setting(self, name: str) -> Any:
-        """The value given for setting `name`, or None (the workload's default)."""
-        return self.settings.get(name)
 
     def arguments(self) -> list[str]:
         """The arguments of `python -m gpubench.agent.workload run`."""
@@ -48,17 +51,13 @@ class WorkloadRequest:
 
 
 @dataclass(frozen=True)
-class SearchRequest:
+class SearchRequest(GivenSettings):
     """Only the batch search of one model (`workload search`): the largest batch that
     fits on the whole card, or as a card of each of `limits` bytes; no training."""
 
     model: str
     limits: tuple[int, ...] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)
-
-    def setting(self, name: str) -> Any:
-        """The value given for setting `name`, or None (the workload's default)."""
-        return self.settings.get(name)
 
     def arguments(self) -> list[str]:
         """The arguments of `python -m gpubench.agent.workload search`."""
