@@ -17,7 +17,8 @@
 # gpus2-fast-b0, gpus2-fast-b3, gpus2-fast-b7; the fast settings with every step
 # replayed as a CUDA graph graphs-b0, graphs-b3, graphs-b7, graphs-b0-128 and graphs-b7-10 (float32),
 # graphs-auto-b0; gpu-tests (tests/gpu/test_cuda_graphs.py);
-# profile-b0, profile-b7, profile-fast, profile-graphs
+# profile-b0, profile-b7, profile-fast, profile-graphs; shape-setup (bench/trial_costs.py:
+# a new batch shape's first step under cuDNN's settings);
 # (bench/keras_torch_profile.py: where a step's time goes); and
 # collector (bench/collector_bench.py with the collector pinned to two cores).
 # Needs, carried with the working tree: .whl/ (keras, namex, optree and protobuf
@@ -149,6 +150,22 @@ for step in "$@"; do
     profile-fast) profile profile-fast \
                    b0-f32-128-all:batch=128,aug=batched,bn=fused,format=first \
                    b0-bf16-512-all:batch=512,precision=mixed_bfloat16,aug=batched,bn=fused,format=first ;;
+    shape-setup) for variant in base v7 mode-b eager-modules no-tf32 benchmark; do
+                   flags=(); envs=()
+                   case $variant in
+                     v7) envs=(TORCH_CUDNN_V8_API_DISABLED=1) ;;
+                     mode-b) envs=(TORCH_CUDNN_USE_HEURISTIC_MODE_B=1) ;;
+                     eager-modules) envs=(CUDA_MODULE_LOADING=EAGER) ;;
+                     no-tf32) flags=(--no-cudnn-tf32) ;;
+                     benchmark) flags=(--cudnn-benchmark) ;;
+                   esac
+                   echo "== shape-setup $variant: ${envs[*]} bench/trial_costs.py --model B0 --batches 16,128,512,16 --steps 3 ${flags[*]}" \
+                     | tee -a "$WORK/commands.txt"
+                   env "${envs[@]}" python3 "$ROOT/bench/trial_costs.py" --model B0 \
+                     --batches 16,128,512,16 --steps 3 "${flags[@]}" \
+                     --out "$WORK/shape-setup-$variant.json" 2>"$WORK/logs/shape-setup-$variant.log" \
+                     | tee "$WORK/shape-setup-$variant.txt"
+                 done ;;
     collector)   python3 "$ROOT/bench/collector_bench.py" --runs 20000 --submissions 4000 \
                    --queries 20 --skip-compare --server-cpus 0,1 --client-cpus 2-9 \
                    | tee "$WORK/collector-bench.txt" ;;

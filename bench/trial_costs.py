@@ -11,6 +11,11 @@ the first step at batch N and lists the host calls that took longest.
 
     python bench/trial_costs.py --model B0 --batches 16,128,1221,128,16 --steps 2 \\
         --out trial-costs.json
+
+`--cudnn-benchmark` and `--no-cudnn-tf32` change how cuDNN picks its kernels, and
+the environment (TORCH_CUDNN_V8_API_DISABLED, TORCH_CUDNN_USE_HEURISTIC_MODE_B,
+CUDA_MODULE_LOADING) is written into the output, so that variants of the first step's
+set-up can be told apart.
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ def main() -> None:
                         help="do not give the allocator's cache back between trials")
     parser.add_argument("--profile-batch", type=int, default=0,
                         help="profile the first step at this batch")
+    parser.add_argument("--cudnn-benchmark", action="store_true",
+                        help="let cuDNN time its algorithms for each new shape")
+    parser.add_argument("--no-cudnn-tf32", action="store_true",
+                        help="keep cuDNN's float32 convolutions off TF32")
     parser.add_argument("--out", help="write the figures here as JSON")
     args = parser.parse_args()
     os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -60,6 +69,19 @@ def main() -> None:
     settings = RunSettings(model=args.model, backend="torch", gpus=1)
     load_framework(settings)
     framework_s = _seconds(began)
+    import torch
+
+    if args.cudnn_benchmark:
+        torch.backends.cudnn.benchmark = True
+    if args.no_cudnn_tf32:
+        torch.backends.cudnn.allow_tf32 = False
+    cudnn_settings = {
+        "cudnn_version": torch.backends.cudnn.version(),
+        "benchmark": torch.backends.cudnn.benchmark,
+        "allow_tf32": torch.backends.cudnn.allow_tf32,
+        "environment": {name: value for name, value in os.environ.items()
+                        if name.startswith(("TORCH_CUDNN", "CUDNN", "CUDA_MODULE"))},
+    }
     warm = trials.WarmTrials(settings)
     began = time.monotonic()
     network = warm._prepare()
@@ -100,7 +122,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "profile"}), flush=True)
     result = {"model": args.model, "keep_cache": args.keep_cache, "framework_s": framework_s,
-              "build_s": build_s, "trials": rows}
+              "build_s": build_s, "cudnn": cudnn_settings, "trials": rows}
     for row in rows:
         for line in row.get("profile", [])[:12]:
             print(f"  {line['self_cpu_s']:8.3f} s {line['calls']:6d}x {line['name'][:60]}")

@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -95,6 +96,8 @@ class EventWriter:
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self._stream = stream if stream is not None else sys.stdout
+        # Events may come from two threads (a relayed child's and the run's own).
+        self._lock = threading.Lock()
 
     def emit(self, kind: str, /, **fields: Any) -> None:
         """Write one event and flush, so the agent sees it at once."""
@@ -102,8 +105,10 @@ class EventWriter:
             raise ValueError(f"unknown event kind {kind!r}")
         record = {"event": kind, "v": STREAM_VERSION, "t": time.monotonic(), "wall": time.time()}
         record.update(_plain_fields(dict(fields)))
-        self._stream.write(json.dumps(record, allow_nan=False, default=_jsonable) + "\n")
-        self._stream.flush()
+        line = json.dumps(record, allow_nan=False, default=_jsonable) + "\n"
+        with self._lock:
+            self._stream.write(line)
+            self._stream.flush()
 
 
 # Terminal control sequences (CSI such as "\x1b[1m", OSC, and lone escapes) and the

@@ -67,3 +67,32 @@ def test_out_of_memory_is_caught_and_the_next_trial_fits(torch_keras) -> None:
     # Closed: what the trials held (gigabytes) is back with the card; torch keeps a
     # workspace of tens of MiB (64 MiB on an H200).
     assert torch.cuda.memory_allocated(0) <= 128 * 2**20
+
+
+def test_a_run_searches_in_a_process_beside_its_own(tmp_path) -> None:
+    """`--batch auto`: the trials run in a `search` child (search_beside) while the run
+    imports its framework; the child's trials and choice are the run's."""
+    import sys
+
+    from gpubench.events import parse_line
+
+    env = {**os.environ, "GPUBENCH_CACHE": str(tmp_path)}
+    env.pop("TORCH_CUDNN_V8_API_DISABLED", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpubench.agent.workload", "run", "--backend", "torch",
+         "--gpus", "1", "--model", "B0", "--image-size", "64", "--limit-images", "480",
+         "--batch", "auto"],
+        capture_output=True, text=True, timeout=900, env=env, check=False)
+    events = [e for e in map(parse_line, done.stdout.splitlines()) if e is not None]
+    assert done.returncode == 0, done.stderr[-3000:]
+    kinds = [e.kind for e in events]
+    trials = [e for e in events if e.kind == "batch_trial"]
+    assert len(trials) >= 2 and trials[0].get("fits")
+    chosen = [e for e in events if e.kind == "batch_chosen"]
+    assert len(chosen) == 1 and kinds.index("batch_chosen") < kinds.index("started")
+    started = events[kinds.index("started")]
+    assert started.get("batch_per_gpu") == chosen[0].get("batch")
+    assert started.get("batch_choice") == "searched"
+    logs = [str(e.get("message")) for e in events if e.kind == "log"]
+    assert any("ran in its own process" in line for line in logs), logs
+    assert "search_done" not in kinds and "error" not in kinds

@@ -83,6 +83,7 @@ def test_version_numbers_as_text() -> None:
 
 def test_trials_stay_in_the_run_s_process_only_where_the_framework_recovers() -> None:
     from gpubench.agent.workload.trials import warm_applies
+
     from gpubench.settings import RunSettings
 
     # torch goes on after an out-of-memory error; TensorFlow's process cannot.
@@ -91,3 +92,23 @@ def test_trials_stay_in_the_run_s_process_only_where_the_framework_recovers() ->
     assert not warm_applies(RunSettings(backend="torch", gpus=2))
     assert frameworks.get("torch").replicas_in_processes
     assert not frameworks.get("tensorflow").replicas_in_processes
+
+
+def test_only_processes_that_make_trials_only_take_the_trial_environment() -> None:
+    import os
+
+    from gpubench.agent.workload.trials import use_trial_environment
+
+    from gpubench.settings import RunSettings
+
+    # torch: cuDNN's older API sets up a new batch shape in a fraction of the time.
+    assert frameworks.get("torch").trial_environment() == {"TORCH_CUDNN_V8_API_DISABLED": "1"}
+    assert frameworks.get("tensorflow").trial_environment() == {}
+    assert frameworks.get("jax").trial_environment() == {}
+    before = dict(os.environ)
+    try:
+        use_trial_environment(RunSettings(backend="torch", gpus=1))
+        assert os.environ["TORCH_CUDNN_V8_API_DISABLED"] == "1"
+    finally:
+        os.environ.clear()
+        os.environ.update(before)

@@ -127,6 +127,19 @@ class SearchResult:
             "stopped_by": self.stopped_by,
         }
 
+    @classmethod
+    def from_event(cls, fields: dict[str, object], trials: list[Trial]) -> SearchResult:
+        """The search another process made: its batch_chosen fields and its trials."""
+        return cls(
+            largest=int(fields.get("largest") or 0),  # type: ignore[call-overload]
+            capped=bool(fields.get("capped")),
+            trials=tuple(trials),
+            line=MemoryLine.fit(trials),
+            capacity_bytes=int(fields.get("capacity_bytes") or 0),  # type: ignore[call-overload]
+            seconds=float(fields.get("search_seconds") or 0.0),  # type: ignore[arg-type]
+            stopped_by=str(fields.get("stopped_by") or ""),
+        )
+
 
 class NoBatchFits(GpubenchError):
     """Even batch 1 ran out of memory."""

@@ -164,6 +164,38 @@ class ImageBatches(keras.utils.PyDataset):
         return len(self._order[step * self._batch : (step + 1) * self._batch])
 
 
+# Images decoded ahead of build_feed (decode_ahead): (paths, size) -> (images, seconds).
+_ahead: dict[tuple[tuple[str, ...], int], tuple[np.ndarray, float]] = {}
+
+
+def decode_ahead(dataset: Dataset, size: int, pipeline: str,
+                 log: Callable[[str], None] = lambda message: None) -> None:
+    """Decode the cached pipeline's images now, for build_feed to take: work for a
+    process that waits on another (the batch search beside it). Nothing for the
+    other pipelines, or where the cache would not fit in memory."""
+    if pipeline != "cached" or hostmemory.cache_refusal(
+            dataset.image_count, size, hostmemory.available_memory_bytes()):
+        return
+    paths = dataset.paths(range(dataset.image_count))
+    log(f"decoding {dataset.image_count} images at {size}x{size} into memory")
+    started = time.monotonic()
+    images = decode_images(paths, size, decoder_pool())
+    _ahead[(tuple(map(str, paths)), size)] = (images, time.monotonic() - started)
+
+
+def _decoded(dataset: Dataset, size: int, pool: ThreadPoolExecutor,
+             log: Callable[[str], None]) -> tuple[np.ndarray, float]:
+    """Every image of `dataset` decoded at `size`, and the seconds that took."""
+    paths = dataset.paths(range(dataset.image_count))
+    ahead = _ahead.pop((tuple(map(str, paths)), size), None)
+    if ahead is not None:
+        return ahead
+    log(f"decoding {dataset.image_count} images at {size}x{size} into memory")
+    started = time.monotonic()
+    images = decode_images(paths, size, pool)
+    return images, time.monotonic() - started
+
+
 def build_feed(
     dataset: Dataset,
     *,
@@ -191,12 +223,9 @@ def build_feed(
     decode_seconds = 0.0
     source: Source
     if mode == "cached":
-        log(f"decoding {dataset.image_count} images at {size}x{size} into memory")
-        started = time.monotonic()
-        cache = decode_images(dataset.paths(range(dataset.image_count)), size, pool)
+        cache, decode_seconds = _decoded(dataset, size, pool, log)
         if channels_first:
             cache = np.ascontiguousarray(cache.transpose(0, 3, 1, 2))
-        decode_seconds = time.monotonic() - started
         framework = frameworks.current()
         source = (framework.device_source(cache, labels) if on_device
                   else Cached(cache, labels, framework.device_copy()))

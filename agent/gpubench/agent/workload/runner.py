@@ -1,9 +1,10 @@
 """One benchmark run from start to result, told as events.
 
 Order: find and check the data; search for the batch size unless one was
-given (trial processes before this process loads a framework, or, for torch on
-one GPU, trials in this process once the framework is loaded: `trials`); load
-the framework, emit `started`, prepare the batches, build and train the
+given (a trial process per batch before this process loads a framework, or, for
+torch on one GPU, every trial in one `search` process that runs while this one
+imports its framework: `trials`, `search_beside`); load the framework, emit
+`started`, prepare the batches, build and train the
 protocol's model, emit one `epoch_finished` per epoch and a `result`. Any
 failure becomes one `error` event and an exit code: 3 out of memory, 6 bad
 data, 1 anything else.
@@ -18,7 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpubench.agent.workload import backend, batch_search, data, frameworks, synthetic, trials
+from gpubench.agent.workload import (
+    backend,
+    batch_search,
+    data,
+    frameworks,
+    search_beside,
+    synthetic,
+    trials,
+)
 from gpubench.agent.workload.failure import report_failure
 from gpubench.agent.workload.memory import MemoryReport
 from gpubench.agent.workload.network import prepare_network
@@ -87,15 +96,11 @@ def run(settings: RunSettings, events: EventWriter) -> int:
             assert choice is not None  # several devices: never warm
             return torch_ddp.launch(settings, dataset, choice.batch, choice.choice, events,
                                     replicas=settings.replicas_on_cpu or None)
-        notes = load_framework(settings)
-        if choice is None:
-            warm_trials = trials.WarmTrials(settings)
-            try:
-                choice = choose_batch(settings, warm_trials, dataset.train_count, events)
-            finally:
-                warm_trials.close()
-            events.emit("log", message=f"the trials' network took {warm_trials.build_seconds:.1f}"
-                                       " s to build")
+        if choice is None:  # warm trials, in a process beside this one's import
+            choice = search_while_loading(settings, dataset, events)
+            notes = open_gpus(settings)
+        else:
+            notes = load_framework(settings)
         return train(settings, dataset, choice.batch, choice.choice, events, rule=choice.rule,
                      memory_notes=notes)
     except KeyboardInterrupt as exc:
@@ -108,14 +113,44 @@ def run(settings: RunSettings, events: EventWriter) -> int:
 def load_framework(settings: RunSettings) -> list[str]:
     """Select and import the framework, and apply --memory-limit; returns notes for the
     record."""
-    from gpubench.agent.workload import memory
+    import_framework(settings)
+    return open_gpus(settings)
 
+
+def import_framework(settings: RunSettings) -> None:
+    """Select and import the framework; no GPU is touched yet."""
     backend.select(settings.backend, settings.gpus)
     backend.import_keras(memory_growth=not settings.memory_limit_bytes)
+
+
+def open_gpus(settings: RunSettings) -> list[str]:
+    """Check the GPUs the framework sees and apply --memory-limit; returns notes for
+    the record."""
+    from gpubench.agent.workload import memory
+
     backend.check_gpus(settings.backend, settings.gpus)
     if not settings.memory_limit_bytes:
         return []
     return memory.limit_memory(settings.backend, settings.gpus, settings.memory_limit_bytes)
+
+
+def search_while_loading(settings: RunSettings, dataset: data.Dataset,
+                         events: EventWriter) -> BatchChoice:
+    """The batch search in a process beside this one (search_beside) while this one
+    imports its framework and decodes the images; then the batch it chose."""
+    with search_beside.SearchBeside(settings, events) as beside:
+        import_framework(settings)
+        from gpubench.agent.workload import pipeline  # imports Keras: after the backend
+
+        pipeline.decode_ahead(dataset, settings.size, settings.pipeline,
+                              log=lambda message: events.emit("log", message=message))
+        ready = beside.seconds
+        batch, found = beside.result()
+    waited = max(0.0, beside.seconds - ready)
+    events.emit("log", message="the batch search ran in its own process beside the "
+                               "framework's import and the decoding; the run waited "
+                               f"{waited:.1f} s for it")
+    return BatchChoice(batch, settings.batch_rule, found)
 
 
 def search_only(settings: RunSettings, limits: Sequence[int], events: EventWriter) -> int:
@@ -125,6 +160,7 @@ def search_only(settings: RunSettings, limits: Sequence[int], events: EventWrite
 
     from gpubench.agent.workload import memory
 
+    trials.use_trial_environment(settings)  # this process makes trials only
     try:
         dataset = load_dataset(settings)
         plans = [replace(settings, memory_limit_bytes=limit) for limit in limits] or [settings]
@@ -146,6 +182,9 @@ def search_only(settings: RunSettings, limits: Sequence[int], events: EventWrite
         finally:
             if make is not None:
                 make.close()
+        if warm:
+            events.emit("log", message=f"the trials' network took {make.build_seconds:.1f} s "
+                                       "to build")
         return EXIT_OK
     except KeyboardInterrupt as exc:
         report_failure(events, exc)

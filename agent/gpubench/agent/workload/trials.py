@@ -48,6 +48,12 @@ def warm_applies(settings: RunSettings) -> bool:
             and settings.gpus == 1 and settings.devices == 1)
 
 
+def use_trial_environment(settings: RunSettings) -> None:
+    """Set the framework's trial environment (`Framework.trial_environment`) in this
+    process, which makes trials only; before its first training step."""
+    os.environ.update(frameworks.get(settings.backend).trial_environment())
+
+
 def trial_settings(settings: RunSettings) -> RunSettings:
     """The run's settings as a trial computes them: one device, steps run eagerly."""
     return replace(settings, gpus=min(settings.gpus, 1), cuda_graphs=False, replicas_on_cpu=0)
@@ -193,6 +199,7 @@ def trial_main(settings: RunSettings, batch: int, kind: str, events: EventWriter
     from gpubench.agent.workload import memory
     from gpubench.agent.workload.failure import report_failure
 
+    use_trial_environment(settings)
     try:
         if settings.trial_address_space:
             import resource

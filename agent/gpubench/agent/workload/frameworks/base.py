@@ -84,6 +84,12 @@ class Framework(ABC):
         gpu = report.gpus[0] if report.gpus else GpuMemory(0, 0, 0)
         return TrialMemory(gpu.allocator_peak_bytes, 0, gpu.memory_total_bytes)
 
+    def trial_environment(self) -> dict[str, str]:
+        """Environment variables for a process that only makes batch trials: they make
+        a new batch shape cheaper to set up and leave a step's memory as it is. Never
+        for a run: they may make its steps slower. Empty: none."""
+        return {}
+
     def release(self) -> None:
         """Give the allocator's cached blocks back (a no-op where the allocator keeps
         what it took). The caller has collected garbage already."""

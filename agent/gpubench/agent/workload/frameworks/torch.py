@@ -85,6 +85,13 @@ class Torch(Framework):
                            int(torch.cuda.max_memory_reserved(0)),
                            min(capacity, limit) if limit else capacity)
 
+    def trial_environment(self) -> dict[str, str]:
+        # cuDNN's v8 API takes about 6 s to set up EfficientNet's convolutions for each
+        # new batch shape on an H200; the older API about 0.3 s, with the same allocated
+        # and reserved peaks to the byte at every batch tried, but kernels that train B7
+        # at half the speed (docs/results/h200-default-run.md, calls 14 and 15).
+        return {"TORCH_CUDNN_V8_API_DISABLED": "1"}
+
     def release(self) -> None:
         import torch
 
