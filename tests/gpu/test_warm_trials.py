@@ -3,7 +3,7 @@
 What only a real GPU shows: an out-of-memory error in a trial is caught and its
 memory given back, so the next trial in the same process fits; the memory line
 fitted to two probes predicts a third batch's peak; a --memory-limit makes the card
-behave as a smaller one; and closing the trials leaves the next network the card.
+behave as a smaller one; and a run's search runs in a process beside it.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ def torch_keras():
 
 
 def test_out_of_memory_is_caught_and_the_next_trial_fits(torch_keras) -> None:
-    import torch
     from gpubench.agent.workload import memory
     from gpubench.agent.workload.batch_search import MemoryLine
     from gpubench.agent.workload.trials import WarmTrials
@@ -62,11 +61,7 @@ def test_out_of_memory_is_caught_and_the_next_trial_fits(torch_keras) -> None:
         predicted = line.peak(near.batch)
         assert abs(near.reserved_peak_bytes - predicted) / predicted < 0.25
     finally:
-        trials.close()
         memory.limit_memory("torch", 1, None)
-    # Closed: what the trials held (gigabytes) is back with the card; torch keeps a
-    # workspace of tens of MiB (64 MiB on an H200).
-    assert torch.cuda.memory_allocated(0) <= 128 * 2**20
 
 
 def test_a_run_searches_in_a_process_beside_its_own(tmp_path) -> None:

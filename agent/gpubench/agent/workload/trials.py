@@ -63,7 +63,8 @@ class WarmTrials:
     """Trials in this process on one network, built on first use.
 
     The framework must be imported already (backend.select, backend.import_keras).
-    `close` drops the network and gives its memory back before the real run builds.
+    The process makes trials only (the `search` and `trial` commands): the network
+    and its memory go when it ends.
     """
 
     def __init__(self, settings: RunSettings) -> None:
@@ -136,16 +137,6 @@ class WarmTrials:
             self._data[images] = (pixels, labels)
         return self._data[images]
 
-    def close(self) -> None:
-        """Drop the trial network and give its memory back."""
-        import keras
-        from gpubench.agent.workload import memory
-
-        self._network = None
-        self._data.clear()
-        keras.backend.clear_session()
-        memory.release(self.settings.backend)
-
 
 class ProcessTrials:
     """Each trial in a fresh `python -m gpubench.agent.workload trial` process."""
@@ -189,9 +180,6 @@ class ProcessTrials:
             f"--batch auto: the trial at batch {batch} failed (exit {done.returncode}): "
             f"{last_lines[-500:]}"
         )
-
-    def close(self) -> None:
-        """Nothing is held between trial processes."""
 
 
 def trial_main(settings: RunSettings, batch: int, kind: str, events: EventWriter) -> int:
