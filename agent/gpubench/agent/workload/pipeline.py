@@ -176,23 +176,23 @@ def decode_ahead(dataset: Dataset, size: int, pipeline: str,
     if pipeline != "cached" or hostmemory.cache_refusal(
             dataset.image_count, size, hostmemory.available_memory_bytes()):
         return
-    paths = dataset.paths(range(dataset.image_count))
-    log(f"decoding {dataset.image_count} images at {size}x{size} into memory")
-    started = time.monotonic()
-    images = decode_images(paths, size, decoder_pool())
-    _ahead[(tuple(map(str, paths)), size)] = (images, time.monotonic() - started)
+    _ahead[_key(dataset, size)] = _decode(dataset, size, decoder_pool(), log)
 
 
-def _decoded(dataset: Dataset, size: int, pool: ThreadPoolExecutor,
-             log: Callable[[str], None]) -> tuple[np.ndarray, float]:
-    """Every image of `dataset` decoded at `size`, and the seconds that took."""
-    paths = dataset.paths(range(dataset.image_count))
-    ahead = _ahead.pop((tuple(map(str, paths)), size), None)
+def _key(dataset: Dataset, size: int) -> tuple[tuple[str, ...], int]:
+    return tuple(map(str, dataset.paths(range(dataset.image_count)))), size
+
+
+def _decode(dataset: Dataset, size: int, pool: ThreadPoolExecutor,
+            log: Callable[[str], None]) -> tuple[np.ndarray, float]:
+    """Every image of `dataset` decoded at `size` (those decode_ahead decoded, if it
+    did), and the seconds the decoding took."""
+    ahead = _ahead.pop(_key(dataset, size), None)
     if ahead is not None:
         return ahead
     log(f"decoding {dataset.image_count} images at {size}x{size} into memory")
     started = time.monotonic()
-    images = decode_images(paths, size, pool)
+    images = decode_images(dataset.paths(range(dataset.image_count)), size, pool)
     return images, time.monotonic() - started
 
 
@@ -223,7 +223,7 @@ def build_feed(
     decode_seconds = 0.0
     source: Source
     if mode == "cached":
-        cache, decode_seconds = _decoded(dataset, size, pool, log)
+        cache, decode_seconds = _decode(dataset, size, pool, log)
         if channels_first:
             cache = np.ascontiguousarray(cache.transpose(0, 3, 1, 2))
         framework = frameworks.current()

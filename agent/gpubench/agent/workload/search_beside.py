@@ -31,7 +31,7 @@ from gpubench.settings import WORKLOAD_MODULE, RunSettings, arguments
 
 # Not relayed: the run reports its own ending, and search_done is the `search`
 # command's answer to the agent's largest-batch, not part of a run.
-_KEPT = frozenset({"error", "search_done"})
+_NOT_RELAYED = frozenset({"error", "search_done"})
 
 
 def command(settings: RunSettings) -> list[str]:
@@ -52,7 +52,7 @@ class SearchBeside:
         self._process: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
         self._found: list[Trial] = []
-        self._kept: list[Event] = []
+        self._errors: list[Event] = []
         self._chosen: dict[str, object] | None = None
         self.started = 0.0
 
@@ -84,9 +84,9 @@ class SearchBeside:
                 self._found.append(Trial.from_event(event.data))
             elif event.kind == "batch_chosen":
                 self._chosen = dict(event.data)
-            if event.kind in _KEPT:
-                self._kept.append(event)
-            else:
+            elif event.kind == "error":
+                self._errors.append(event)
+            if event.kind not in _NOT_RELAYED:
                 self.events.emit(event.kind, **event.data)
 
     def result(self) -> tuple[int, SearchResult]:
@@ -97,13 +97,13 @@ class SearchBeside:
         assert self._process is not None and self._reader is not None
         code = self._process.wait()
         self._reader.join()
-        errors = [e for e in self._kept if e.kind == "error"]
         if self._chosen is not None and code == 0:
             chosen = self._chosen
             return int(chosen["batch"]), SearchResult.from_event(chosen, self._found)  # type: ignore[call-overload]
-        message = (str(errors[-1].get("message") or "") if errors
+        last = self._errors[-1] if self._errors else None
+        message = (str(last.get("message") or "") if last is not None
                    else f"the search process ended with exit {code} and no answer")
-        if errors and errors[-1].get("status") == "out_of_memory":
+        if last is not None and last.get("status") == "out_of_memory":
             raise NoBatchFits(message[:MESSAGE_LIMIT])
         raise TrialFailed(f"--batch auto: the batch search failed: {message}"[:MESSAGE_LIMIT])
 
