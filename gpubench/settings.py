@@ -191,7 +191,7 @@ class RunSettings:
         None, flag="--batched-augmentation", off_flag="--keras-augmentation", commands=TRIAL,
         agent=AGENT_RUN, agent_default="on with torch",
         help="torch backend: compute the random rotation and zoom for the whole batch at once "
-             "(the same transforms, bit for bit) instead of Keras's image-by-image loop.")
+             "(the same transforms and pixels) instead of Keras's image-by-image loop.")
     fused_batchnorm: bool | None = _setting(  # batch normalization through torch's kernel
         None, flag="--fused-batchnorm", off_flag="--keras-batchnorm", commands=TRIAL,
         agent=AGENT_RUN, agent_default="on with torch",

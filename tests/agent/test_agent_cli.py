@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import STOP_DEADLINE_S, until
 
 from gpubench import record
 from gpubench.client import Client
@@ -277,12 +278,16 @@ def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_c
             break
     time.sleep(0.3)
     process.send_signal(stop)  # what the terminal sends on Ctrl-C; what `kill` sends
-    assert process.wait(timeout=30) == 130
+    assert process.wait(timeout=STOP_DEADLINE_S) == 130
     pids = [int(p) for p in pidfile.read_text().split()]
-    time.sleep(0.2)
-    for pid in pids:
-        assert not Path(f"/proc/{pid}").exists() or \
-            Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+    def ended(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+        except OSError:
+            return True
+
+    assert until(lambda: all(ended(pid) for pid in pids)), pids
     [pending] = list((tmp_path / "spool" / "pending").iterdir())
     run = record.from_json(pending.read_text())
     assert run.config.model == "B0"  # B3 was never started

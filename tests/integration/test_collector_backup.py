@@ -20,6 +20,7 @@ from gpubench.collector.auth import TokenBook
 from gpubench.collector.intake import journal_folder
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
+from waiting import STOP_DEADLINE_S
 
 from gpubench import Client
 from gpubench.v1 import collector_pb2 as pb
@@ -150,7 +151,7 @@ def test_a_backup_taken_while_serving_restores_every_acknowledged_run_and_token(
     assert len(acknowledged) > len(before_backup)  # submissions went on
     assert re.search(r"backed up \d+ run\(s\), 3 token\(s\)", done.stderr), done.stderr
     process.send_signal(signal.SIGTERM)
-    assert process.wait(30) == 0
+    assert process.wait(STOP_DEADLINE_S) == 0
     source_runs, source_tokens = _everything(db)
     assert set(source_runs) == set(acknowledged)
 

@@ -22,6 +22,7 @@ from factories import make_run
 from gpubench.collector import local_admin
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
+from waiting import STOP_DEADLINE_S
 
 from gpubench import record
 from gpubench.v1 import collector_pb2 as pb
@@ -120,7 +121,7 @@ def test_sigterm_stops_gracefully_checkpoints_and_removes_the_credential(
     run = make_run()
     served.stub().SubmitRun(pb.SubmitRunRequest(run=run), metadata=bearer(admin), timeout=10)
     served.process.send_signal(signal.SIGTERM)
-    assert served.process.wait(30) == 0
+    assert served.process.wait(STOP_DEADLINE_S) == 0
     assert not credential.exists()
     wal = db.with_name(db.name + ".wal")
     assert not wal.exists() or wal.stat().st_size == 0  # checkpointed into the file
@@ -199,7 +200,7 @@ def test_import_validates_and_is_idempotent(serve, tmp_path: Path) -> None:
     served = serve(db)
     cli("import", str(later), "--db", str(db))
     served.process.send_signal(signal.SIGINT)
-    assert served.process.wait(30) == 0
+    assert served.process.wait(STOP_DEADLINE_S) == 0
     store = Store(db)
     try:
         assert store.count() == 4
@@ -263,10 +264,10 @@ def test_sigterm_with_frontends_stops_them_first_and_loses_nothing_acknowledged(
     started.wait()
     time.sleep(1.0)  # submissions flowing through both front-ends
     served.process.send_signal(signal.SIGTERM)
-    assert served.process.wait(30) == 0
+    assert served.process.wait(STOP_DEADLINE_S) == 0
     for t in threads:
         t.join(30)
-    assert _gone(frontends, 5)
+    assert _gone(frontends, STOP_DEADLINE_S)
     assert len(acknowledged) > 10 and len(refused) == 4
     # What gRPC answers a call arriving while a server shuts down: neither acknowledges.
     assert set(refused) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
@@ -281,7 +282,7 @@ def test_frontends_exit_when_the_owner_is_killed(serve, tmp_path: Path) -> None:
     assert len(frontends) == 2
     os.kill(served.process.pid, signal.SIGKILL)
     served.process.wait(10)
-    assert _gone(frontends, 10)
+    assert _gone(frontends, STOP_DEADLINE_S)
 
 
 # Enough calls in flight that some are still waiting when a front-end sees its owner gone.
@@ -426,7 +427,7 @@ def test_a_poisoned_journal_stops_no_command_and_quarantine_works_live(
     assert cli("quarantine", "retry", poisoned, "--db", str(db), check=False).returncode == 1
     assert f"dropped {poisoned}" in cli("quarantine", "drop", poisoned, "--db", str(db)).stdout
     served.process.send_signal(signal.SIGTERM)
-    assert served.process.wait(30) == 0
+    assert served.process.wait(STOP_DEADLINE_S) == 0
     store = Store(db)
     try:
         assert store.count() == 3 and store.quarantine_count() == 0

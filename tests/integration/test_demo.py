@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +18,29 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
 
 
+# What a clean tree has none of: what `make` and the demo leave, and the generated code.
+LEFT_BY_USE = (".venv", ".demo", ".git", "__pycache__", ".pytest_cache", ".ruff_cache",
+               "*.egg-info", "build", "dist", "*_pb2.py", "*_pb2.pyi", "*_pb2_grpc.py")
+
+
+def is_git_checkout(root: Path) -> bool:
+    """Whether `root` is the top of a git checkout that git can read (not a release
+    tarball or a `git archive` copy)."""
+    if not (root / ".git").exists():
+        return False
+    found = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"],
+                           capture_output=True, text=True, check=False)
+    return found.returncode == 0 and Path(found.stdout.strip()).resolve() == root.resolve()
+
+
 def clean_checkout(tmp_path: Path) -> Path:
-    """A `git clone` of the committed HEAD (no .venv, no .demo, no wire code)."""
+    """A clean tree of this project (no .venv, no .demo, no wire code): a `git clone` of
+    the committed HEAD in a checkout; from a tarball or `git archive` copy, a copy of the
+    tree without what using it leaves."""
     repo = tmp_path / "repo"
+    if not is_git_checkout(ROOT):
+        shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(*LEFT_BY_USE))
+        return repo
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
                           capture_output=True, text=True).stdout.strip()
     subprocess.run(["git", "clone", "-q", "--no-checkout", str(ROOT), str(repo)], check=True)
