@@ -1,60 +1,120 @@
 #!/usr/bin/env bash
-# Build the three images: gpubench-agent, gpubench-workload and gpubench-collector.
+# Build the images: gpubench-agent, gpubench-workload (Keras on torch, the default the
+# agent starts), gpubench-workload:tensorflow (Keras on TensorFlow) and gpubench-collector.
 #
-#   docker/build.sh [--local-base] [--tag TAG] [agent|workload|collector ...]
+#   docker/build.sh [OPTIONS] [agent|workload|workload-tensorflow|collector ...]
 #
 #   --local-base  build FROM the local base image (docker/base-image.sh makes it; for
-#                 machines with no registry) and install tensorflow-cpu in the workload
-#                 image; otherwise FROM the public images named in each Dockerfile.
-#   --tag TAG     image tag (default: latest).
+#                 machines with no registry), with CPU builds of the frameworks:
+#                 tensorflow-cpu, and the torch this machine's pip offers (downloaded
+#                 here into docker/wheels/, for the build to take)
+#   --base IMAGE  build every image FROM IMAGE, a local image with python3 (3.10 or newer)
+#                 and pip; a framework it already has is kept (e.g. a GPU machine's own
+#                 root file system, imported, with its CUDA PyTorch)
+#   --wheels DIR  offer the wheels in DIR to pip inside the builds (linked into
+#                 docker/wheels/, which is part of the build context)
+#   --no-index    pip takes the wheels alone and asks no package index
+#   --tag TAG     image tag (default: latest; the TensorFlow workload is tagged
+#                 `tensorflow`, or TAG-tensorflow)
 #
-# Environment: GPUBENCH_TF_PACKAGE (the workload's TensorFlow on a base without one;
-# default with --local-base: tensorflow-cpu==2.21.0), GPUBENCH_PIP_CERT (a CA bundle handed
-# to pip inside the builds as a BuildKit secret; default: the system's bundle if present).
-# Prints how long each image took. Uses Debian's client at /usr/bin/docker when present:
-# BuildKit is built into it (a newer client elsewhere on PATH may want a buildx plugin).
+# Default: agent, workload, workload-tensorflow and collector, FROM the public images
+# named in each Dockerfile (the torch workload's CUDA 12.6 build from PyTorch's index).
+# Environment: GPUBENCH_PIP_CERT (a CA bundle handed to pip inside the builds as a BuildKit
+# secret; default: the system's bundle if present). Prints how long each image took. Uses
+# Debian's client at /usr/bin/docker when present: BuildKit is built into it (a newer
+# client elsewhere on PATH may want a buildx plugin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DOCKER=/usr/bin/docker
 [[ -x $DOCKER ]] || DOCKER=docker
+TORCH=torch==2.13.0
+TENSORFLOW=tensorflow==2.21.0
+TENSORFLOW_CPU=tensorflow-cpu==2.21.0
+TENSORFLOW_BASE=tensorflow/tensorflow:2.21.0-gpu
+WHEELS=docker/wheels
 tag=latest
 local_base=
+base=
+wheels=
+no_index=
 images=()
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --local-base) local_base=1 ;;
-        --tag) tag=$2; shift ;;
-        agent | workload | collector) images+=("$1") ;;
-        -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --base) base=${2:?--base needs an image}; shift ;;
+        --wheels) wheels=${2:?--wheels needs a folder}; shift ;;
+        --no-index) no_index=1 ;;
+        --tag) tag=${2:?--tag needs a tag}; shift ;;
+        agent | workload | workload-tensorflow | collector) images+=("$1") ;;
+        -h | --help) usage; exit 0 ;;
         *) echo "build: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-((${#images[@]})) || images=(agent workload collector)
+((${#images[@]})) || images=(agent workload workload-tensorflow collector)
+if [[ -n $local_base && -n $base ]]; then
+    echo "build: --local-base and --base: choose one" >&2; exit 2
+fi
 
 common=(--progress=plain)
 cert=${GPUBENCH_PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 [[ -s $cert ]] && common+=(--secret "id=pipcert,src=$cert")
-tf_package=${GPUBENCH_TF_PACKAGE:-}
+[[ -n $no_index ]] && common+=(--build-arg PIP_NO_INDEX=1)
+if [[ -n $wheels ]]; then
+    [[ -d $wheels ]] || { echo "build: --wheels $wheels: no such folder" >&2; exit 2; }
+    for wheel in "$wheels"/*.whl; do
+        [[ -e $wheel ]] || { echo "build: --wheels $wheels: no wheel in it" >&2; exit 2; }
+        ln -f "$wheel" "$WHEELS/" 2>/dev/null || cp -f "$wheel" "$WHEELS/"
+    done
+fi
 if [[ -n $local_base ]]; then
     base=$(docker/base-image.sh)
-    common+=(--build-arg "BASE_IMAGE=$base")
-    tf_package=${tf_package:-tensorflow-cpu==2.21.0}
+    tensorflow=$TENSORFLOW_CPU
+    # PyTorch's own CPU index is out of reach where no registry is; this machine's pip
+    # offers what it has (a CPU build where it has one) for the base's Python.
+    if ! ls "$WHEELS"/torch-2.13.0*.whl >/dev/null 2>&1 && [[ " ${images[*]} " == *" workload "* ]]; then
+        python=$($DOCKER run --rm "$base" python3 -c \
+            'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+        echo "build: fetching $TORCH for the local base's Python $python with this machine's pip" >&2
+        python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$python" \
+            -d "$WHEELS" "$TORCH" >&2
+    fi
+else
+    tensorflow=$TENSORFLOW
 fi
 
 for name in "${images[@]}"; do
     args=("${common[@]}")
-    [[ $name == workload && -n $tf_package ]] && args+=(--build-arg "TF_PACKAGE=$tf_package")
+    image=gpubench-$name:$tag
+    dockerfile=docker/$name.Dockerfile
+    case $name in
+        workload)
+            [[ -n $base ]] && args+=(--build-arg "BASE_IMAGE=$base")
+            # The base's own torch where it has one; otherwise the CUDA 12.6 build, or a
+            # CPU build (the local base).
+            [[ -n $local_base ]] && args+=(--build-arg FRAMEWORK_INDEX=)
+            ;;
+        workload-tensorflow)
+            image=gpubench-workload:$([[ $tag == latest ]] && echo tensorflow || echo "$tag-tensorflow")
+            dockerfile=docker/workload.Dockerfile
+            args+=(--build-arg "BASE_IMAGE=${base:-$TENSORFLOW_BASE}"
+                   --build-arg FRAMEWORK=tensorflow --build-arg "FRAMEWORK_PACKAGE=$tensorflow"
+                   --build-arg FRAMEWORK_INDEX=)
+            ;;
+        *)
+            [[ -n $base ]] && args+=(--build-arg "BASE_IMAGE=$base")
+            ;;
+    esac
     log=$(mktemp)
     start=$(date +%s)
-    if ! DOCKER_BUILDKIT=1 $DOCKER build "${args[@]}" -f "docker/$name.Dockerfile" \
-        -t "gpubench-$name:$tag" . >"$log" 2>&1; then
+    if ! DOCKER_BUILDKIT=1 $DOCKER build "${args[@]}" -f "$dockerfile" -t "$image" . >"$log" 2>&1; then
         tail -n 40 "$log" >&2
-        echo "build: gpubench-$name:$tag failed (full log: $log)" >&2
+        echo "build: $image failed (full log: $log)" >&2
         exit 1
     fi
     rm -f "$log"
-    size=$($DOCKER image inspect --format '{{.Size}}' "gpubench-$name:$tag")
-    echo "build: gpubench-$name:$tag in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB" >&2
+    size=$($DOCKER image inspect --format '{{.Size}}' "$image")
+    echo "build: $image in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB" >&2
 done

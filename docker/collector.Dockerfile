@@ -12,27 +12,36 @@
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=120
-RUN python3 -m venv /opt/gpubench
+ARG PIP_NO_INDEX=
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=120 PIP_FIND_LINKS=/wheels \
+    PIP_NO_INDEX=${PIP_NO_INDEX}
 # Dependencies first, in their own layer: a change to the code does not reinstall them.
-COPY pyproject.toml docker/requirements.py /tmp/build/
+# docker/venv.sh: the environment sees the base's packages (none on python:3.11-slim).
+COPY pyproject.toml docker/requirements.py docker/venv.sh /tmp/build/
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
+    --mount=type=bind,source=docker/wheels,target=/wheels \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
-    python3 /tmp/build/requirements.py /tmp/build/pyproject.toml collector > /tmp/build/requirements.txt \
-    && /opt/gpubench/bin/pip install -r /tmp/build/requirements.txt
+    sh /tmp/build/venv.sh /opt/gpubench \
+    && python3 /tmp/build/requirements.py /tmp/build/pyproject.toml collector > /tmp/build/requirements.txt \
+    && python3 -m pip --python /opt/gpubench/bin/python install -r /tmp/build/requirements.txt
 COPY pyproject.toml setup.py README.md /src/
+COPY docker/wire_requirements.py /src/docker/
 COPY protos /src/protos
 COPY gpubench /src/gpubench
 COPY collector /src/collector
-# The wheel build generates the wire code from protos/ (grpcio-tools, a build requirement).
+# The wheel build generates the wire code from protos/ (grpcio-tools, a build requirement);
+# then the grpcio and protobuf that code needs (a base's own may be older).
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
+    --mount=type=bind,source=docker/wheels,target=/wheels \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
-    /opt/gpubench/bin/pip wheel --no-deps -w /tmp/wheels /src \
-    && /opt/gpubench/bin/pip install --no-deps /tmp/wheels/gpubench-*.whl \
-    && /opt/gpubench/bin/pip check
-# What a running collector never uses: the installer and the packages' own test suites.
-RUN /opt/gpubench/bin/pip uninstall -q -y pip setuptools \
-    && find /opt/gpubench -depth -type d -name tests -path '*/site-packages/*' -exec rm -rf {} +
+    python3 -m pip wheel --no-deps -w /tmp/wheels /src \
+    && python3 -m pip --python /opt/gpubench/bin/python install --no-deps --no-index \
+        /tmp/wheels/*.whl \
+    && python3 /src/docker/wire_requirements.py /tmp/wheels/*.whl > /tmp/wire.txt \
+    && python3 -m pip --python /opt/gpubench/bin/python install -r /tmp/wire.txt \
+    && /opt/gpubench/bin/python -c "import gpubench.collector.cli, grpc, duckdb, grpc_health, gpubench.v1.run_pb2"
+# What a running collector never uses: the packages' own test suites.
+RUN find /opt/gpubench -depth -type d -name tests -path '*/site-packages/*' -exec rm -rf {} +
 
 FROM ${BASE_IMAGE}
 RUN groupadd --system --gid 10001 gpubench \

@@ -1,49 +1,87 @@
-# The workload: the benchmark itself, with TensorFlow and its CUDA libraries. The agent starts
-# this image for every run and records its digest: two results are comparable when they ran
-# the same image. It also carries the agent, so that on a host with no docker socket to share
-#   docker run --gpus all gpubench-workload --collector HOST:50051 --token T
+# The workload: the benchmark itself, on one framework. The agent starts this image for
+# every run and records its digest: two results are comparable when they ran the same
+# image. It also carries the agent, so that on a host with no docker socket to share
+#   docker run <GPU flags> gpubench-workload --collector HOST:50051 --token T
 # runs the benchmark in-process (the local runner) and pushes the run.
 #
-#   docker build -f docker/workload.Dockerfile -t gpubench-workload .
+# Two builds of it (docker/build.sh makes both):
+#   gpubench-workload:latest      Keras on PyTorch (the default): FROM python:3.12-slim with
+#                                 torch's CUDA 12.6 build, whose kernels run on compute
+#                                 capability 5.0 to 9.0 (GTX 1070, T4, RTX 6000 Ada, H200)
+#   gpubench-workload:tensorflow  Keras on TensorFlow, the article's framework: FROM the
+#                                 official TensorFlow GPU image, whose TensorFlow is kept
 #
-# BASE_IMAGE defaults to the official TensorFlow GPU image, whose TensorFlow is used as it
-# is. On a base without TensorFlow, name the build to install with TF_PACKAGE; where no
-# registry is reachable (docker/base-image.sh makes the base):
+#   docker build -f docker/workload.Dockerfile -t gpubench-workload .
+#   docker build -f docker/workload.Dockerfile -t gpubench-workload:tensorflow \
+#       --build-arg BASE_IMAGE=tensorflow/tensorflow:2.21.0-gpu \
+#       --build-arg FRAMEWORK=tensorflow --build-arg FRAMEWORK_PACKAGE=tensorflow==2.21.0 \
+#       --build-arg FRAMEWORK_INDEX= .
+#
+# A base that already has FRAMEWORK (importable by its python3) keeps its own build of
+# it; otherwise FRAMEWORK_PACKAGE is installed, from FRAMEWORK_INDEX as well as PyPI.
+# Wheels in docker/wheels/ (docker/build.sh --wheels puts them there) are offered to pip
+# too, and PIP_NO_INDEX=1 takes them alone, for a machine that reaches no package index:
 #   DOCKER_BUILDKIT=1 docker build --build-arg BASE_IMAGE=gpubench-base:... \
-#       --build-arg TF_PACKAGE=tensorflow-cpu==2.21.0 \
+#       --build-arg FRAMEWORK_PACKAGE=tensorflow-cpu==2.21.0 --build-arg FRAMEWORK=tensorflow \
 #       --secret id=pipcert,src=/etc/ssl/certs/ca-certificates.crt -f docker/workload.Dockerfile .
-ARG BASE_IMAGE=tensorflow/tensorflow:2.21.0-gpu
+ARG BASE_IMAGE=python:3.12-slim
 
 FROM ${BASE_IMAGE} AS wheel
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=120
+ARG PIP_NO_INDEX=
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=120 PIP_FIND_LINKS=/wheels \
+    PIP_NO_INDEX=${PIP_NO_INDEX}
 COPY pyproject.toml setup.py README.md /src/
 COPY protos /src/protos
 COPY gpubench /src/gpubench
 COPY agent /src/agent
 # The wheel build generates the wire code from protos/ (grpcio-tools, a build requirement).
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
+    --mount=type=bind,source=docker/wheels,target=/wheels \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
-    python3 -m pip wheel --no-deps -w /wheels /src
+    python3 -m pip wheel --no-deps -w /out /src
 
 FROM ${BASE_IMAGE}
-ARG TF_PACKAGE=
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=120
-# A virtual environment that sees the base image's packages (its TensorFlow, if it has one).
-# --without-pip and the base's own pip: images such as TensorFlow's lack ensurepip.
-# Dependencies first, in their own layer: a change to the code does not reinstall TensorFlow.
-COPY pyproject.toml docker/requirements.py /tmp/build/
+ARG FRAMEWORK=torch
+ARG FRAMEWORK_PACKAGE=torch==2.13.0
+ARG FRAMEWORK_INDEX=https://download.pytorch.org/whl/cu126
+ARG PIP_NO_INDEX=
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=120 PIP_FIND_LINKS=/wheels \
+    PIP_NO_INDEX=${PIP_NO_INDEX}
+# A virtual environment that sees the base image's packages (its framework, if it has one):
+# docker/venv.sh. Dependencies first, in their own layer: a change to the code does not
+# reinstall the framework.
+COPY pyproject.toml docker/requirements.py docker/venv.sh /tmp/build/
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
+    --mount=type=bind,source=docker/wheels,target=/wheels \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
-    python3 -m venv --system-site-packages --without-pip /opt/gpubench \
+    sh /tmp/build/venv.sh /opt/gpubench \
+    && if python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('${FRAMEWORK}') is None)"; then \
+        framework=""; echo "the base image has ${FRAMEWORK}: kept as it is"; \
+    else framework="${FRAMEWORK_PACKAGE}"; fi \
     && python3 /tmp/build/requirements.py /tmp/build/pyproject.toml agent workload \
-        ${TF_PACKAGE:+--replace "tensorflow=${TF_PACKAGE}"} > /tmp/build/requirements.txt \
+        --replace "tensorflow=${framework}" > /tmp/build/requirements.txt \
     && python3 -m pip --python /opt/gpubench/bin/python install -r /tmp/build/requirements.txt \
+        ${FRAMEWORK_INDEX:+--extra-index-url "${FRAMEWORK_INDEX}"} \
     && rm -rf /tmp/build
-RUN --mount=type=bind,from=wheel,source=/wheels,target=/tmp/wheels \
-    python3 -m pip --python /opt/gpubench/bin/python install --no-deps --no-cache-dir /tmp/wheels/gpubench-*.whl
+# The wheel, and the grpcio and protobuf its generated wire code needs (at least the
+# generator's: a base's own may be older; docker/wire_requirements.py).
+RUN --mount=type=bind,from=wheel,source=/out,target=/tmp/wheels \
+    --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
+    --mount=type=bind,source=docker,target=/tmp/docker \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
+    python3 -m pip --python /opt/gpubench/bin/python install --no-deps --no-index \
+        --no-cache-dir /tmp/wheels/*.whl \
+    && python3 /tmp/docker/wire_requirements.py /tmp/wheels/*.whl > /tmp/wire.txt \
+    && python3 -m pip --python /opt/gpubench/bin/python install -r /tmp/wire.txt \
+        --find-links /tmp/docker/wheels \
+    && rm /tmp/wire.txt \
+    && /opt/gpubench/bin/python -c "import gpubench.agent.workload.cli, gpubench.v1.run_pb2"
 COPY docker/entrypoint.sh /usr/local/bin/gpubench-entrypoint
 COPY docker/container_check.py /usr/local/bin/gpubench-container-check
+LABEL org.gpubench.framework=${FRAMEWORK}
+# The image's one framework is Keras's backend here, as the agent's check finds it.
 ENV PATH=/opt/gpubench/bin:$PATH \
+    KERAS_BACKEND=${FRAMEWORK} \
     PYTHONUNBUFFERED=1 \
     TF_CPP_MIN_LOG_LEVEL=1 \
     GPUBENCH_SPOOL=/var/lib/gpubench/spool \

@@ -146,8 +146,9 @@ def test_on_the_colab_t4_tensorflow_is_chosen_and_the_line_says_why_not_torch() 
     choice = compat.choose([card("t4")], [TORCH_CU130, TENSORFLOW_GPU])
     assert choice.backend == "tensorflow"
     assert "sm_70 kernels run on 7.5" in choice.line
-    assert choice.line.endswith("; not torch: driver 525.85.12 runs CUDA 12.0 at most; torch "
-                                "2.11.0+cu130 needs CUDA 13")
+    assert ("; not torch: driver 525.85.12 runs CUDA 12.0 at most; torch "
+            "2.11.0+cu130 needs CUDA 13. Note: TensorFlow on a GPU has not been run by "
+            "gpubench itself") in choice.line
 
 
 def test_the_gtx_1070_with_the_gpu_machine_build_stops_with_what_to_install() -> None:

@@ -5,7 +5,6 @@ with an NVML profile in place of the GPU, and the real workload or the stand-in 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from gpubench.agent import cli
 from gpubench.agent.display import RunDisplay
 from gpubench.agent.inventory import take_inventory
 from gpubench.agent.nvml_replay import FakeNvml
-from gpubench.agent.runners.docker import DockerRunner
 from gpubench.agent.runners.local import LocalRunner
 from test_agent_cli import agent, agent_env
 
@@ -162,50 +160,3 @@ def test_the_check_passes_the_chosen_backend_on(tmp_path: Path,
     assert cli._check_builds(runner, inventory, 1, None, display, False) == "tensorflow"
     assert cli._check_builds(runner, inventory, 0, None, display, False) is None
     assert cli._check_builds(runner, inventory, 1, "jax", display, True) == "jax"
-
-
-class _Image:
-    id = "sha256:feed"
-
-
-class _Containers:
-    """Runs the container's command as a local child process (its python3 being this
-    Python): what `docker run --rm IMAGE CMD` prints, without a docker engine."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict] = []
-
-    def run(self, image: str, command: list[str], **options: object) -> bytes:
-        import subprocess
-
-        self.calls.append({"image": image, "command": command, **options})
-        argv = [sys.executable if command[0] == "python3" else command[0], *command[1:]]
-        return subprocess.run(argv, capture_output=True, check=True, timeout=120).stdout
-
-
-class _Client:
-    def __init__(self) -> None:
-        self.containers = _Containers()
-        self.images = self
-        self.closed = False
-
-    def get(self, name: str) -> _Image:
-        assert name == "gpubench-workload:latest"
-        return _Image()
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def test_the_docker_runner_asks_the_image() -> None:
-    client = _Client()
-    runner = DockerRunner(gpus=True)
-    output = cli._probe_in_image(runner, client)
-    [call] = client.containers.calls
-    assert call["image"] == "sha256:feed" and call["remove"] is True
-    assert call["command"] == ["python3", "-m", "gpubench.agent.workload", "probe", "--json"]
-    assert "device_requests" not in call  # the probe needs no GPU
-    assert client.closed
-    from gpubench.agent import compat
-
-    assert {b.backend for b in compat.parse_probe_output(output)} >= {"torch", "tensorflow"}

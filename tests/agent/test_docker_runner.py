@@ -128,16 +128,35 @@ def test_a_ctrl_c_while_the_engine_creates_the_container_leaves_none(
     assert workloads() == before
 
 
+def test_the_probe_container_answers_for_the_image(engine, python_image) -> None:
+    from gpubench.agent import compat
+
+    # The stand-in answers with the probe recorded on an H200 (tests/data, beside /fake).
+    runner = DockerRunner(python_image, gpus=False, command=("python3", "/fake/fake_workload.py"),
+                          mounts={str(HERE): "/fake", str(HERE.parent / "data"): "/data"},
+                          environment={"FAKE_WORKLOAD_MODE": "ok"})
+    output = runner.probe_output()
+    assert compat.parse_probe_output(output)  # the stand-in's builds, read from its answer
+    assert compat.driver_from_probe(output) is None  # no GPU asked for: no driver check
+
+
 def test_a_missing_image_is_one_clear_error(engine) -> None:
     with pytest.raises(DockerUnavailable, match="no-such-image:0: not on this host"):
         DockerRunner("no-such-image:0", gpus=False).start(REQUEST)
 
 
 @pytest.mark.slow
-def test_the_real_workload_image(engine, tmp_path) -> None:
-    image = os.environ.get("GPUBENCH_WORKLOAD_IMAGE", "gpubench-workload:latest")
-    if not engine.images.list(name=image.split(":")[0]):
-        pytest.skip(f"{image} is not built (docker/build.sh workload)")
+@pytest.mark.parametrize(("image", "backend"), [
+    (os.environ.get("GPUBENCH_WORKLOAD_IMAGE", "gpubench-workload:latest"), "torch"),
+    ("gpubench-workload:tensorflow", "tensorflow"),
+], ids=["torch", "tensorflow"])
+def test_the_real_workload_image(engine, tmp_path, image: str, backend: str) -> None:
+    import docker
+
+    try:
+        engine.images.get(image)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{image} is not built (docker/build.sh)")
     with DockerRunner(image, gpus=False).start(REQUEST, log_path=tmp_path / "w.log") as workload:
         events = list(workload.events())
         outcome = workload.wait()
@@ -147,4 +166,33 @@ def test_the_real_workload_image(engine, tmp_path) -> None:
     assert decide_ending(outcome, None, result, 2 in epochs).status == run_pb2.RUN_STATUS_OK
     started = next(e for e in events if e.kind == "started")
     assert started.get("model") == "B0" and started.get("image_size") == 32
+    assert started.get("backend") == backend  # the image's one framework
     assert gone(engine, container_id)
+
+
+@pytest.mark.parametrize(("way", "said"), [
+    ("auto", "no NVIDIA device nodes under /dev"),
+    ("toolkit", 'could not select device driver "" with capabilities: [[gpu]]'),
+    ("cdi", "no CDI spec of nvidia.com/gpu"),
+])
+def test_no_way_to_the_gpus_is_exit_2_before_training(engine, tmp_path, way: str,
+                                                      said: str) -> None:
+    """The agent on this host, told by a recorded H200 (replayed through NVML) that it
+    has a GPU, with no toolkit, no CDI spec and no device nodes: one message that says
+    what is missing and what to install, exit 2, nothing trained or spooled."""
+    import subprocess
+    import sys
+
+    if Path("/dev/nvidiactl").exists() or "nvidia" in str(engine.info().get("Runtimes")):
+        pytest.skip("this host can give containers a GPU")
+    trace = HERE.parent / "data" / "nvml-h200-trace.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "gpubench.agent.cli", "run", "--quick", "--offline",
+         "--runner", "docker", "--gpu-access", way, "--spool", str(tmp_path / "spool")],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "GPUBENCH_NVML_TRACE": str(trace)})
+    message = " ".join(done.stderr.split())
+    assert done.returncode == 2, done.stderr
+    assert said in message and "NVIDIA Container Toolkit" in message, message
+    assert "B0 epoch" not in message
+    assert not list((tmp_path / "spool").rglob("*.json"))

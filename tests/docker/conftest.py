@@ -54,7 +54,8 @@ def docker_engine(stage: StageClock) -> str:
 
 @pytest.fixture(scope="session")
 def images(docker_engine: str, stage: StageClock) -> Images:
-    """gpubench-agent, -workload and -collector, built on the local base image.
+    """gpubench-agent, -workload (torch, and :tensorflow) and -collector, built on the
+    local base image.
 
     Built layers and the pip cache stay on the engine between sessions, so a rerun only
     rebuilds what changed; the images are kept too (they are the product, not test debris).
@@ -64,12 +65,13 @@ def images(docker_engine: str, stage: StageClock) -> Images:
     stage.note(f"base image {base}")
     # As docker/README.md's build block says (make -C docker LOCAL_BASE=1), one image at
     # a time so that each one's time shows.
-    for name in ("agent", "workload", "collector"):
+    for name in ("agent", "workload", "workload-tensorflow", "collector"):
         with stage(f"build gpubench-{name}"):
             run(["make", "-s", "-C", "docker", "LOCAL_BASE=1", f"TAG={TAG}", name],
                 timeout=1200)
     return Images(
         agent=f"gpubench-agent:{TAG}",
         workload=f"gpubench-workload:{TAG}",
+        workload_tensorflow="gpubench-workload:tensorflow",
         collector=f"gpubench-collector:{TAG}",
     )

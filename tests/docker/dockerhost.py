@@ -94,10 +94,11 @@ def _tail(text: str | bytes | None, lines: int = 60) -> str:
 
 @dataclass(frozen=True)
 class Images:
-    """The three images, built from this tree."""
+    """The images, built from this tree."""
 
     agent: str
-    workload: str
+    workload: str  # Keras on torch: the one the agent starts by default
+    workload_tensorflow: str
     collector: str
 
     def size_bytes(self, image: str) -> int:

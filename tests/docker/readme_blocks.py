@@ -39,7 +39,10 @@ RUN_BY_TESTS = ("collector", "agent-cpu", "runs-list", "workload-cpu", "push",
 # ... and those it does not, with the reason.
 NOT_RUN = {
     "build": "the fixtures run its `make -C docker LOCAL_BASE=1` line, one image at a time",
-    "gpu-agent": "needs an NVIDIA GPU; checked without docker (test_readme_blocks.py)",
+    "gpu-agent": "needs an NVIDIA GPU and its toolkit; checked without docker "
+                 "(test_readme_blocks.py)",
+    "gpu-agent-devices": "needs an NVIDIA GPU: bench/h200_docker.sh runs it as written on "
+                         "a GPU machine without the toolkit (tests/gpu/test_containers.py)",
 }
 
 

@@ -412,3 +412,45 @@ def test_a_run_kept_on_the_spool_volume_arrives_once_the_collector_is_back(
 def test_every_block_the_tests_name_ran(deployment: Deployment) -> None:
     missing = [name for name in RUN_BY_TESTS if name not in deployment.ran]
     assert not missing, f"README blocks not run (an earlier test failed?): {missing}"
+
+
+def test_an_agent_container_hands_on_its_gpus_and_stops_before_training_without_a_driver(
+    images: Images, stage: StageClock, tmp_path: Path
+) -> None:
+    """The agent container given a device node of NVIDIA's and a driver folder, as
+    docker/README.md's gpu-agent-devices block gives them, with a recorded H200 replayed
+    through NVML for the GPU it cannot have here: it hands both to the workload
+    container it checks, whose CUDA driver is not there, and says so before training."""
+    import stat
+
+    node = tmp_path / "nvidia0"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(195, 0))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    trace = REPO / "tests" / "data" / "nvml-h200-trace.json"
+    spool = f"gpubench-test-handon-{os.getpid()}"
+    command = [
+        DOCKER, "run", "--rm", "--network", "host", "--device", f"{node}:/dev/nvidia0",
+        "-v", f"{driver}:{driver}:ro", "-e", f"LD_LIBRARY_PATH={driver}",
+        "-v", f"{trace}:/trace.json:ro", "-e", "GPUBENCH_NVML_TRACE=/trace.json",
+        "-v", "/var/run/docker.sock:/var/run/docker.sock",
+        "-v", f"{spool}:/var/lib/gpubench/spool",
+        images.agent, "--offline", "--quick",
+    ]
+    try:
+        with stage("agent container: GPUs handed on, no driver: exit 2"):
+            done = run(command, timeout=300, check=False)
+        listed = run([DOCKER, "run", "--rm", "-v", f"{spool}:/var/lib/gpubench/spool",
+                      images.agent, "gpubench-agent", "status", "--json"], timeout=60)
+    finally:
+        run([DOCKER, "volume", "rm", "-f", spool], timeout=30, check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said
+    assert ("the workload container gets them through what the agent's own container was "
+            "given: 1 device node(s), 2 read-only mount(s)") in " ".join(said.split()), said
+    assert "cannot use 1 GPU(s): cannot load libcuda.so.1" in " ".join(said.split()), said
+    assert first_line(said.splitlines(), TRAINING) is None, said
+    assert json.loads(listed.stdout)["counts"].get("pending", 0) == 0

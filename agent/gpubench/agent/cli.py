@@ -95,7 +95,16 @@ RUNNER_OPTIONS = _options(
                  show_default=True,
                  help="Run the workload in a child process, or in the workload image."),
     click.option("--image", default="gpubench-workload:latest", show_default=True,
-                 help="The workload image (--runner docker)."),
+                 help="The workload image (--runner docker): gpubench-workload:latest is "
+                      "Keras on torch, gpubench-workload:tensorflow Keras on TensorFlow."),
+    click.option("--gpu-access", type=click.Choice(("auto", "container", "toolkit", "cdi",
+                                                    "devices")),
+                 default="auto", show_default=True,
+                 help="How the workload container is given the GPUs (--runner docker): what "
+                      "the agent's own container was given (when it runs in one), the NVIDIA "
+                      "Container Toolkit (--gpus all), CDI (nvidia.com/gpu=all), or the "
+                      "device nodes and the driver's libraries; auto: the first of these "
+                      "this host has, said on the console."),
 )
 
 
@@ -180,8 +189,8 @@ def main() -> None:
 @handles_errors
 @click.pass_context
 def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], quick: bool,
-        runner: str, image: str, skip_compat: bool, collector: str | None, token: str | None,
-        ca: Path | None, offline: bool, spool_dir: Path | None, sample_hz: float,
+        runner: str, image: str, gpu_access: str, skip_compat: bool, collector: str | None,
+        token: str | None, ca: Path | None, offline: bool, spool_dir: Path | None, sample_hz: float,
         trace_path: Path | None, idle_timeout: float, idle_temperature: float, label: str,
         as_json: bool, **settings: Any) -> int:
     """Run the benchmark: each model in turn, then a summary (and a comparison with
@@ -220,7 +229,7 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
     nvml, inventory = _open_host(display)
     try:
         gpu_count = _gpu_count(settings.get("gpus"), inventory, display)
-        chosen = _make_runner(runner, image, gpu_count)
+        chosen = _make_runner(runner, image, gpu_count, gpu_access, display)
         given = given_settings(settings, "run")
         given["gpus"] = gpu_count
         given["backend"] = _check_builds(chosen, inventory, gpu_count, given.get("backend"),
@@ -316,14 +325,21 @@ def _gpu_count(gpus: int | None, inventory: Any, display: Any) -> int:
     return gpu_count
 
 
-def _make_runner(kind: str, image: str, gpu_count: int) -> Any:
-    """The runner that starts the workload: a child process, or the workload image."""
+def _make_runner(kind: str, image: str, gpu_count: int, gpu_access: str = "auto",
+                 display: Any = None) -> Any:
+    """The runner that starts the workload: a child process, or the workload image (whose
+    way of getting the GPUs is chosen here and said on the console; NoGpuAccess, exit 2,
+    when there is none)."""
     import shlex
 
     if kind == "docker":
         from gpubench.agent.runners.docker import DockerRunner
 
-        return DockerRunner(image, gpus=gpu_count > 0)
+        runner = DockerRunner(image, gpus=gpu_count > 0, gpu_way=gpu_access)
+        access = runner.gpu_access()
+        if access is not None and display is not None:
+            display.note(f"GPUs: the workload container gets them through {access.line}")
+        return runner
     from gpubench.agent.runners.local import LocalRunner
 
     command = os.environ.get(WORKLOAD_COMMAND_ENV)
@@ -356,12 +372,19 @@ def _check_builds(runner: Any, inventory: Any, gpu_count: int, backend: str | No
     if asked is None and environment_backend():
         asked = environment_backend()
         asked_by = f"KERAS_BACKEND={asked}"
+    from gpubench.agent.runners.gpu_access import NoGpuAccess
+
     try:
-        builds = compat.parse_probe_output(_probe_output(runner))
+        output = _probe_output(runner)
+        builds = compat.parse_probe_output(output)
+    except NoGpuAccess:
+        raise
     except Exception as exc:  # noqa: BLE001 - not knowing is no reason to stop the run
         display.note(f"the workload could not say what it was built for ({exc}); its "
                      "builds are not checked against the GPU", style="yellow")
         return backend
+    if runner.name == "docker":
+        _check_container_sees_gpus(runner, compat.driver_from_probe(output), gpu_count)
     gpus = [compat.Gpu(gpu.name, gpu.compute_capability, gpu.driver_version,
                        gpu.cuda_version) for gpu in inventory.gpus[:gpu_count]]
     where = (f"in the image {runner.image}" if runner.name == "docker"
@@ -372,33 +395,33 @@ def _check_builds(runner: Any, inventory: Any, gpu_count: int, backend: str | No
     return choice.backend
 
 
+def _check_container_sees_gpus(runner: Any, driver: dict[str, Any] | None,
+                               gpu_count: int) -> None:
+    """Raise NoGpuAccess (exit 2) when the probe's container, given the GPUs as the
+    workload will be, saw fewer than the run needs (an image too old to say: no check)."""
+    from gpubench.agent.runners.gpu_access import INSTALL_ADVICE, NoGpuAccess
+
+    if driver is None or int(driver.get("devices") or 0) >= gpu_count:
+        return
+    access = runner.gpu_access()
+    seen = driver.get("error") or f"it sees {driver.get('devices')} GPU(s)"
+    raise NoGpuAccess(f"the workload container, given the GPUs through "
+                      f"{access.line if access else 'no way'}, cannot use {gpu_count} GPU(s): "
+                      f"{seen}. {INSTALL_ADVICE}")
+
+
 def _probe_output(runner: Any) -> str:
     """What `probe --json` prints where the runner runs the workload."""
     import subprocess
 
     if runner.name == "docker":
-        return _probe_in_image(runner)
+        return runner.probe_output()
     done = subprocess.run([*runner.command, "probe", "--json"], stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [""])[-1]
         raise RuntimeError(f"`probe --json` exited with {done.returncode}: {last}")
     return done.stdout
-
-
-def _probe_in_image(runner: Any, client: Any = None) -> str:
-    """`probe --json` in the runner's image: one short container, removed after. It gets
-    no GPU: the probe only reads files. `client` is a docker client (default: the
-    runner's, which says plainly when there is no engine)."""
-    client = client if client is not None else runner._client()
-    try:
-        image = client.images.get(runner.image)
-        output = client.containers.run(image.id, [*runner.command, "probe", "--json"],
-                                       environment=dict(runner.environment), remove=True,
-                                       stdout=True, stderr=False)
-    finally:
-        client.close()
-    return output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
 
 
 def _exit_code(outcome: Any) -> int:
@@ -477,7 +500,7 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @handles_errors
 def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image: str,
-                  skip_compat: bool, as_json: bool, **settings: Any) -> int:
+                  gpu_access: str, skip_compat: bool, as_json: bool, **settings: Any) -> int:
     """Only the batch search: the largest batch each model trains at on this GPU, or on
     a GPU of each --memory-limit. Nothing is trained to the end, recorded or sent."""
     from gpubench.agent.display import RunDisplay
@@ -492,7 +515,7 @@ def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image
     if nvml is not None:
         nvml.close()
     gpu_count = _gpu_count(given.get("gpus"), inventory, display)
-    chosen = _make_runner(runner, image, gpu_count)
+    chosen = _make_runner(runner, image, gpu_count, gpu_access, display)
     given["gpus"] = gpu_count
     given["backend"] = _check_builds(chosen, inventory, gpu_count, given.get("backend"), display,
                                      skip_compat)

@@ -103,6 +103,13 @@ TORCH_WHEELS = (
 )
 TENSORFLOW_IMAGE = Build("tensorflow", "2.21.0", "12.5.1",
                          ("sm_60", "sm_70", "sm_80", "sm_89", "compute_90"))
+# Backends whose GPU path this project has not itself run (its GPU figures are torch's):
+# said with the choice, so that nobody takes the build check for a measurement.
+UNPROVEN_ON_GPU = {
+    "tensorflow": "TensorFlow on a GPU has not been run by gpubench itself (its GPU "
+                  "figures are torch's: docs/results/h200-containers.md); its runs are "
+                  "compared only with TensorFlow's",
+}
 
 
 # --- versions and architectures -----------------------------------------------------
@@ -297,8 +304,8 @@ def choose(gpus: Sequence[Gpu], builds: Sequence[Build], *, asked: str | None = 
         if found:
             raise Incompatible(f"{asked_by} {asked} cannot run on {on}: {'; '.join(found)}. "
                                f"{advice(gpus, runner)}")
-        return Choice(asked, build, f"backend {asked} ({asked_by}): {build.label} runs on {on} "
-                                    f"({_how(build, gpus)})")
+        return Choice(asked, build, _said(asked, f"backend {asked} ({asked_by}): {build.label} "
+                                                f"runs on {on} ({_how(build, gpus)})"))
     passed: list[str] = []
     for name in PREFERENCE:
         build = installed.get(name)
@@ -311,12 +318,17 @@ def choose(gpus: Sequence[Gpu], builds: Sequence[Build], *, asked: str | None = 
         line = f"backend {name}: {build.label} runs on {on} ({_how(build, gpus)})"
         if passed:
             line += f"; not {', '.join(installed_before(installed, name))}: {'; '.join(passed)}"
-        return Choice(name, build, line)
+        return Choice(name, build, _said(name, line))
     if not installed:
         raise Incompatible(f"none of {', '.join(PREFERENCE)} is installed {where}. "
                            f"{advice(gpus, runner)}")
     raise Incompatible(f"no backend installed {where} runs on {on}: {'; '.join(passed)}. "
                        f"{advice(gpus, runner)}")
+
+
+def _said(backend: str, line: str) -> str:
+    """The choice's line, with what is unproven about the backend on a GPU."""
+    return f"{line}. Note: {UNPROVEN_ON_GPU[backend]}" if backend in UNPROVEN_ON_GPU else line
 
 
 # --- reading the probe's answer -------------------------------------------------------
@@ -337,13 +349,25 @@ def builds_from_probe(data: Mapping[str, Any]) -> list[Build]:
     return builds
 
 
-def parse_probe_output(text: str) -> list[Build]:
-    """The builds from what `probe --json` printed: its last line that is a JSON object
-    (a framework may print other lines first). ValueError when there is none."""
+def _probe_answer(text: str) -> dict[str, Any]:
+    """The probe's answer: the last line of what it printed that is a JSON object (a
+    framework may print other lines first). ValueError when there is none."""
     for line in reversed(text.strip().splitlines()):
         if line.startswith("{"):
             try:
-                return builds_from_probe(json.loads(line))
+                return json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"the probe's answer is not JSON ({exc})") from None
     raise ValueError("the probe printed no JSON object")
+
+
+def driver_from_probe(text: str) -> dict[str, Any] | None:
+    """What the CUDA driver counted where the probe ran (`probe --driver`): devices and
+    CUDA version, or an error; None when the probe was not asked (or is too old to)."""
+    found = _probe_answer(text).get("driver")
+    return found if isinstance(found, dict) else None
+
+
+def parse_probe_output(text: str) -> list[Build]:
+    """The builds from what `probe --json` printed (_probe_answer)."""
+    return builds_from_probe(_probe_answer(text))

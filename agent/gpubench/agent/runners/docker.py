@@ -1,9 +1,10 @@
 """The docker runner: the workload in the pinned workload image (the one module using
 the docker SDK).
 
-The container gets every GPU through a device request when the host has GPUs,
-writes its events on stdout (streamed back here, demultiplexed from stderr),
-and is removed on every way out: normal end, failure, Ctrl-C.
+The container gets every GPU the way the agent chose for this host (gpu_access.py: the
+agent's own container's, the NVIDIA Container Toolkit's, CDI's, or the device nodes and
+the driver's libraries), writes its events on stdout (streamed back here, demultiplexed
+from stderr), and is removed on every way out: normal end, failure, Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpubench.agent.runners import gpu_access
 from gpubench.agent.runners.base import (
     Outcome,
     OutputLog,
@@ -203,6 +205,7 @@ class DockerRunner(Runner):
         image: str = DEFAULT_IMAGE,
         *,
         gpus: bool = True,
+        gpu_way: str = gpu_access.AUTO,
         environment: dict[str, str] | None = None,
         stop_timeouts: tuple[float, float] = STOP_TIMEOUTS,
         command: tuple[str, ...] = WORKLOAD_COMMAND,
@@ -210,10 +213,89 @@ class DockerRunner(Runner):
     ) -> None:
         self.image = image
         self.gpus = gpus
+        self.gpu_way = gpu_way
         self.environment = dict(environment or {})
         self.stop_timeouts = stop_timeouts
         self.command = tuple(command)
         self.mounts = dict(mounts or {})
+        self._access: gpu_access.GpuAccess | None = None
+
+    def gpu_access(self) -> gpu_access.GpuAccess | None:
+        """How the workload container gets the GPUs, chosen once (gpu_access.choose);
+        None for a run without GPUs. Raises NoGpuAccess (exit 2) when there is no way."""
+        if not self.gpus:
+            return None
+        if self._access is None:
+            import docker
+
+            client = self._client()
+            try:
+                own = None
+                container_id = gpu_access.own_container_id()
+                if container_id is not None:
+                    try:
+                        own = client.containers.get(container_id).attrs
+                    except docker.errors.NotFound:
+                        own = None  # another engine's container: this host's files are ours
+                self._access = gpu_access.choose(self.gpu_way, engine=client.info(),
+                                                 own_container=own)
+            finally:
+                client.close()
+        return self._access
+
+    def _gpu_arguments(self) -> dict[str, Any]:
+        """The containers.create/run arguments that give a container the GPUs."""
+        import docker
+
+        access = self.gpu_access()
+        if access is None:
+            return {}
+        return {
+            "device_requests": [
+                docker.types.DeviceRequest(
+                    driver=request.driver, count=request.count,
+                    device_ids=list(request.device_ids),
+                    capabilities=[list(c) for c in request.capabilities])
+                for request in access.device_requests],
+            "devices": list(access.devices),
+            "mounts": [docker.types.Mount(target=inside, source=source, type="bind",
+                                          read_only=True) for source, inside in access.mounts],
+            "environment": dict(access.environment),
+        }
+
+    def probe_output(self) -> str:
+        """What `probe --json --driver` prints in the image, in one short container given
+        the GPUs as the workload will be (removed after). Raises NoGpuAccess (exit 2) when
+        the engine will not start a container with them."""
+        import docker
+
+        gpu = self._gpu_arguments()
+        client = self._client()
+        try:
+            image = client.images.get(self.image)
+            command = [*self.command, "probe", "--json", *(["--driver"] if gpu else [])]
+            output = client.containers.run(
+                image.id, command, remove=True, stdout=True, stderr=False,
+                volumes={host: {"bind": inside, "mode": "ro"}
+                         for host, inside in self.mounts.items()},
+                **{**gpu, "environment": {**self.environment, **gpu.get("environment", {})}})
+        except docker.errors.ImageNotFound:
+            raise DockerUnavailable(self._missing_image()) from None
+        except docker.errors.APIError as exc:
+            if not gpu:
+                raise
+            access = self.gpu_access()
+            raise gpu_access.NoGpuAccess(
+                f"the docker engine would not start a container given the GPUs through "
+                f"{access.line if access else 'no way'} ({exc.explanation or exc}). "
+                f"{gpu_access.INSTALL_ADVICE}") from None
+        finally:
+            client.close()
+        return output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
+
+    def _missing_image(self) -> str:
+        return (f"image {self.image}: not on this host (build it with docker/build.sh "
+                "workload, or docker pull it)")
 
     def _client(self) -> Any:
         try:
@@ -238,10 +320,7 @@ class DockerRunner(Runner):
             image = client.images.get(self.image)
         except docker.errors.ImageNotFound:
             client.close()
-            raise DockerUnavailable(
-                f"image {self.image}: not on this host (build it with docker/build.sh "
-                "workload, or docker pull it)"
-            ) from None
+            raise DockerUnavailable(self._missing_image()) from None
         volumes = {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts.items()}
         args = request.arguments()
         if request.setting("data") and request.setting("data") != "synthetic":
@@ -249,9 +328,7 @@ class DockerRunner(Runner):
             source = str(Path(request.setting("data")).expanduser().resolve())
             volumes[source] = {"bind": DATA_MOUNT, "mode": "ro"}
             args[args.index("--data") + 1] = DATA_MOUNT
-        device_requests = []
-        if self.gpus:
-            device_requests.append(docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]]))
+        gpu = self._gpu_arguments()
         log = OutputLog(log_path)
         container = None
         # A label of this start alone: a Ctrl-C while the engine creates the container
@@ -262,8 +339,11 @@ class DockerRunner(Runner):
                 image.id,
                 command=[*self.command, *args],
                 detach=True,
-                device_requests=device_requests,
-                environment={"PYTHONUNBUFFERED": "1", **self.environment},
+                device_requests=gpu.get("device_requests", []),
+                devices=gpu.get("devices", []),
+                mounts=gpu.get("mounts", []),
+                environment={"PYTHONUNBUFFERED": "1", **self.environment,
+                             **gpu.get("environment", {})},
                 volumes=volumes,
                 shm_size="2g",  # the framework's data loader workers share memory
                 labels={"org.gpubench.role": "workload",

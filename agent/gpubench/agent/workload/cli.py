@@ -148,12 +148,15 @@ def models(as_json: bool, backend: str, image_size: int | None) -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the agent's form).")
-def probe(as_json: bool) -> None:
+@click.option("--driver", is_flag=True,
+              help="Also ask the CUDA driver how many GPUs it sees here (libcuda alone).")
+def probe(as_json: bool, driver: bool) -> None:
     """What the installed backends were built for: version, CUDA version and GPU
-    architectures of torch, TensorFlow and JAX, and Keras's version. Touches no GPU."""
+    architectures of torch, TensorFlow and JAX, and Keras's version. Touches no GPU
+    (with --driver, only the CUDA driver's count of them)."""
     from gpubench.agent.workload.probe import probe as read_builds
 
-    found = read_builds()
+    found = read_builds(driver=driver)
     if as_json:
         click.echo(json.dumps(found, separators=(",", ":")))
         return
@@ -167,6 +170,10 @@ def probe(as_json: bool) -> None:
     if not found["backends"]:
         click.echo("no backend installed (torch, tensorflow, jax)")
     click.echo(f"keras {found['keras'] or 'not installed'}, Python {found['python']}")
+    if driver:
+        seen = found["driver"]
+        click.echo(f"CUDA driver: {seen['error']}" if seen.get("error") else
+                   f"CUDA driver {seen['cuda']}: {seen['devices']} GPU(s)")
 
 
 @main.command("make-data")

@@ -8,7 +8,9 @@ in the workload image) before any training and checks the answer against the GPU
 (agent/gpubench/agent/compat.py).
 
 It must be cheap and must not touch a GPU: a build that cannot run on the card is what
-it looks for, so it must not be the thing that fails. Most is read from files
+it looks for, so it must not be the thing that fails. Only with `driver` (the workload
+image's check that its container was given the GPUs) does it ask the CUDA driver how many
+GPUs it sees, through the driver's library alone. Most is read from files
 (torch/version.py, TensorFlow's build_info.py, the package metadata) without importing
 the framework; only a CUDA build of torch is imported, because its architecture list is
 compiled into the library (torch imports lazily: CUDA starts at the first use of a GPU,
@@ -21,6 +23,7 @@ can be loaded by path where the package is not installed.
 from __future__ import annotations
 
 import ast
+import ctypes
 import importlib.metadata
 import importlib.util
 import platform
@@ -149,19 +152,45 @@ def probe_jax() -> dict[str, Any] | None:
 
 
 PROBES = {"torch": probe_torch, "tensorflow": probe_tensorflow, "jax": probe_jax}
+CUDA_DRIVER = "libcuda.so.1"
 
 
-def probe() -> dict[str, Any]:
-    """What this Python has: each installed backend's build, and Keras's version."""
+def probe_driver() -> dict[str, Any]:
+    """Whether the CUDA driver is reachable here and how many GPUs it counts, through
+    the driver's own library (no framework, no context, no kernel): what a container
+    given the GPUs must answer before any training."""
+    try:
+        cuda = ctypes.CDLL(CUDA_DRIVER)
+    except OSError as exc:
+        return {"devices": 0, "error": f"cannot load {CUDA_DRIVER} ({exc})"}
+    code = cuda.cuInit(0)
+    if code != 0:
+        return {"devices": 0, "error": f"cuInit failed with CUDA error {code}"}
+    count = ctypes.c_int(0)
+    code = cuda.cuDeviceGetCount(ctypes.byref(count))
+    if code != 0:
+        return {"devices": 0, "error": f"cuDeviceGetCount failed with CUDA error {code}"}
+    version = ctypes.c_int(0)
+    cuda.cuDriverGetVersion(ctypes.byref(version))
+    return {"devices": count.value,
+            "cuda": f"{version.value // 1000}.{version.value % 1000 // 10}"}
+
+
+def probe(driver: bool = False) -> dict[str, Any]:
+    """What this Python has: each installed backend's build, and Keras's version; with
+    `driver`, what the CUDA driver counts (probe_driver)."""
     backends = {}
     for name in BACKEND_ORDER:
         answer = PROBES[name]()
         if answer is not None:
             backends[name] = answer
-    return {
+    found = {
         "format": PROBE_FORMAT,
         "version": PROBE_VERSION,
         "python": platform.python_version(),
         "keras": _distribution_version("keras"),
         "backends": backends,
     }
+    if driver:
+        found["driver"] = probe_driver()
+    return found
