@@ -81,7 +81,7 @@ setup() {
   ln -f "$WORK"/wheels/*.whl docker/wheels/ || return 1
   local pids=() name
   for name in agent workload collector; do
-    timed "build-$name" docker/build.sh --base "$BASE" --no-index "$name" &
+    GPUBENCH_BUILD_NETWORK=host timed "build-$name" docker/build.sh --base "$BASE" --no-index "$name" &
     pids+=($!)
   done
   local failed=0

@@ -58,7 +58,9 @@ if [[ -n $local_base && -n $base ]]; then
     echo "build: --local-base and --base: choose one" >&2; exit 2
 fi
 
-common=(--progress=plain)
+# No default bridge on some engines (dockerd --bridge=none): a build step runs on the
+# host's network there, given --network host.
+common=(--progress=plain ${GPUBENCH_BUILD_NETWORK:+--network "$GPUBENCH_BUILD_NETWORK"})
 cert=${GPUBENCH_PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 [[ -s $cert ]] && common+=(--secret "id=pipcert,src=$cert")
 [[ -n $no_index ]] && common+=(--build-arg PIP_NO_INDEX=1)
