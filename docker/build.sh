@@ -20,7 +20,9 @@
 # Default: agent, workload, workload-tensorflow and collector, FROM the public images
 # named in each Dockerfile (the torch workload's CUDA 12.6 build from PyTorch's index).
 # Environment: GPUBENCH_PIP_CERT (a CA bundle handed to pip inside the builds as a BuildKit
-# secret; default: the system's bundle if present). Prints how long each image took. Uses
+# secret; default: the system's bundle if present), GPUBENCH_BUILD_NETWORK (the build
+# steps' network: `host` where the engine has no default bridge, dockerd --bridge=none).
+# Prints how long each image took. Uses
 # Debian's client at /usr/bin/docker when present: BuildKit is built into it (a newer
 # client elsewhere on PATH may want a buildx plugin).
 set -euo pipefail
@@ -39,7 +41,7 @@ base=
 wheels=
 no_index=
 images=()
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --local-base) local_base=1 ;;
