@@ -28,7 +28,7 @@ COPY collector /src/collector
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
     /opt/gpubench/bin/pip wheel --no-deps -w /tmp/wheels /src \
-    && /opt/gpubench/bin/pip install --no-deps /tmp/wheels/gpubench-*.whl \
+    && /opt/gpubench/bin/pip install --no-deps /tmp/wheels/*.whl \
     && /opt/gpubench/bin/pip check
 # What a running collector never uses: the installer and the packages' own test suites.
 RUN /opt/gpubench/bin/pip uninstall -q -y pip setuptools \

@@ -40,7 +40,7 @@ RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/ro
     && python3 -m pip --python /opt/gpubench/bin/python install -r /tmp/build/requirements.txt \
     && rm -rf /tmp/build
 RUN --mount=type=bind,from=wheel,source=/wheels,target=/tmp/wheels \
-    python3 -m pip --python /opt/gpubench/bin/python install --no-deps --no-cache-dir /tmp/wheels/gpubench-*.whl
+    python3 -m pip --python /opt/gpubench/bin/python install --no-deps --no-cache-dir /tmp/wheels/*.whl
 COPY docker/entrypoint.sh /usr/local/bin/gpubench-entrypoint
 COPY docker/container_check.py /usr/local/bin/gpubench-container-check
 ENV PATH=/opt/gpubench/bin:$PATH \

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from gpubench import __version__
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.settings import MODELS, QUICK_BATCH, QUICK_MODEL, RULE_QUICK, parse_size
 from gpubench.settings_cli import BatchSize, agent_options, given_settings
@@ -134,7 +135,7 @@ def _client_factory(collector: str, token: str | None, ca: Path | None,
 
 
 @click.group(context_settings=CONTEXT)
-@click.version_option(package_name="gpubench", prog_name="gpubench-agent")
+@click.version_option(__version__, prog_name="gpubench-agent")
 def main() -> None:
     """Run the standard gpubench benchmark (Keras EfficientNet B0/B3/B7) on this host,
     with GPU telemetry, and send the results to a collector.

@@ -27,6 +27,7 @@ from gpubench.agent.runners.base import (
     events_from_lines,
 )
 
+from gpubench import DISTRIBUTION
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import Event
 from gpubench.settings import WORKLOAD_MODULE
@@ -220,7 +221,7 @@ class DockerRunner(Runner):
             import docker
         except ImportError:
             raise DockerUnavailable(
-                "the docker runner needs the docker SDK (pip install 'gpubench[agent]')"
+                f"the docker runner needs the docker SDK (pip install '{DISTRIBUTION}[agent]')"
             ) from None
         try:
             client = docker.from_env()
