@@ -39,6 +39,7 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
     add_health_and_reflection,
     bind_address,
     check_plaintext,
+    check_port,
     is_loopback,
     listen,
     server_options,
@@ -152,6 +153,7 @@ def serve(
     """
     stop = stop or threading.Event()
     check_plaintext(host, tls, insecure)
+    check_port(host, port)
     if tls is not None:
         tls.credentials()  # unreadable files fail here, before anything starts
     store = Store(db_path)
