@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from gpubench import __version__
-from gpubench.errors import ExitCode, GpubenchError
+from gpubench.errors import ExitCode, GpubenchError, wrap_message
 from gpubench.settings import MODELS, QUICK_BATCH, QUICK_MODEL, RULE_QUICK, parse_size
 from gpubench.settings_cli import BatchSize, agent_options, given_settings
 
@@ -36,7 +36,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"gpubench-agent: {message}", err=True)
+    click.echo(wrap_message("gpubench-agent: ", message), err=True)
     sys.exit(code)
 
 
@@ -125,13 +125,22 @@ def compat_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _client_factory(collector: str, token: str | None, ca: Path | None,
-                    timeout: float) -> Callable[[], Any]:
+                    timeout: float, origins: Any = None) -> Callable[[], Any]:
+    """Clients of the collector; `origins` (gpubench.client.Origins) says where its
+    address and token came from, for the errors."""
     def make() -> Any:
         from gpubench.client import Client
 
-        return Client(collector, token, ca=ca, timeout=timeout)
+        return Client(collector, token, ca=ca, timeout=timeout, origins=origins)
 
     return make
+
+
+def _origins(ctx: click.Context) -> Any:
+    """Where --collector and --token came from (the flag or the variable)."""
+    from gpubench.cli_shared import connection_origins
+
+    return connection_origins(ctx)
 
 
 @click.group(context_settings=CONTEXT)
@@ -226,14 +235,20 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
         given["gpus"] = gpu_count
         given["backend"] = _check_builds(chosen, inventory, gpu_count, given.get("backend"),
                                          display, skip_compat)
+        requests = [WorkloadRequest(model, batch=batch[0], batch_rule=batch[1],
+                                    settings=given) for model in models]
+        _check_settings(requests, inventory)
         spool = Spool(spool_dir)
         retry = RetryPolicy()
+        origins = None if offline else _origins(ctx)
+        unreachable = None
         if not offline:
             from gpubench.agent.preflight import check_collector
 
-            found = check_collector(_client_factory(collector or "", token, ca, retry.call_timeout),
-                                    collector or "", spool.root)
+            found = check_collector(_client_factory(collector or "", token, ca, retry.call_timeout,
+                                                    origins), collector or "", spool.root)
             display.note(found.message, style="" if found.reachable else "yellow")
+            unreachable = found.error
         trace = open(trace_path, "a", encoding="utf-8") if trace_path else None  # noqa: SIM115
         try:
             benchmark = Benchmark(
@@ -242,10 +257,9 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
                 idle=IdleRule(timeout=idle_timeout, max_temperature=idle_temperature),
                 label=label, trace=trace, retry=retry, log_dir=spool.root / "logs",
                 client_factory=None if offline else _client_factory(
-                    collector or "", token, ca, retry.call_timeout),
+                    collector or "", token, ca, retry.call_timeout, origins),
+                unreachable=unreachable,
             )
-            requests = [WorkloadRequest(model, batch=batch[0], batch_rule=batch[1],
-                                        settings=given) for model in models]
             outcome = benchmark.run(requests)
         finally:
             if trace is not None:
@@ -255,6 +269,30 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
             nvml.close()
     _report(outcome, display, as_json, collector, token, ca)
     return _exit_code(outcome)
+
+
+def _check_settings(requests: list[Any], inventory: Any) -> None:
+    """Refuse, before anything runs or is spooled, settings the workload would refuse
+    (BadSettings, exit 2): each request's as the workload will read them, each
+    --memory-limit of a search too. A run without a GPU says why it has none."""
+    from gpubench.agent.runners.base import WorkloadRequest
+
+    from gpubench.settings import BadSettings, RunSettings, default_backend
+
+    for request in requests:
+        values = {name: value for name, value in request.settings.items() if value is not None}
+        values.setdefault("backend", default_backend())
+        if isinstance(request, WorkloadRequest):
+            values.update(batch=request.batch, batch_rule=request.batch_rule)
+        for limit in getattr(request, "limits", ()) or (values.get("memory_limit_bytes"),):
+            try:
+                RunSettings(**{**values, "model": request.model, "memory_limit_bytes": limit})
+            except BadSettings as exc:
+                if not values.get("gpus") and inventory.no_gpu_reason:
+                    reason = inventory.no_gpu_reason.removesuffix("; running CPU-only")
+                    raise BadSettings(f"{exc}; this host has none the run can use "
+                                      f"({reason})") from None
+                raise
 
 
 def _sigterm_interrupts() -> None:
@@ -498,12 +536,13 @@ def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image
     given["backend"] = _check_builds(chosen, inventory, gpu_count, given.get("backend"), display,
                                      skip_compat)
     requests = [SearchRequest(model, limits=sizes, settings=given) for model in models]
+    _check_settings(requests, inventory)
     found, failed = search_models(chosen, requests, display)
     if as_json:
         import json
 
         click.echo(json.dumps(found, indent=1))
-    else:
+    elif found:  # every search failed: its error was said, and there is no table
         from rich.console import Console
 
         print_table(found, Console())
@@ -528,7 +567,9 @@ def push(collector: str | None, token: str | None, ca: Path | None,
     console = Console(stderr=True)
     spool = Spool(spool_dir)
     retry = RetryPolicy()
-    with FreshConnection(_client_factory(collector, token, ca, retry.call_timeout)) as client:
+    origins = _origins(click.get_current_context())
+    with FreshConnection(_client_factory(collector, token, ca, retry.call_timeout,
+                                         origins)) as client:
         report = push_pending(
             spool, client, retry,
             on_retry=lambda n, pause, error: console.print(

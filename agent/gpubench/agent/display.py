@@ -135,9 +135,12 @@ class RunDisplay:
         self._started = self._last_line = time.monotonic()
         self._doing = f"{model}: starting"
         if not self.console.is_terminal:
+            # No live rows where they cannot be redrawn (rich would end them with an
+            # empty line): a line every heartbeat instead.
             self._stop_heartbeat = threading.Event()
             threading.Thread(target=self._heartbeat, args=(self._stop_heartbeat,),
                              name="display-heartbeat", daemon=True).start()
+            return
         self._progress = Progress(
             _SuiteColumn(lambda: self.clock),
             TextColumn("[bold]{task.description}"),

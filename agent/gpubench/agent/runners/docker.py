@@ -35,7 +35,8 @@ from gpubench.settings import WORKLOAD_MODULE
 DEFAULT_IMAGE = "gpubench-workload:latest"
 WORKLOAD_COMMAND = ("python3", "-m", WORKLOAD_MODULE)
 DATA_MOUNT = "/data"
-STOP_TIMEOUTS = (10.0, 5.0)
+# Seconds after SIGINT, then after SIGTERM, before the next signal (runners/local.py).
+STOP_TIMEOUTS = (0.5, 0.5)
 # The label each workload container carries with a value of its own start.
 START_LABEL = "org.gpubench.start"
 # How long a container's process list stays fresh (asking docker is an HTTP call).
