@@ -229,7 +229,8 @@ def token_create(db_path: Path, name: str, admin: bool) -> None:
         row, secret = book.create(name, admin=admin)  # type: ignore[attr-defined]
     kind = "admin token" if row.admin else "token"
     _note(f"created {kind} {row.name!r} in {_which_database(db_path, book)}: it works at a "
-          "collector serving that file. Store the secret now, it is not shown again:")
+          "collector serving that file")
+    err.print("store the secret now, it is not shown again:")
     click.echo(secret)
 
 
