@@ -356,6 +356,18 @@ def test_models_asks_the_workload(tmp_path, fake_workload_command) -> None:
     done = agent(["models", "--json"], agent_env(tmp_path, fake_workload_command))
     assert done.returncode == 0
     assert json.loads(done.stdout)["B7"] == 64105370
+    assert done.stderr == ""  # not the framework's start-up log
+
+
+def test_models_shows_the_workloads_output_when_it_fails(tmp_path,
+                                                         fake_workload_command) -> None:
+    done = agent(["models"], agent_env(tmp_path, fake_workload_command,
+                                       FAKE_WORKLOAD_MODE="crash"))
+    assert done.returncode == 1
+    assert "cpu_feature_guard" in done.stderr  # the whole story, this time
+    last = done.stderr.splitlines()[-1]  # one line: COLUMNS=200
+    assert last.startswith("gpubench-agent: the workload (") and "exited with code 1" in last
+    assert "No module named 'keras'" in last
 
 
 @pytest.mark.slow

@@ -33,6 +33,8 @@ NVML_TRACE_ENV = "GPUBENCH_NVML_TRACE"
 WORKLOAD_COMMAND_ENV = "GPUBENCH_WORKLOAD_COMMAND"
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+# Lines of a failed workload command's own output shown with its error.
+TAIL_LINES = 20
 
 
 def _fail(message: str, code: int) -> None:
@@ -700,7 +702,15 @@ def models(as_json: bool) -> int:
     argv = [*(shlex.split(command) if command else workload_command()), "models"]
     if as_json:
         argv.append("--json")
-    return subprocess.run(argv, check=False).returncode
+    # The framework's start-up log (TensorFlow's, CUDA's) is shown only if it fails.
+    done = subprocess.run(argv, stderr=subprocess.PIPE, text=True, errors="replace",
+                          check=False)
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()[-TAIL_LINES:]
+        click.echo("\n".join(said), err=True)
+        raise GpubenchError(f"the workload ({shlex.join(argv)}) exited with code "
+                            f"{done.returncode}" + (f": {said[-1]}" if said else ""))
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover
