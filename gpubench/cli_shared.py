@@ -10,10 +10,10 @@ import sys
 import click
 from rich.console import Console
 
-from gpubench import record
 from gpubench.client import ADDRESS_ENV, FROM_DEFAULT, TOKEN_ENV, Client, Origins
+from gpubench.settings_cli import Model
 
-MODEL = click.Choice(record.MODELS, case_sensitive=False)
+MODEL = Model()
 # How a person sets the collector's address and token on the command line.
 SET_ADDRESS = f"--collector HOST:PORT or ${ADDRESS_ENV}"
 SET_TOKEN = f"--token or ${TOKEN_ENV}"

@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
+from gpubench.agent.cli import main as agent
 
+from gpubench.cli import cli as query
 from gpubench.client import DEFAULT_PORT
 from gpubench.errors import ExitCode
+from gpubench.settings_cli import model_names
 
 BIN = Path(sys.executable).parent
 FAKE_WORKLOAD = Path(__file__).resolve().parents[1] / "agent" / "fake_workload.py"
@@ -219,3 +223,17 @@ def test_every_error_says_what_to_do_at_80_columns(scene: Scene) -> None:
     assert not failures, "\n\n".join(failures)
     # The usage error ran nothing: the spool holds no run.
     assert not list((scene.tmp / "spool").rglob("*.json"))
+
+
+def test_both_clis_name_the_models_as_the_protocol_does() -> None:
+    """`b9` is refused in the protocol's names (B0, B3, B7) by both commands, and `b0`
+    is taken as B0."""
+    runner = CliRunner()
+    for group, args in ((query, ["compare", "--model", "b9"]),
+                        (query, ["fit", "--model", "b9", "--memory", "16GiB"]),
+                        (agent, ["run", "--models", "b0,b9", "--offline"]),
+                        (agent, ["largest-batch", "--models", "b9"])):
+        done = runner.invoke(group, args)
+        assert done.exit_code == ExitCode.USAGE, done.output
+        assert "'b9' is not one of B0, B3, B7" in done.output, done.output
+    assert model_names("b0, B7,b0") == ["B0", "B7"]

@@ -20,8 +20,8 @@ import click
 
 from gpubench import __version__
 from gpubench.errors import ExitCode, GpubenchError, wrap_message
-from gpubench.settings import MODELS, QUICK_BATCH, QUICK_MODEL, RULE_QUICK, parse_size
-from gpubench.settings_cli import BatchSize, agent_options, given_settings
+from gpubench.settings import QUICK_BATCH, QUICK_MODEL, RULE_QUICK, parse_size
+from gpubench.settings_cli import BatchSize, Model, agent_options, given_settings, model_names
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = ExitCode.OK, ExitCode.FAILURE, ExitCode.USAGE
 EXIT_UNAVAILABLE, EXIT_AUTH, EXIT_INTERRUPTED = (ExitCode.UNAVAILABLE, ExitCode.AUTH,
@@ -56,14 +56,6 @@ def handles_errors(command: Callable[..., int | None]) -> Callable[..., None]:
         sys.exit(code or EXIT_OK)
 
     return wrapper
-
-
-def _models(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
-    models = [m.strip().upper() for m in value.split(",") if m.strip()]
-    unknown = [m for m in models if m not in MODELS]
-    if unknown or not models:
-        raise click.BadParameter(f"{value!r}: give a comma list of {', '.join(MODELS)}")
-    return list(dict.fromkeys(models))
 
 
 def _size(value: str) -> int:
@@ -162,7 +154,7 @@ def main() -> None:
     "Environment: GPUBENCH_COLLECTOR, GPUBENCH_TOKEN, GPUBENCH_SPOOL; for development "
     "without a GPU, GPUBENCH_NVML_TRACE=FILE replays a recorded NVML trace instead of the "
     "driver and GPUBENCH_WORKLOAD_COMMAND replaces `python -m gpubench.agent.workload`."))
-@click.option("--models", default="B0,B3,B7", show_default=True, callback=_models,
+@click.option("--models", type=Model(model_names), default="B0,B3,B7", show_default=True,
               help="Comma list of the models to run, in order.")
 @click.option("--batch", type=BatchSize(), default="auto", show_default=True,
               help="Batch size per GPU. 'auto': search the largest batch that fits (recorded) "
@@ -507,7 +499,7 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
 
 
 @main.command("largest-batch", context_settings=CONTEXT)
-@click.option("--models", default="B0,B3,B7", show_default=True, callback=_models,
+@click.option("--models", type=Model(model_names), default="B0,B3,B7", show_default=True,
               help="Comma list of the models to search, in order.")
 @click.option("--memory-limit", "limits", metavar="SIZE", multiple=True,
               help="Search as a GPU of this size, e.g. 16GiB (repeat, or give a comma "
