@@ -2,7 +2,8 @@
 
 A thin layer over `gpubench.Client`: tables go to stdout, json and csv go to stdout
 for scripts, warnings go to stderr. A `GpubenchError` ends the command with one message
-"gpubench: error: ..." on stderr (wrapped at 80 columns) and its exit code (EXIT_CODES).
+"gpubench: error: ..." on stderr (wrapped at 80 columns) and its exit code (EXIT_CODES
+says which).
 """
 
 from __future__ import annotations
@@ -133,7 +134,18 @@ def _emit_frame(frame: pd.DataFrame, fmt: str, table: Any) -> None:
         table_console().print(table)
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+# What each exit code means here (the numbers: gpubench.errors.ExitCode); README's too.
+EXIT_CODES = (
+    "Exit codes: 0 done; 1 the collector refused the request or failed; 2 bad flags, "
+    "arguments or prices; 3 the collector could not be reached or did not answer in time; "
+    "4 the token is missing, wrong or not allowed that; 5 no such run or token; 6 a file "
+    "that cannot be read or written (a CA certificate, a chart, an export); 130 "
+    "interrupted (Ctrl-C)."
+)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EXIT_CODES)
 @click.option(
     "--collector",
     metavar="HOST:PORT",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 from gpubench.agent.cli import main as agent
 
+from gpubench.cli import EXIT_CODES
 from gpubench.cli import cli as query
 from gpubench.client import DEFAULT_PORT
 from gpubench.errors import ExitCode
@@ -237,3 +239,14 @@ def test_both_clis_name_the_models_as_the_protocol_does() -> None:
         assert done.exit_code == ExitCode.USAGE, done.output
         assert "'b9' is not one of B0, B3, B7" in done.output, done.output
     assert model_names("b0, B7,b0") == ["B0", "B7"]
+
+
+def test_the_query_clis_exit_codes_are_documented() -> None:
+    """Every exit code `gpubench` can end with, in its --help and in README."""
+    done = CliRunner().invoke(query, ["--help"], env={"COLUMNS": str(WIDTH)})
+    shown = " ".join(done.output.split())
+    assert EXIT_CODES in shown
+    codes = {value for name, value in vars(ExitCode).items() if name.isupper()}
+    assert {int(code) for code in re.findall(r"(\d+) [a-z]", EXIT_CODES)} == codes
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    assert EXIT_CODES in " ".join(readme.read_text().split())
