@@ -10,13 +10,15 @@
 #
 # Environment: GPUBENCH_TF_PACKAGE (the workload's TensorFlow on a base without one;
 # default with --local-base: tensorflow-cpu==2.21.0), GPUBENCH_PIP_CERT (a CA bundle handed
-# to pip inside the builds as a BuildKit secret; default: the system's bundle if present).
+# to pip inside the builds as a BuildKit secret; default: the system's bundle if present),
+# DOCKER (the docker client; default: /usr/bin/docker if present, else docker on PATH).
+# A build that cannot pull its public base image says to use --local-base.
 # Prints how long each image took. Uses Debian's client at /usr/bin/docker when present:
 # BuildKit is built into it (a newer client elsewhere on PATH may want a buildx plugin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DOCKER=/usr/bin/docker
+DOCKER=${DOCKER:-/usr/bin/docker}
 [[ -x $DOCKER ]] || DOCKER=docker
 tag=latest
 local_base=
@@ -32,6 +34,8 @@ while (($#)); do
     shift
 done
 ((${#images[@]})) || images=(agent workload collector)
+
+UNPULLED='load metadata for|failed to (do request|resolve|authorize|fetch)|pull access denied|dial tcp|no such host|i/o timeout|TLS handshake timeout'
 
 common=(--progress=plain)
 cert=${GPUBENCH_PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
@@ -52,6 +56,12 @@ for name in "${images[@]}"; do
         -t "gpubench-$name:$tag" . >"$log" 2>&1; then
         tail -n 40 "$log" >&2
         echo "build: gpubench-$name:$tag failed (full log: $log)" >&2
+        # BuildKit's words for a base image it could not fetch from its registry.
+        if [[ -z $local_base ]] && grep -qE "$UNPULLED" "$log"; then
+            echo "build: its public base image could not be pulled (no registry reachable?):" \
+                 "make -C docker LOCAL_BASE=1 (docker/build.sh --local-base) builds FROM a" \
+                 "local Debian base made with debootstrap instead" >&2
+        fi
         exit 1
     fi
     rm -f "$log"
