@@ -211,6 +211,20 @@ def test_quick_runs_b0_at_the_articles_t4_batch(tmp_path, fake_workload_command)
         assert refused.returncode == 2 and "--quick sets" in refused.stderr, clash
 
 
+def test_quick_on_the_cpu_warns_that_it_is_long(tmp_path, fake_workload_command,
+                                                trace_path) -> None:
+    cpu = agent(["run", "--quick", "--offline"],
+                agent_env(tmp_path, fake_workload_command, CUDA_VISIBLE_DEVICES=""))
+    assert cpu.returncode == 0, cpu.stderr
+    assert "warning: --quick on the CPU trains B0 at full size (224 px, batch 128): many " \
+           "minutes here" in cpu.stderr
+    assert "The time left shows once its first training steps are timed" in cpu.stderr
+    gpu = agent(["run", "--quick", "--offline"],
+                agent_env(tmp_path, fake_workload_command, GPUBENCH_NVML_TRACE=str(trace_path)))
+    assert gpu.returncode == 0, gpu.stderr
+    assert "--quick on the CPU" not in gpu.stderr
+
+
 def test_a_searched_batch_records_its_rule_and_the_largest(tmp_path,
                                                            fake_workload_command) -> None:
     env = agent_env(tmp_path, fake_workload_command)

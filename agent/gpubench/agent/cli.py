@@ -20,7 +20,13 @@ import click
 
 from gpubench import __version__
 from gpubench.errors import ExitCode, GpubenchError, wrap_message
-from gpubench.settings import QUICK_BATCH, QUICK_MODEL, RULE_QUICK, parse_size
+from gpubench.settings import (
+    NATIVE_IMAGE_SIZE,
+    QUICK_BATCH,
+    QUICK_MODEL,
+    RULE_QUICK,
+    parse_size,
+)
 from gpubench.settings_cli import BatchSize, Model, agent_options, given_settings, model_names
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = ExitCode.OK, ExitCode.FAILURE, ExitCode.USAGE
@@ -35,6 +41,14 @@ WORKLOAD_COMMAND_ENV = "GPUBENCH_WORKLOAD_COMMAND"
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 # Lines of a failed workload command's own output shown with its error.
 TAIL_LINES = 20
+# --quick is sized for a GPU; on the CPU the same B0 epochs take many minutes.
+QUICK_ON_CPU = (
+    f"warning: --quick on the CPU trains {QUICK_MODEL} at full size "
+    f"({NATIVE_IMAGE_SIZE[QUICK_MODEL]} px, batch "
+    f"{QUICK_BATCH}): many minutes here, where a GPU takes about one. The time left shows "
+    "once its first training steps are timed. A smoke run instead: --models B0 "
+    "--image-size 64 --limit-images 240 --batch 16"
+)
 
 
 def _fail(message: str, code: int) -> None:
@@ -232,6 +246,9 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
         requests = [WorkloadRequest(model, batch=batch[0], batch_rule=batch[1],
                                     settings=given) for model in models]
         _check_settings(requests, inventory)
+        if quick and gpu_count == 0 and not (given.get("image_size") or
+                                             given.get("limit_images")):
+            display.note(QUICK_ON_CPU, style="yellow")
         spool = Spool(spool_dir)
         retry = RetryPolicy()
         origins = None if offline else _origins(ctx)
