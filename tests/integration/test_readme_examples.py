@@ -5,10 +5,10 @@ where README has said how it gets on PATH after `make demo`."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from factories import import_reference_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -25,10 +25,7 @@ def _python_example() -> str:
 def test_the_python_example_answers_on_the_reference_runs(collector_factory: Any,
                                                          tmp_path: Path) -> None:
     db = tmp_path / "references.duckdb"
-    runs = sorted((ROOT / "docs" / "results" / "runs").glob("*.json"))
-    subprocess.run([str(Path(sys.executable).with_name("gpubench-collector")), "import",
-                    "--db", str(db), "--submitter", "reference", *map(str, runs)],
-                   check=True, capture_output=True)
+    import_reference_runs(db)
     running = collector_factory(db_path=db)
     code = _python_example()
     assert '"collector.example.org:50051"' in code and '"gpb_..."' in code
