@@ -46,9 +46,9 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
     set_serving,
 )
 
+from gpubench.client import DEFAULT_PORT
 from gpubench.v1 import collector_pb2_grpc
 
-DEFAULT_PORT = 50051
 DEFAULT_RATE_LIMIT = 50.0  # submissions per second per token
 # How often the owner of a multi-process collector checks on its front-ends (s).
 WATCH_INTERVAL_S = 0.5
