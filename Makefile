@@ -32,6 +32,9 @@ $(STAMP): pyproject.toml setup.py
 	@echo "  [3/4] the wire code from protos/"
 	@$(PY) -c "import setup; setup.generate_wire_code()" >>$(LOG) 2>&1 || $(SHOW_LOG)
 	@echo "  [4/4] gpubench and what it needs: TensorFlow, torch, DuckDB... (the long step)"
+	@# A copy installed as "gpubench" (this project's name before gpubench-keras, or PyPI's
+	@# unrelated gpubench) would own the same package and commands: it goes first.
+	@$(PY) -m pip uninstall -y gpubench >>$(LOG) 2>&1 || true
 	@$(PY) -m pip install -e '.[dev]' >>$(LOG) 2>&1 || $(SHOW_LOG)
 	@touch $(STAMP)
 	@echo "  $(VENV) is ready"

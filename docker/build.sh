@@ -22,13 +22,14 @@
 # Environment: GPUBENCH_PIP_CERT (a CA bundle handed to pip inside the builds as a BuildKit
 # secret; default: the system's bundle if present), GPUBENCH_BUILD_NETWORK (the build
 # steps' network: `host` where the engine has no default bridge, dockerd --bridge=none).
-# Prints how long each image took. Uses
-# Debian's client at /usr/bin/docker when present: BuildKit is built into it (a newer
-# client elsewhere on PATH may want a buildx plugin).
+# DOCKER (the docker client; default: /usr/bin/docker if present, else docker on PATH).
+# A build that cannot pull its public base image says to use --local-base.
+# Prints how long each image took. Uses Debian's client at /usr/bin/docker when present:
+# BuildKit is built into it (a newer client elsewhere on PATH may want a buildx plugin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DOCKER=/usr/bin/docker
+DOCKER=${DOCKER:-/usr/bin/docker}
 [[ -x $DOCKER ]] || DOCKER=docker
 TORCH=torch==2.13.0
 TENSORFLOW=tensorflow==2.21.0
@@ -41,7 +42,7 @@ base=
 wheels=
 no_index=
 images=()
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --local-base) local_base=1 ;;
@@ -59,6 +60,8 @@ done
 if [[ -n $local_base && -n $base ]]; then
     echo "build: --local-base and --base: choose one" >&2; exit 2
 fi
+
+UNPULLED='load metadata for|failed to (do request|resolve|authorize|fetch)|pull access denied|dial tcp|no such host|i/o timeout|TLS handshake timeout'
 
 # No default bridge on some engines (dockerd --bridge=none): a build step runs on the
 # host's network there, given --network host.
@@ -116,6 +119,12 @@ for name in "${images[@]}"; do
     if ! DOCKER_BUILDKIT=1 $DOCKER build "${args[@]}" -f "$dockerfile" -t "$image" . >"$log" 2>&1; then
         tail -n 40 "$log" >&2
         echo "build: $image failed (full log: $log)" >&2
+        # BuildKit's words for a base image it could not fetch from its registry.
+        if [[ -z $local_base && -z $base ]] && grep -qE "$UNPULLED" "$log"; then
+            echo "build: its public base image could not be pulled (no registry reachable?):" \
+                 "make -C docker LOCAL_BASE=1 (docker/build.sh --local-base) builds FROM a" \
+                 "local Debian base made with debootstrap instead" >&2
+        fi
         exit 1
     fi
     rm -f "$log"

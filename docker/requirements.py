@@ -23,8 +23,6 @@ try:
 except ImportError:  # Python 3.10 (some base images): the copy pip carries
     from pip._vendor import tomli as tomllib
 
-PROJECT = "gpubench"
-
 
 def requirement_name(requirement: str) -> str:
     """The normalised distribution name a requirement line starts with."""
@@ -38,14 +36,16 @@ def requirements(pyproject: Path, extras: list[str]) -> list[str]:
     """The base dependencies plus those of `extras`, self-references expanded, in order."""
     project = tomllib.loads(pyproject.read_text())["project"]
     optional = project.get("optional-dependencies", {})
+    # An extra that names others refers to the project by its distribution name.
+    own_name = requirement_name(project["name"])
     found: list[str] = []
     seen_extras: set[str] = set()
 
     def add(lines: list[str]) -> None:
         for line in lines:
-            self_ref = re.fullmatch(rf"\s*{PROJECT}\[([^\]]+)\]\s*", line)
-            if self_ref:
-                for extra in self_ref.group(1).split(","):
+            self_ref = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\[([^\]]+)\]\s*", line)
+            if self_ref and requirement_name(self_ref.group(1)) == own_name:
+                for extra in self_ref.group(2).split(","):
                     add_extra(extra.strip())
             elif line not in found:
                 found.append(line)

@@ -27,6 +27,11 @@ for _part in ("agent", "collector"):
 
 __version__ = "0.1.0"
 
+# The name pip knows the project by (pyproject.toml's project.name): PyPI's "gpubench"
+# is another project. Installed, `pip install 'gpubench-keras[EXTRA]'` adds an extra's
+# dependencies to this copy.
+DISTRIBUTION = "gpubench-keras"
+
 # The revision of protos/gpubench/v1/run.proto this code writes. Bump it when a
 # field's meaning changes; the collector reads every version up to its own.
 SCHEMA_VERSION = 2
@@ -48,4 +53,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["BENCHMARK_VERSION", "SCHEMA_VERSION", "Client", "__version__"]
+__all__ = ["BENCHMARK_VERSION", "DISTRIBUTION", "SCHEMA_VERSION", "Client", "__version__"]

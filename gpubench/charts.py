@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpubench import plot_data, tables
+from gpubench import DISTRIBUTION, plot_data, tables
 from gpubench.errors import ExitCode, GpubenchError
 
 
@@ -25,7 +25,8 @@ def speedup_chart(frame: pd.DataFrame, path: str | Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise GpubenchError(
-            "--chart needs matplotlib: pip install 'gpubench[charts]'", exit_code=ExitCode.USAGE
+            f"--chart needs matplotlib: pip install '{DISTRIBUTION}[charts]'",
+            exit_code=ExitCode.USAGE,
         ) from None
     if frame.empty:
         raise GpubenchError(
@@ -73,7 +74,7 @@ def _pyplot() -> Any:
         import matplotlib.pyplot as plt
     except ImportError:
         raise GpubenchError(
-            "gpubench plot needs matplotlib: pip install 'gpubench[charts]'",
+            f"gpubench plot needs matplotlib: pip install '{DISTRIBUTION}[charts]'",
             exit_code=ExitCode.USAGE,
         ) from None
     return plt

@@ -1,34 +1,35 @@
 """`gpubench`: query a collector - compare GPUs, list and show runs, export them.
 
 A thin layer over `gpubench.Client`: tables go to stdout, json and csv go to stdout
-for scripts, warnings go to stderr. A `GpubenchError` ends the command with one line
-"gpubench: error: ..." on stderr and its exit code (3 collector unreachable, 4 token
-refused, 5 not found, ...).
+for scripts, warnings go to stderr. A `GpubenchError` ends the command with one message
+"gpubench: error: ..." on stderr (wrapped at 80 columns) and its exit code (EXIT_CODES
+says which).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import click
 import pandas as pd
 
 from gpubench import __version__, answers_cli, frames, prices, record, tables
-from gpubench.cli_shared import MODEL, query_client, table_console
+from gpubench.cli_shared import MODEL, connection_origins, query_client, table_console
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
-from gpubench.errors import ExitCode, GpubenchError
+from gpubench.errors import ExitCode, GpubenchError, wrap_message
 
 
 class CommandFailed(click.ClickException):
-    """A GpubenchError at the CLI boundary: one line on stderr, the error's exit code."""
+    """A GpubenchError at the CLI boundary: one message on stderr, the error's exit code."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"gpubench: error: {self.format_message()}", err=True, file=file)
+        click.echo(wrap_message("gpubench: error: ", self.format_message()), err=True, file=file)
 
 
 # The options that say how to reach the collector. They belong to the group (`gpubench
@@ -45,6 +46,9 @@ def _override_connection(ctx: click.Context, param: click.Parameter, value: Any)
     options = ctx.find_root().obj
     if isinstance(options, dict) and param.name:
         options[param.name] = value
+        if param.name in ("collector", "token"):  # the errors name the flag
+            field = "address" if param.name == "collector" else "token"
+            options["origins"] = replace(options["origins"], **{field: f"--{param.name}"})
 
 
 def _connection_copies(command: click.Command) -> list[click.Option]:
@@ -66,7 +70,7 @@ def _connection_copies(command: click.Command) -> list[click.Option]:
 
 
 class Group(click.Group):
-    """The command group that turns user-facing errors into one-line messages, and
+    """The command group that turns user-facing errors into one message each, and
     whose commands (nested ones too) accept the connection options after their name."""
 
     # Nested groups (`gpubench runs ...`) are of this class too.
@@ -130,7 +134,18 @@ def _emit_frame(frame: pd.DataFrame, fmt: str, table: Any) -> None:
         table_console().print(table)
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+# What each exit code means here (the numbers: gpubench.errors.ExitCode); README's too.
+EXIT_CODES = (
+    "Exit codes: 0 done; 1 the collector refused the request or failed; 2 bad flags, "
+    "arguments or prices; 3 the collector could not be reached or did not answer in time; "
+    "4 the token is missing, wrong or not allowed that; 5 no such run or token; 6 a file "
+    "that cannot be read or written (a CA certificate, a chart, an export); 130 "
+    "interrupted (Ctrl-C)."
+)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EXIT_CODES)
 @click.option(
     "--collector",
     metavar="HOST:PORT",
@@ -170,7 +185,8 @@ def cli(
 ) -> None:
     """Query a gpubench collector: compare GPUs on the standard EfficientNet benchmark,
     list, show, delete and export runs."""
-    ctx.obj = {"collector": collector, "token": token, "ca": ca, "tls": tls, "timeout": timeout}
+    ctx.obj = {"collector": collector, "token": token, "ca": ca, "tls": tls, "timeout": timeout,
+               "origins": connection_origins(ctx)}
 
 
 @cli.command()

@@ -10,10 +10,33 @@ import sys
 import click
 from rich.console import Console
 
-from gpubench import record
-from gpubench.client import Client
+from gpubench.client import ADDRESS_ENV, FROM_DEFAULT, TOKEN_ENV, Client, Origins
+from gpubench.settings_cli import Model
 
-MODEL = click.Choice(record.MODELS, case_sensitive=False)
+MODEL = Model()
+# How a person sets the collector's address and token on the command line.
+SET_ADDRESS = f"--collector HOST:PORT or ${ADDRESS_ENV}"
+SET_TOKEN = f"--token or ${TOKEN_ENV}"
+
+
+def given_by(ctx: click.Context, name: str, flag: str, env: str) -> str:
+    """Where option `name` of `ctx`'s command got its value: `flag`, "$ENV", FROM_DEFAULT,
+    or "" when it has none."""
+    source = ctx.get_parameter_source(name)
+    if source == click.core.ParameterSource.COMMANDLINE:
+        return flag
+    if source == click.core.ParameterSource.ENVIRONMENT:
+        return f"${env}"
+    return FROM_DEFAULT if ctx.params.get(name) else ""
+
+
+def connection_origins(ctx: click.Context, *, set_token: str = SET_TOKEN) -> Origins:
+    """Where the --collector and --token of `ctx`'s command came from, for the client's
+    errors."""
+    token = given_by(ctx, "token", "--token", TOKEN_ENV)
+    return Origins(address=given_by(ctx, "collector", "--collector", ADDRESS_ENV),
+                   token="" if token == FROM_DEFAULT else token,
+                   set_address=SET_ADDRESS, set_token=set_token)
 
 
 def query_client(ctx: click.Context) -> Client:
@@ -25,6 +48,7 @@ def query_client(ctx: click.Context) -> Client:
         ca=options["ca"],
         tls=options["tls"],
         timeout=options["timeout"],
+        origins=options["origins"],
     )
     return ctx.with_resource(client)
 

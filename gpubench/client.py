@@ -34,9 +34,12 @@ from gpubench.errors import (
 )
 from gpubench.v1 import collector_pb2, collector_pb2_grpc, run_pb2
 
-DEFAULT_ADDRESS = "127.0.0.1:50051"
+DEFAULT_PORT = 50051  # the port `gpubench-collector serve` listens on unless told
+DEFAULT_ADDRESS = f"127.0.0.1:{DEFAULT_PORT}"
 ADDRESS_ENV = "GPUBENCH_COLLECTOR"
 TOKEN_ENV = "GPUBENCH_TOKEN"
+# gRPC's port for an address that names none.
+GRPC_DEFAULT_PORT = 443
 
 # The collector caps a page at 1000 runs and at 2 MiB of runs (it ends a page early
 # and hands out a page token: iter_runs follows every token, so a listing or an export
@@ -79,6 +82,83 @@ class TokenAccess:
     schema_version: int  # the newest run record revision the collector reads
 
 
+FROM_DEFAULT = "the default"
+
+
+@dataclass(frozen=True)
+class Origins:
+    """Where a client's address and token came from, and how a person sets them, so
+    that its errors say what to change.
+
+    `address`: "--collector", "$GPUBENCH_COLLECTOR", FROM_DEFAULT, or "" (not known).
+    `token`: "--token", "$GPUBENCH_TOKEN", "the file site.token", or "" (not known,
+    or none given). `set_address` and `set_token` name the flags and variables that set
+    them ("--collector HOST:PORT or $GPUBENCH_COLLECTOR").
+    """
+
+    address: str = ""
+    token: str = ""
+    set_address: str = f"Client(address) or ${ADDRESS_ENV}"
+    set_token: str = f"Client(token=...) or ${TOKEN_ENV}"
+
+    def where(self) -> str:
+        """'the default address', 'the address from --collector', or ''."""
+        if self.address == FROM_DEFAULT:
+            return "the default address"
+        return f"the address from {self.address}" if self.address else ""
+
+
+def has_port(address: str) -> bool:
+    """Whether a gRPC target names its port ("host:50051", "[::1]:50051"); targets with a
+    scheme ("unix:/path", "dns:///host:port") are taken as they are."""
+    if "/" in address or address.startswith(("unix:", "unix-abstract:", "vsock:")):
+        return True
+    if address.startswith("["):
+        return "]:" in address
+    host, colon, port = address.rpartition(":")
+    if not colon:
+        return False
+    return ":" in host or port.isdigit()  # an IPv6 literal without brackets: its own business
+
+
+def _unreachable_hint(address: str, origins: Origins) -> str:
+    """What to do about a collector that cannot be reached, naming where its address
+    came from."""
+    where = origins.where()
+    if not has_port(address):
+        return (f": {where or 'the address'} has no port, so gRPC tried {GRPC_DEFAULT_PORT}; "
+                f"give one with {origins.set_address} (a collector listens on {DEFAULT_PORT} "
+                "unless told otherwise)")
+    if origins.address == FROM_DEFAULT:
+        return (f", {where}: start a collector there (gpubench-collector serve), or give "
+                f"another with {origins.set_address}")
+    if where:
+        return (f", {where}: check it and that a collector serves there, or give another "
+                f"with {origins.set_address}")
+    return ""
+
+
+def _refused_token(address: str, what: str, suffix: str, origins: Origins, token_sent: bool,
+                   reading: bool) -> AccessDenied:
+    """A token the collector refused, or the token it needs and did not get, with where
+    it came from and what to do; a read may go without one where the collector serves
+    --public-read."""
+    if not token_sent:
+        return AccessDenied(
+            f"the collector at {address} needs a token for {what} and none was given"
+            + (" (it does not serve --public-read)" if reading else "")
+            + f": give one with {origins.set_token} (a collector's operator makes them: "
+            "gpubench-collector token create NAME)")
+    source = f"The token came from {origins.token}: a" if origins.token else "A"
+    message = (f"the collector at {address} did not accept the token ({what}){suffix}. "
+               f"{source} token works only at the collector whose database made it; give "
+               f"the right one with {origins.set_token}")
+    if reading:
+        message += (", or none at all where the collector serves --public-read (it needs "
+                    "none to read)")
+    return AccessDenied(message)
+
+
 # gRPC's RESOURCE_EXHAUSTED for a message over the receiver's size limit.
 _TOO_LARGE = re.compile(r"larger than max", re.IGNORECASE)
 
@@ -103,15 +183,21 @@ _CONNECT_PREFIX = re.compile(
     r"^failed to connect to all addresses; last error: \w+: (?:ipv[46]:\S+: )?"
     r"(?:Failed to connect to remote host: )?"
 )
+# gRPC's wording for a name that does not resolve: the host and the resolver's reason.
+_LOOKUP_FAILED = re.compile(r"address lookup failed for (\S+?):\d*: ([^\]]+)\]?")
 
 
 def translate_error(
-    error: grpc.RpcError, address: str, what: str, subject: str | None = None
+    error: grpc.RpcError, address: str, what: str, subject: str | None = None, *,
+    origins: Origins = Origins(), token_sent: bool = True, reading: bool = False,
 ) -> GpubenchError:
     """The user-facing error for a failed call to `address`.
 
     `what` says what was asked ("deleting run 1234"); `subject` names the thing a
-    NOT_FOUND is about ("run 1234").
+    NOT_FOUND is about ("run 1234"). An unreachable collector and a refused token are
+    said with where the address or token came from (`origins`) and what to change;
+    `token_sent` says whether the call carried one, `reading` whether it was a read
+    (which a --public-read collector answers without a token).
 
     The returned error carries `retryable`, `status_code` (the gRPC code's name) and
     `detail` (the server's message) as attributes.
@@ -124,13 +210,17 @@ def translate_error(
     if code == grpc.StatusCode.UNAVAILABLE:
         # A name that does not resolve ends its detail with a colon and nothing after it.
         reason = _CONNECT_PREFIX.sub("", detail).rstrip(": ") or code.name
-        exc = CollectorUnavailable(f"cannot reach the collector at {address} ({reason})")
+        lookup = _LOOKUP_FAILED.search(reason)
+        if lookup:
+            reason = f"cannot resolve {lookup.group(1)}: {lookup.group(2)}"
+        exc = CollectorUnavailable(f"cannot reach the collector at {address} ({reason})"
+                                   + _unreachable_hint(address, origins))
     elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
         exc = CollectorUnavailable(
             f"the collector at {address} did not answer in time ({what}){suffix}"
         )
     elif code == grpc.StatusCode.UNAUTHENTICATED:
-        exc = AccessDenied(f"the collector at {address} did not accept the token ({what}){suffix}")
+        exc = _refused_token(address, what, suffix, origins, token_sent, reading)
     elif code == grpc.StatusCode.PERMISSION_DENIED:
         exc = AccessDenied(f"the collector at {address} does not allow {what}{suffix}")
     elif code == grpc.StatusCode.NOT_FOUND:
@@ -235,7 +325,9 @@ class Client:
     `address` and `token` default to $GPUBENCH_COLLECTOR ("127.0.0.1:50051") and
     $GPUBENCH_TOKEN. With `ca` (a PEM file) the channel uses TLS trusting that
     certificate; with `tls=True` and no `ca` it uses TLS with the system's roots.
-    `timeout` is the deadline of every call, in seconds.
+    `timeout` is the deadline of every call, in seconds. `origins` says where the
+    address and token came from, for the errors (default: the arguments, else the
+    variables, else the default address).
     """
 
     def __init__(
@@ -246,9 +338,14 @@ class Client:
         ca: str | Path | None = None,
         tls: bool = False,
         timeout: float = 10.0,
+        origins: Origins | None = None,
     ) -> None:
         self.address = (address or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS).strip()
         self._token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        self.origins = origins or Origins(
+            address="" if address else f"${ADDRESS_ENV}" if os.environ.get(ADDRESS_ENV)
+            else FROM_DEFAULT,
+            token="" if token is not None else f"${TOKEN_ENV}" if self._token else "")
         if timeout <= 0:
             raise GpubenchError(
                 f"timeout: must be positive, got {timeout}", exit_code=ExitCode.USAGE
@@ -288,12 +385,14 @@ class Client:
         """Close the channel; the client cannot be used afterwards."""
         self._channel.close()
 
-    def _call(self, method: Any, request: Any, what: str, subject: str | None = None) -> Any:
+    def _call(self, method: Any, request: Any, what: str, subject: str | None = None, *,
+              reading: bool = False) -> Any:
         metadata = [("authorization", f"Bearer {self._token}")] if self._token else None
         try:
             return method(request, timeout=self.timeout, metadata=metadata)
         except grpc.RpcError as exc:
-            raise translate_error(exc, self.address, what, subject) from None
+            raise translate_error(exc, self.address, what, subject, origins=self.origins,
+                                  token_sent=bool(self._token), reading=reading) from None
         except ValueError as exc:
             # grpc raises ValueError on a closed channel and on malformed metadata.
             raise GpubenchError(f"collector at {self.address}: {exc}") from None
@@ -321,7 +420,7 @@ class Client:
         by reason since it started, runs stored, flagged, quarantined, the journal's
         depth and DuckDB's bulk inserts (a read: needs a token unless --public-read)."""
         return self._call(self._collector.Stats, collector_pb2.StatsRequest(),
-                          "reading the collector's stats")
+                          "reading the collector's stats", reading=True)
 
     # -- runs -----------------------------------------------------------------------
 
@@ -338,7 +437,8 @@ class Client:
     def get_run(self, run_id: str) -> collector_pb2.StoredRun:
         """One stored run by its id; NotFound if the collector has none."""
         request = collector_pb2.GetRunRequest(run_id=run_id)
-        return self._call(self._collector.GetRun, request, f"reading run {run_id}", f"run {run_id}")
+        return self._call(self._collector.GetRun, request, f"reading run {run_id}",
+                          f"run {run_id}", reading=True)
 
     def delete_run(self, run_id: str) -> str:
         """Delete a run (only its submitter or an admin may); returns its id."""
@@ -387,7 +487,7 @@ class Client:
         seen_tokens: set[str] = set()
         yielded = 0
         while True:
-            page = self._call(self._collector.ListRuns, request, "listing runs")
+            page = self._call(self._collector.ListRuns, request, "listing runs", reading=True)
             for stored in page.runs:
                 yield stored
                 yielded += 1
@@ -441,7 +541,7 @@ class Client:
     def compare_response(self, model: str, **filters: Any) -> collector_pb2.CompareResponse:
         """The collector's raw comparison; `filters` are those of `compare`."""
         request = Comparison(model, **filters).request()
-        return self._call(self._collector.Compare, request, f"comparing {model}")
+        return self._call(self._collector.Compare, request, f"comparing {model}", reading=True)
 
     def compare(self, model: str, **filters: Any) -> pd.DataFrame:
         """Compare GPU configurations on one model: one row per GPU configuration,
@@ -486,7 +586,8 @@ class Client:
             settings=settings or "", batch_rule=batch_rule or "",
             benchmark_version=benchmark_version or "", include_flagged=include_flagged,
         )
-        return self._call(self._collector.Leaderboard, request, f"the {model} leaderboard")
+        return self._call(self._collector.Leaderboard, request, f"the {model} leaderboard",
+                          reading=True)
 
     def leaderboard(
         self,

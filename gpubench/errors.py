@@ -1,11 +1,18 @@
 """User-facing errors.
 
 One error class, `GpubenchError`, is caught at the top of every CLI and printed
-as a one-line message with its exit code; anything else that escapes is a bug
-and keeps its traceback.
+as one message (wrapped at 80 columns, `wrap_message`) with its exit code; anything
+else that escapes is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+# The widest an error message is written (the terminal's width where it is narrower).
+ERROR_WIDTH = 80
 
 
 class ExitCode:
@@ -30,6 +37,25 @@ class GpubenchError(Exception):
         super().__init__(message)
         if exit_code is not None:
             self.exit_code = exit_code
+
+
+def error_width() -> int:
+    """The columns an error message wraps at: $COLUMNS when set, else the terminal's
+    width up to ERROR_WIDTH, else ERROR_WIDTH."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return min(ERROR_WIDTH, os.get_terminal_size(sys.stderr.fileno()).columns)
+    except (AttributeError, OSError, ValueError):  # no terminal, or no file behind stderr
+        return ERROR_WIDTH
+
+
+def wrap_message(prefix: str, message: str, width: int | None = None) -> str:
+    """`prefix` and `message` wrapped at `width` (default error_width()), the lines after
+    the first indented two spaces; words (paths, flags, addresses) are never broken."""
+    return textwrap.fill(f"{prefix}{message}", width or error_width(), subsequent_indent="  ",
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def is_retryable(error: BaseException) -> bool:

@@ -14,6 +14,8 @@ import click
 
 from gpubench.errors import GpubenchError
 from gpubench.settings import (
+    MODELS,
+    BadSettings,
     RunSettings,
     Setting,
     default_backend,
@@ -41,6 +43,35 @@ class Parsed(click.ParamType):
             return self._parse(value)
         except GpubenchError as exc:
             self.fail(str(exc), param, ctx)
+
+
+def model_name(text: str) -> str:
+    """One of the protocol's models, given in any case, as the protocol names it (B0);
+    else BadSettings in those names."""
+    name = text.strip().upper()
+    if name not in MODELS:
+        raise BadSettings(f"{text.strip()!r} is not one of {', '.join(MODELS)}")
+    return name
+
+
+def model_names(text: str) -> list[str]:
+    """A comma list of models (model_name), each once, in the order given."""
+    names = [model_name(part) for part in text.split(",") if part.strip()]
+    if not names:
+        raise BadSettings(f"{text!r}: give one of {', '.join(MODELS)}, or a comma list of them")
+    return list(dict.fromkeys(names))
+
+
+class Model(Parsed):
+    """A model (B0, B3, B7; any case), or with `model_names` a comma list of them, named
+    in --help and in its errors as the protocol names them."""
+
+    def __init__(self, parse: Callable[[str], Any] = model_name) -> None:
+        super().__init__("model", parse)
+        self._metavar = "B0,B3,..." if parse is model_names else "[" + "|".join(MODELS) + "]"
+
+    def get_metavar(self, param: Any, ctx: Any = None) -> str:  # click < 8.2 passes no ctx
+        return self._metavar
 
 
 def BatchSize() -> Parsed:  # noqa: N802 - used as a click type, as click.Choice is

@@ -10,9 +10,12 @@ path through tests/conftest.py), or use the `make_run` fixture.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 from gpubench import BENCHMARK_VERSION, SCHEMA_VERSION, record
@@ -21,6 +24,17 @@ from gpubench.v1 import run_pb2
 MIB = 1 << 20
 TRAIN_IMAGES = 1709
 VALIDATION_IMAGES = 427
+# The reference runs README and the demo compare with (published ones included).
+REFERENCE_RUNS = Path(__file__).resolve().parents[1] / "docs" / "results" / "runs"
+
+
+def import_reference_runs(db: Path) -> None:
+    """Load the reference runs into the database `db` with `gpubench-collector import`,
+    as their submitter "reference"."""
+    runs = sorted(REFERENCE_RUNS.glob("*.json"))
+    subprocess.run([str(Path(sys.executable).with_name("gpubench-collector")), "import",
+                    "--db", str(db), "--submitter", "reference", *map(str, runs)],
+                   check=True, capture_output=True)
 
 
 @dataclass(frozen=True)

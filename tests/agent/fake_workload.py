@@ -72,6 +72,13 @@ def main() -> int:
             print(json.dumps(json.load(handle)))
         return 0
     if args.command == "models":
+        # As TensorFlow starts: a log line of its own on stderr, whatever is asked.
+        sys.stderr.write("I0000 00:00:1764600000.000000 1 cpu_feature_guard.cc:210] This "
+                         "TensorFlow binary is optimized to use available CPU instructions\n")
+        if mode == "crash":
+            sys.stderr.write("Traceback (most recent call last):\nModuleNotFoundError: No "
+                             "module named 'keras'\n")
+            return 1
         print(json.dumps({"B0": 4053414, "B3": 10788146, "B7": 64105370}))
         return 0
     if mode == "ignore-sigint":

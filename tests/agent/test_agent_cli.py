@@ -130,7 +130,10 @@ def test_unreachable_collector_exits_3_then_push_sends(tmp_path, fake_workload_c
     # Said before the benchmark, with the folder the run waits in; then it runs.
     before, _, after = done.stderr.partition("B0: ok")
     assert "cannot reach the collector" in before
-    assert f"the runs will wait in {tmp_path / 'spool'}" in before
+    assert f"The runs will wait in {tmp_path / 'spool'}" in before
+    # Not pushed again after the run: the check found the collector down, and the run
+    # waits in the spool as it said, with no retries before the exit.
+    assert "push:" not in after and "trying again" not in done.stderr
     status = json.loads(agent(["status", "--json"], env).stdout)
     assert status["counts"]["pending"] == 1
     [row] = status["runs"]
@@ -158,7 +161,9 @@ def test_a_refused_token_stops_the_run_before_any_training(tmp_path, fake_worklo
     done = agent(args + (["--token", token] if token else []), env)
     assert done.returncode == 4, done.stderr
     assert time.monotonic() - began < 30
-    assert "did not accept the token" in done.stderr and "nothing was run" in done.stderr
+    refused = ("needs a token for checking access and none was given" if how == "none"
+               else "did not accept the token")
+    assert refused in done.stderr and "Nothing was run" in done.stderr
     assert "B0:" not in done.stderr  # no model started
     assert not (tmp_path / "spool" / "pending").exists() or not any(
         (tmp_path / "spool" / "pending").iterdir())
@@ -205,6 +210,20 @@ def test_quick_runs_b0_at_the_articles_t4_batch(tmp_path, fake_workload_command)
     for clash in (["--models", "B3"], ["--batch", "64"], ["--precision", "mixed_bfloat16"]):
         refused = agent(["run", "--quick", "--offline", *clash], env)
         assert refused.returncode == 2 and "--quick sets" in refused.stderr, clash
+
+
+def test_quick_on_the_cpu_warns_that_it_is_long(tmp_path, fake_workload_command,
+                                                trace_path) -> None:
+    cpu = agent(["run", "--quick", "--offline"],
+                agent_env(tmp_path, fake_workload_command, CUDA_VISIBLE_DEVICES=""))
+    assert cpu.returncode == 0, cpu.stderr
+    assert "warning: --quick on the CPU trains B0 at full size (224 px, batch 128): many " \
+           "minutes here" in cpu.stderr
+    assert "The time left shows once its first training steps are timed" in cpu.stderr
+    gpu = agent(["run", "--quick", "--offline"],
+                agent_env(tmp_path, fake_workload_command, GPUBENCH_NVML_TRACE=str(trace_path)))
+    assert gpu.returncode == 0, gpu.stderr
+    assert "--quick on the CPU" not in gpu.stderr
 
 
 def test_a_searched_batch_records_its_rule_and_the_largest(tmp_path,
@@ -294,6 +313,53 @@ def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_c
     assert run.result.status == record.RunStatus.RUN_STATUS_INTERRUPTED
 
 
+def test_ctrl_c_ends_the_agent_at_once_and_pushes_nothing(tmp_path, fake_workload_command,
+                                                         collector) -> None:
+    """A workload that does not heed SIGINT (a framework deep in a kernel) is stopped
+    with SIGTERM half a second later; the interrupted run stays in the spool, unsent.
+    Before, the agent waited 10 s for the workload, then pushed the run."""
+    env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="ignore-sigint")
+    process = subprocess.Popen([*AGENT, "run", "--models", "B0,B3", "--batch", "8",
+                                "--collector", collector.address,
+                                "--token", collector.make_token("lab")],
+                               env=env, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_sigint_default)
+    lines = _lines(process.stderr)
+    seen = []
+    while not seen or not seen[-1].startswith("B0: tensorflow"):
+        line = lines.get(timeout=60)
+        assert line is not None, "".join(seen)
+        seen.append(line)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    # The old code's SIGINT wait alone was 10 s; this one's whole stop is about a second.
+    assert time.monotonic() - sent < 9
+    while (line := lines.get(timeout=60)) is not None:
+        seen.append(line)
+    said = "".join(seen)
+    assert "push:" not in said and "sent to the collector" not in said, said
+    [pending] = list((tmp_path / "spool" / "pending").iterdir())
+    assert record.from_json(pending.read_text()).result.status == \
+        record.RunStatus.RUN_STATUS_INTERRUPTED
+    with Client(collector.address, collector.admin_token) as client:
+        assert client.list_runs().empty
+
+
+def test_largest_batch_says_each_error_once_and_no_empty_table(tmp_path,
+                                                               fake_workload_command) -> None:
+    env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="oom-event")
+    done = agent(["largest-batch", "--models", "B0,B3"], env)
+    assert done.returncode == 1
+    for model in ("B0", "B3"):
+        said = [line for line in done.stderr.splitlines() if line.startswith(f"{model}:")
+                and "OOM when allocating" in line]
+        assert len(said) == 1, done.stderr
+        assert said[0].startswith(f"{model}: the search failed: ")
+    assert "Largest batch" not in done.stdout and not done.stdout.strip()
+    assert "\n\n" not in done.stderr  # no empty line where live rows ended
+
+
 def test_inventory(tmp_path, trace_path) -> None:
     plain = agent(["inventory", "--json"], agent_env(tmp_path, None))
     assert plain.returncode == 0
@@ -309,6 +375,18 @@ def test_models_asks_the_workload(tmp_path, fake_workload_command) -> None:
     done = agent(["models", "--json"], agent_env(tmp_path, fake_workload_command))
     assert done.returncode == 0
     assert json.loads(done.stdout)["B7"] == 64105370
+    assert done.stderr == ""  # not the framework's start-up log
+
+
+def test_models_shows_the_workloads_output_when_it_fails(tmp_path,
+                                                         fake_workload_command) -> None:
+    done = agent(["models"], agent_env(tmp_path, fake_workload_command,
+                                       FAKE_WORKLOAD_MODE="crash"))
+    assert done.returncode == 1
+    assert "cpu_feature_guard" in done.stderr  # the whole story, this time
+    last = done.stderr.splitlines()[-1]  # one line: COLUMNS=200
+    assert last.startswith("gpubench-agent: the workload (") and "exited with code 1" in last
+    assert "No module named 'keras'" in last
 
 
 @pytest.mark.slow

@@ -55,6 +55,25 @@ def test_measured_epochs_and_finished_models_replace_the_guesses() -> None:
     assert clock.describe(100.0) == "model 2 of 2 (B7), about 30 s left"
 
 
+def test_the_first_epochs_steps_give_an_estimate_where_nothing_else_does() -> None:
+    """--quick (a given batch, no trials) on a CPU: the time left shows after the first
+    steps, the first one (the framework's set-up) left out, and shrinks as steps end."""
+    clock = SuiteClock(["B0"], epochs=2)
+    clock.model_started(0, now=0.0)
+    clock.epoch_started(14)
+    clock.step(1, now=30.0)  # graphs built in the first step
+    clock.step(2, now=42.0)
+    assert clock.seconds_left(42.0) is None and clock.describe(42.0) == ""
+    clock.step(3, now=54.0)  # two steps timed: 12 s a step, 14 steps an epoch
+    epoch = 12.0 * 14 * IMAGES / 1709
+    assert clock.seconds_left(54.0) == pytest.approx((2 - 3 / 14) * epoch)
+    assert clock.describe(54.0) == f"about {format_duration((2 - 3 / 14) * epoch)} left"
+    clock.step(10, now=138.0)
+    assert clock.seconds_left(138.0) == pytest.approx((2 - 10 / 14) * epoch)
+    clock.epoch(200.0)  # the measured epoch replaces the steps' estimate
+    assert clock.seconds_left(200.0) == pytest.approx(200.0)
+
+
 @pytest.mark.parametrize(("seconds", "said"), [
     (3, "5 s"), (44, "45 s"), (89, "90 s"), (150, "2 min"), (200, "3 min"),
     (5400, "1 h 30 min"),

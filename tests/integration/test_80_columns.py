@@ -6,19 +6,17 @@ runs of long GPU names, several GPUs and mixed precision."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from factories import import_reference_runs
 from gpubench.agent.summary import summary_table
 
 from gpubench import Client, record
 from gpubench.cli import cli
 
-ROOT = Path(__file__).resolve().parents[2]
 ADA = "NVIDIA RTX 6000 Ada Generation"
 WIDTH = 80
 
@@ -34,10 +32,7 @@ def references(collector_factory: Any, make_run: Any, tmp_path: Path) -> Any:
     """A collector on a database holding the reference runs, with runs of 2x RTX 6000 Ada
     (float32 and mixed_bfloat16, one of them on other data) beside them."""
     db = tmp_path / "references.duckdb"
-    runs = sorted((ROOT / "docs" / "results" / "runs").glob("*.json"))
-    subprocess.run([str(Path(sys.executable).with_name("gpubench-collector")), "import",
-                    "--db", str(db), "--submitter", "reference", *map(str, runs)],
-                   check=True, capture_output=True)
+    import_reference_runs(db)
     running = collector_factory(db_path=db)
     running.lab_token = running.make_token("a-rather-long-submitter-name")
     with Client(running.address, running.lab_token) as client:

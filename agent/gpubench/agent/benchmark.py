@@ -2,9 +2,10 @@
 
 For each model: wait (bounded) for idle, cool GPUs; start the sampler and the
 workload; follow its events; build the run record however the workload ended;
-write it to the spool; then push it if a collector is configured. A Ctrl-C
-stops the workload, records that run as interrupted and skips the models after
-it; the spool keeps everything.
+write it to the spool; then push it if a collector is configured (and the
+pre-flight check reached it). A Ctrl-C stops the workload, records that run as
+interrupted, pushes nothing more and skips the models after it; the spool keeps
+everything.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class Benchmark:
         client_factory: Callable[[], Any] | None = None,
         retry: RetryPolicy | None = None,
         log_dir: Path | None = None,
+        unreachable: GpubenchError | None = None,
     ) -> None:
         self.runner = runner
         self.spool = spool
@@ -106,11 +108,15 @@ class Benchmark:
         self.client_factory = client_factory
         self.retry = retry or RetryPolicy()
         self.log_dir = log_dir
+        # The pre-flight check found the collector unreachable: the runs wait in the
+        # spool, as it said, rather than each retrying the push for seconds.
+        self.unreachable = unreachable
         self._client: Any = None
 
     def run(self, requests: Sequence[WorkloadRequest]) -> BenchmarkOutcome:
         """Run every request in turn (stopping at a Ctrl-C)."""
-        outcome = BenchmarkOutcome(push=PushReport() if self.client_factory else None)
+        outcome = BenchmarkOutcome(
+            push=PushReport(stopped=self.unreachable) if self.client_factory else None)
         epochs = max(request.setting("epochs") or DEFAULT_EPOCHS for request in requests)
         self.display.suite_started([request.model for request in requests], epochs)
         try:
@@ -118,7 +124,13 @@ class Benchmark:
                 run, interrupted = self.run_one(request, index)
                 if run is not None:
                     outcome.runs.append(run)
-                    self._push(run, outcome)
+                if run is not None and not interrupted:
+                    # A Ctrl-C while the push waits to retry ends the run at once: the
+                    # record is in the spool already.
+                    try:
+                        self._push(run, outcome)
+                    except KeyboardInterrupt:
+                        interrupted = True
                 if interrupted:
                     outcome.interrupted = True
                     break

@@ -18,9 +18,16 @@ from typing import Any
 
 import click
 
-from gpubench.errors import ExitCode, GpubenchError
-from gpubench.settings import MODELS, QUICK_BATCH, QUICK_MODEL, RULE_QUICK, parse_size
-from gpubench.settings_cli import BatchSize, agent_options, given_settings
+from gpubench import __version__
+from gpubench.errors import ExitCode, GpubenchError, wrap_message
+from gpubench.settings import (
+    NATIVE_IMAGE_SIZE,
+    QUICK_BATCH,
+    QUICK_MODEL,
+    RULE_QUICK,
+    parse_size,
+)
+from gpubench.settings_cli import BatchSize, Model, agent_options, given_settings, model_names
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = ExitCode.OK, ExitCode.FAILURE, ExitCode.USAGE
 EXIT_UNAVAILABLE, EXIT_AUTH, EXIT_INTERRUPTED = (ExitCode.UNAVAILABLE, ExitCode.AUTH,
@@ -32,10 +39,20 @@ NVML_TRACE_ENV = "GPUBENCH_NVML_TRACE"
 WORKLOAD_COMMAND_ENV = "GPUBENCH_WORKLOAD_COMMAND"
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+# Lines of a failed workload command's own output shown with its error.
+TAIL_LINES = 20
+# --quick is sized for a GPU; on the CPU the same B0 epochs take many minutes.
+QUICK_ON_CPU = (
+    f"warning: --quick on the CPU trains {QUICK_MODEL} at full size "
+    f"({NATIVE_IMAGE_SIZE[QUICK_MODEL]} px, batch "
+    f"{QUICK_BATCH}): many minutes here, where a GPU takes about one. The time left shows "
+    "once its first training steps are timed. A smoke run instead: --models B0 "
+    "--image-size 64 --limit-images 240 --batch 16"
+)
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"gpubench-agent: {message}", err=True)
+    click.echo(wrap_message("gpubench-agent: ", message), err=True)
     sys.exit(code)
 
 
@@ -53,14 +70,6 @@ def handles_errors(command: Callable[..., int | None]) -> Callable[..., None]:
         sys.exit(code or EXIT_OK)
 
     return wrapper
-
-
-def _models(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
-    models = [m.strip().upper() for m in value.split(",") if m.strip()]
-    unknown = [m for m in models if m not in MODELS]
-    if unknown or not models:
-        raise click.BadParameter(f"{value!r}: give a comma list of {', '.join(MODELS)}")
-    return list(dict.fromkeys(models))
 
 
 def _size(value: str) -> int:
@@ -133,17 +142,26 @@ def compat_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _client_factory(collector: str, token: str | None, ca: Path | None,
-                    timeout: float) -> Callable[[], Any]:
+                    timeout: float, origins: Any = None) -> Callable[[], Any]:
+    """Clients of the collector; `origins` (gpubench.client.Origins) says where its
+    address and token came from, for the errors."""
     def make() -> Any:
         from gpubench.client import Client
 
-        return Client(collector, token, ca=ca, timeout=timeout)
+        return Client(collector, token, ca=ca, timeout=timeout, origins=origins)
 
     return make
 
 
+def _origins(ctx: click.Context) -> Any:
+    """Where --collector and --token came from (the flag or the variable)."""
+    from gpubench.cli_shared import connection_origins
+
+    return connection_origins(ctx)
+
+
 @click.group(context_settings=CONTEXT)
-@click.version_option(package_name="gpubench", prog_name="gpubench-agent")
+@click.version_option(__version__, prog_name="gpubench-agent")
 def main() -> None:
     """Run the standard gpubench benchmark (Keras EfficientNet B0/B3/B7) on this host,
     with GPU telemetry, and send the results to a collector.
@@ -159,7 +177,7 @@ def main() -> None:
     "Environment: GPUBENCH_COLLECTOR, GPUBENCH_TOKEN, GPUBENCH_SPOOL; for development "
     "without a GPU, GPUBENCH_NVML_TRACE=FILE replays a recorded NVML trace instead of the "
     "driver and GPUBENCH_WORKLOAD_COMMAND replaces `python -m gpubench.agent.workload`."))
-@click.option("--models", default="B0,B3,B7", show_default=True, callback=_models,
+@click.option("--models", type=Model(model_names), default="B0,B3,B7", show_default=True,
               help="Comma list of the models to run, in order.")
 @click.option("--batch", type=BatchSize(), default="auto", show_default=True,
               help="Batch size per GPU. 'auto': search the largest batch that fits (recorded) "
@@ -234,14 +252,23 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
         given["gpus"] = gpu_count
         given["backend"] = _check_builds(chosen, inventory, gpu_count, given.get("backend"),
                                          display, skip_compat)
+        requests = [WorkloadRequest(model, batch=batch[0], batch_rule=batch[1],
+                                    settings=given) for model in models]
+        _check_settings(requests, inventory)
+        if quick and gpu_count == 0 and not (given.get("image_size") or
+                                             given.get("limit_images")):
+            display.note(QUICK_ON_CPU, style="yellow")
         spool = Spool(spool_dir)
         retry = RetryPolicy()
+        origins = None if offline else _origins(ctx)
+        unreachable = None
         if not offline:
             from gpubench.agent.preflight import check_collector
 
-            found = check_collector(_client_factory(collector or "", token, ca, retry.call_timeout),
-                                    collector or "", spool.root)
+            found = check_collector(_client_factory(collector or "", token, ca, retry.call_timeout,
+                                                    origins), collector or "", spool.root)
             display.note(found.message, style="" if found.reachable else "yellow")
+            unreachable = found.error
         trace = open(trace_path, "a", encoding="utf-8") if trace_path else None  # noqa: SIM115
         try:
             benchmark = Benchmark(
@@ -250,10 +277,9 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
                 idle=IdleRule(timeout=idle_timeout, max_temperature=idle_temperature),
                 label=label, trace=trace, retry=retry, log_dir=spool.root / "logs",
                 client_factory=None if offline else _client_factory(
-                    collector or "", token, ca, retry.call_timeout),
+                    collector or "", token, ca, retry.call_timeout, origins),
+                unreachable=unreachable,
             )
-            requests = [WorkloadRequest(model, batch=batch[0], batch_rule=batch[1],
-                                        settings=given) for model in models]
             outcome = benchmark.run(requests)
         finally:
             if trace is not None:
@@ -263,6 +289,30 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
             nvml.close()
     _report(outcome, display, as_json, collector, token, ca)
     return _exit_code(outcome)
+
+
+def _check_settings(requests: list[Any], inventory: Any) -> None:
+    """Refuse, before anything runs or is spooled, settings the workload would refuse
+    (BadSettings, exit 2): each request's as the workload will read them, each
+    --memory-limit of a search too. A run without a GPU says why it has none."""
+    from gpubench.agent.runners.base import WorkloadRequest
+
+    from gpubench.settings import BadSettings, RunSettings, default_backend
+
+    for request in requests:
+        values = {name: value for name, value in request.settings.items() if value is not None}
+        values.setdefault("backend", default_backend())
+        if isinstance(request, WorkloadRequest):
+            values.update(batch=request.batch, batch_rule=request.batch_rule)
+        for limit in getattr(request, "limits", ()) or (values.get("memory_limit_bytes"),):
+            try:
+                RunSettings(**{**values, "model": request.model, "memory_limit_bytes": limit})
+            except BadSettings as exc:
+                if not values.get("gpus") and inventory.no_gpu_reason:
+                    reason = inventory.no_gpu_reason.removesuffix("; running CPU-only")
+                    raise BadSettings(f"{exc}; this host has none the run can use "
+                                      f"({reason})") from None
+                raise
 
 
 def _sigterm_interrupts() -> None:
@@ -489,7 +539,7 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
 
 
 @main.command("largest-batch", context_settings=CONTEXT)
-@click.option("--models", default="B0,B3,B7", show_default=True, callback=_models,
+@click.option("--models", type=Model(model_names), default="B0,B3,B7", show_default=True,
               help="Comma list of the models to search, in order.")
 @click.option("--memory-limit", "limits", metavar="SIZE", multiple=True,
               help="Search as a GPU of this size, e.g. 16GiB (repeat, or give a comma "
@@ -520,12 +570,13 @@ def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image
     given["backend"] = _check_builds(chosen, inventory, gpu_count, given.get("backend"), display,
                                      skip_compat)
     requests = [SearchRequest(model, limits=sizes, settings=given) for model in models]
+    _check_settings(requests, inventory)
     found, failed = search_models(chosen, requests, display)
     if as_json:
         import json
 
         click.echo(json.dumps(found, indent=1))
-    else:
+    elif found:  # every search failed: its error was said, and there is no table
         from rich.console import Console
 
         print_table(found, Console())
@@ -550,7 +601,9 @@ def push(collector: str | None, token: str | None, ca: Path | None,
     console = Console(stderr=True)
     spool = Spool(spool_dir)
     retry = RetryPolicy()
-    with FreshConnection(_client_factory(collector, token, ca, retry.call_timeout)) as client:
+    origins = _origins(click.get_current_context())
+    with FreshConnection(_client_factory(collector, token, ca, retry.call_timeout,
+                                         origins)) as client:
         report = push_pending(
             spool, client, retry,
             on_retry=lambda n, pause, error: console.print(
@@ -681,7 +734,15 @@ def models(as_json: bool) -> int:
     argv = [*(shlex.split(command) if command else workload_command()), "models"]
     if as_json:
         argv.append("--json")
-    return subprocess.run(argv, check=False).returncode
+    # The framework's start-up log (TensorFlow's, CUDA's) is shown only if it fails.
+    done = subprocess.run(argv, stderr=subprocess.PIPE, text=True, errors="replace",
+                          check=False)
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()[-TAIL_LINES:]
+        click.echo("\n".join(said), err=True)
+        raise GpubenchError(f"the workload ({shlex.join(argv)}) exited with code "
+                            f"{done.returncode}" + (f": {said[-1]}" if said else ""))
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from gpubench.agent.eta import SuiteClock
+from gpubench.agent.eta import SuiteClock, format_duration
 from gpubench.agent.telemetry import Tick
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
@@ -115,9 +115,11 @@ class RunDisplay:
         while not stop.wait(self.heartbeat_s / 4):
             now = time.monotonic()
             if self._doing and now - self._last_line >= self.heartbeat_s:
+                left = self.clock.seconds_left(now) if self.clock is not None else None
                 self.note(f"{self._doing}{self._step}: still running, "
-                          f"{now - self._started:.0f} s "
-                          f"since {self._model} started", style="dim")
+                          f"{now - self._started:.0f} s since {self._model} started"
+                          + (f"; about {format_duration(left)} left" if left is not None
+                             else ""), style="dim")
 
     def suite_started(self, models: list[str], epochs: int) -> None:
         """The run's models, in order: the suite row follows them."""
@@ -135,9 +137,12 @@ class RunDisplay:
         self._started = self._last_line = time.monotonic()
         self._doing = f"{model}: starting"
         if not self.console.is_terminal:
+            # No live rows where they cannot be redrawn (rich would end them with an
+            # empty line): a line every heartbeat instead.
             self._stop_heartbeat = threading.Event()
             threading.Thread(target=self._heartbeat, args=(self._stop_heartbeat,),
                              name="display-heartbeat", daemon=True).start()
+            return
         self._progress = Progress(
             _SuiteColumn(lambda: self.clock),
             TextColumn("[bold]{task.description}"),
@@ -149,8 +154,7 @@ class RunDisplay:
             transient=True,
         )
         self._progress.start()
-        if len(self.clock.models) > 1:
-            self._progress.add_task("", total=None, live=False)
+        self._progress.add_task("", total=None, live=False)  # the suite: time left
         self._task = self._progress.add_task(f"{model}: starting", total=None, live=True)
 
     def _update(self, **fields: object) -> None:
@@ -175,6 +179,8 @@ class RunDisplay:
             self._chosen(event)
         elif event.kind == "epoch_started":
             epoch = event.get("epoch")
+            if self.clock is not None:
+                self.clock.epoch_started(int(event.get("steps") or 0))
             self._update(
                 description=f"{model} epoch {epoch}/{self._epochs}"
                 + (" (set-up)" if epoch == 1 else ""),
@@ -182,6 +188,8 @@ class RunDisplay:
                 completed=0,
             )
         elif event.kind == "step":
+            if self.clock is not None:
+                self.clock.step(int(event.get("step") or 0), time.monotonic())
             self._update(completed=event.get("step", 0), total=event.get("steps") or None)
             if event.get("steps"):
                 self._step = f", step {event.get('step', 0)}/{event.get('steps')}"

@@ -2,9 +2,10 @@
 
 An estimate from what the run has measured so far, refined as it goes:
 
-- a model's epoch: from its own epochs once one has ended; before that from its
-  batch trials (a trial's step time per image); before that from the models
-  already run, scaled by RELATIVE_IMAGE_COST;
+- a model's epoch: from its own epochs once one has ended; before that from the
+  training steps of its epoch under way (after STEPS_TIMED of them, the first left out:
+  it carries the framework's set-up), or from its batch trials (a trial's step time per
+  image); before that from the models already run, scaled by RELATIVE_IMAGE_COST;
 - the time a model spends outside its epochs (process start, batch search, model
   build, the first steps' set-up): what the models already run spent, or
   FIRST_OVERHEAD_SECONDS before any has finished.
@@ -27,6 +28,8 @@ RELATIVE_IMAGE_COST = {"B0": 1.0, "B3": 3.1, "B7": 35.0}
 FIRST_OVERHEAD_SECONDS = 40.0
 # Validation images cost about a third of a training image (no backward pass).
 VALIDATION_SHARE = 1 / 3
+# Steps of an epoch timed, after its first, before they give the epoch's length.
+STEPS_TIMED = 2
 
 
 @dataclass
@@ -36,6 +39,10 @@ class _Model:
     ended: float | None = None
     image_seconds: float | None = None  # training seconds per image, measured
     epoch_seconds: list[float] = field(default_factory=list)
+    # The epoch under way: its training steps, how many have ended, when the first did.
+    steps: int = 0
+    steps_done: int = 0
+    first_step_at: float | None = None
 
 
 class SuiteClock:
@@ -46,6 +53,7 @@ class SuiteClock:
                  validation_images: int = 427) -> None:
         self.models = [_Model(name) for name in models]
         self.epochs = epochs
+        self.train_images = train_images
         self.images = train_images + VALIDATION_SHARE * validation_images
         self.index = -1
 
@@ -65,6 +73,27 @@ class SuiteClock:
         if model is not None and batch > 0 and step_seconds > 0 and not model.epoch_seconds:
             model.image_seconds = step_seconds / batch
 
+    def epoch_started(self, steps: int) -> None:
+        """An epoch of the current model starts: `steps` training steps (0: not said)."""
+        model = self.current
+        if model is not None:
+            model.steps, model.steps_done, model.first_step_at = max(0, steps), 0, None
+
+    def step(self, step: int, now: float) -> None:
+        """Training step `step` (1-based) of the current epoch ended at `now`. Before any
+        epoch has ended, the steps after the first time the epoch."""
+        model = self.current
+        if model is None or not model.steps:
+            return
+        model.steps_done = step
+        if step <= 1 or model.first_step_at is None:
+            model.first_step_at = now
+            return
+        timed = step - 1
+        if timed >= STEPS_TIMED and not model.epoch_seconds:
+            train_seconds = (now - model.first_step_at) / timed * model.steps
+            model.image_seconds = train_seconds / self.train_images
+
     def epoch(self, wall_seconds: float) -> None:
         """An epoch of the current model ended."""
         model = self.current
@@ -72,6 +101,7 @@ class SuiteClock:
             model.epoch_seconds.append(wall_seconds)
             model.image_seconds = min(wall_seconds for wall_seconds in model.epoch_seconds
                                       ) / self.images
+            model.steps = model.steps_done = 0
 
     def model_finished(self, now: float) -> None:
         """The current model ended at `now`."""
@@ -113,21 +143,24 @@ class SuiteClock:
                 done = len(model.epoch_seconds)
                 elapsed = now - model.started - sum(model.epoch_seconds)
                 outside = max(0.0, overhead - elapsed) if done == 0 else 0.0
-                total += outside + max(0, self.epochs - done) * epoch
+                under_way = model.steps_done / model.steps if model.steps else 0.0
+                total += outside + max(0.0, self.epochs - done - under_way) * epoch
             else:
                 total += overhead + self.epochs * epoch
         return total
 
     def describe(self, now: float) -> str:
-        """'model 2 of 3 (B3), about 2 min left' (no time before there is an estimate)."""
+        """'model 2 of 3 (B3), about 2 min left' (no time before there is an estimate);
+        for a run of one model only the time: 'about 6 min left'."""
         model = self.current
         if model is None:
             return ""
         where = f"model {self.index + 1} of {len(self.models)} ({model.name})"
         left = self.seconds_left(now)
         if left is None:
-            return where
-        return f"{where}, about {format_duration(left)} left"
+            return where if len(self.models) > 1 else ""
+        about = f"about {format_duration(left)} left"
+        return f"{where}, {about}" if len(self.models) > 1 else about
 
 
 def format_duration(seconds: float) -> str:

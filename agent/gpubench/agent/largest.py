@@ -30,7 +30,8 @@ def search_models(runner: Runner, requests: Sequence[SearchRequest],
             display.model_started(request.model, 0, lambda: None, index)
             try:
                 for event in workload.events():
-                    display.event(event)
+                    if event.kind != "error":  # said once, below, when the search ends
+                        display.event(event)
                     if event.kind == "batch_trial":
                         trials.append(dict(event.data))
                     elif event.kind == "search_done":

@@ -22,6 +22,7 @@ class Preflight:
 
     reachable: bool
     message: str
+    error: GpubenchError | None = None  # why the collector cannot be reached now
 
 
 def check_collector(client_factory: Callable[[], Any], address: str, spool: Path) -> Preflight:
@@ -35,11 +36,11 @@ def check_collector(client_factory: Callable[[], Any], address: str, spool: Path
         with client_factory() as client:
             access = client.check_access()
     except AccessDenied as exc:
-        raise AccessDenied(f"{exc}; nothing was run (give a valid --token, or --offline)"
+        raise AccessDenied(f"{exc}. Nothing was run (--offline runs without a collector)"
                            ) from None
     except CollectorUnavailable as exc:
-        return Preflight(False, f"{exc}: the runs will wait in {spool} and "
-                                "`gpubench-agent push` sends them later")
+        return Preflight(False, f"{exc}. The runs will wait in {spool}, and `gpubench-agent "
+                                "push` sends them later", exc)
     except GpubenchError as exc:
         if getattr(exc, "status_code", "") != "UNIMPLEMENTED":
             raise

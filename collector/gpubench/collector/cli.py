@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpubench import __version__, record
-from gpubench.errors import ExitCode, GpubenchError, RequestRefused
+from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
 
 err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 out = Console(highlight=False, markup=False, soft_wrap=True)
@@ -193,6 +193,27 @@ def _token_book(db_path: Path) -> contextlib.AbstractContextManager[object]:
     return _local_or_live(db_path, TokenBook)
 
 
+def _which_database(db_path: Path, book: object) -> str:
+    """'the database PATH' for the token commands' lines: a token works only at a
+    collector serving that file, so the default is said as such."""
+    from gpubench.collector.local_admin import LiveCollector
+
+    where = f"the database {db_path}"
+    source = click.get_current_context().get_parameter_source("db_path")
+    if source == click.core.ParameterSource.ENVIRONMENT:
+        where += " (from $GPUBENCH_COLLECTOR_DB)"
+    elif source != click.core.ParameterSource.COMMANDLINE:
+        where += " (the default; --db or $GPUBENCH_COLLECTOR_DB names another)"
+    if isinstance(book, LiveCollector):
+        where += ", through the collector serving it"
+    return where
+
+
+def _note(message: str) -> None:
+    """One message on stderr, wrapped at 80 columns."""
+    err.print(wrap_message("", message))
+
+
 @cli.group()
 def token() -> None:
     """Create, list and revoke access tokens (works while the collector runs)."""
@@ -207,7 +228,9 @@ def token_create(db_path: Path, name: str, admin: bool) -> None:
     with _token_book(db_path) as book:
         row, secret = book.create(name, admin=admin)  # type: ignore[attr-defined]
     kind = "admin token" if row.admin else "token"
-    err.print(f"created {kind} {row.name!r}; store the secret now, it is not shown again:")
+    _note(f"created {kind} {row.name!r} in {_which_database(db_path, book)}: it works at a "
+          "collector serving that file")
+    err.print("store the secret now, it is not shown again:")
     click.echo(secret)
 
 
@@ -217,6 +240,7 @@ def token_list(db_path: Path) -> None:
     """List tokens: name, admin, created, last used, revoked."""
     with _token_book(db_path) as book:
         rows = book.list()  # type: ignore[attr-defined]
+    _note(f"{len(rows)} token(s) in {_which_database(db_path, book)}")
     table = Table("name", "admin", "created (UTC)", "last used (UTC)", "revoked")
     for row in rows:
         table.add_row(
@@ -236,7 +260,7 @@ def token_revoke(db_path: Path, name: str) -> None:
     """Revoke token NAME: calls with it are refused from now on."""
     with _token_book(db_path) as book:
         row = book.revoke(name)  # type: ignore[attr-defined]
-    err.print(f"revoked token {row.name!r}")
+    _note(f"revoked token {row.name!r} in {_which_database(db_path, book)}")
 
 
 def _quarantine(db_path: Path) -> contextlib.AbstractContextManager[object]:
@@ -409,7 +433,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="gpubench-collector", standalone_mode=False)
     except GpubenchError as exc:
-        err.print(f"gpubench-collector: {exc}")
+        err.print(wrap_message("gpubench-collector: ", str(exc)))
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         err.print("gpubench-collector: interrupted")

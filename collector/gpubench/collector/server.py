@@ -39,15 +39,16 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
     add_health_and_reflection,
     bind_address,
     check_plaintext,
+    check_port,
     is_loopback,
     listen,
     server_options,
     set_serving,
 )
 
+from gpubench.client import DEFAULT_PORT
 from gpubench.v1 import collector_pb2_grpc
 
-DEFAULT_PORT = 50051
 DEFAULT_RATE_LIMIT = 50.0  # submissions per second per token
 # How often the owner of a multi-process collector checks on its front-ends (s).
 WATCH_INTERVAL_S = 0.5
@@ -152,6 +153,7 @@ def serve(
     """
     stop = stop or threading.Event()
     check_plaintext(host, tls, insecure)
+    check_port(host, port)
     if tls is not None:
         tls.credentials()  # unreadable files fail here, before anything starts
     store = Store(db_path)

@@ -7,7 +7,9 @@ processes of a multi-process collector (collector.frontend) start fast and small
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,6 +173,35 @@ async def add_health_and_reflection_aio(server: grpc.aio.Server) -> health.aio.H
 
 def _add_reflection(server: grpc.Server | grpc.aio.Server) -> None:
     reflection.enable((*SERVICE_NAMES, health.SERVICE_NAME), server)
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a host:port this machine cannot listen on (in use, or not one of its
+    addresses) before gRPC tries: gRPC would first log a line of its own."""
+    if port == 0:
+        return
+    address = bind_address(host, port)
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise GpubenchError(f"--host {host}: cannot resolve it ({exc.strerror})") from None
+    for family, kind, protocol, _, where in found:
+        with socket.socket(family, kind, protocol) as probe:
+            # As gRPC binds: a port whose old connections linger (TIME_WAIT) is free.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(where)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise GpubenchError(
+                        f"--port {port}: {address} is in use (another collector, or another "
+                        "program, listens there): stop it, or choose another port with "
+                        "--port (0: any free port)") from None
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise GpubenchError(f"--host {host}: not an address of this machine; "
+                                        "give one of its addresses, or 0.0.0.0 for all") from None
+                raise GpubenchError(f"--host/--port {address}: cannot listen "
+                                    f"({exc.strerror})") from None
 
 
 def listen(server: grpc.Server, host: str, port: int, tls: TlsFiles | None) -> int:

@@ -29,6 +29,7 @@ from gpubench.agent.runners.base import (
     events_from_lines,
 )
 
+from gpubench import DISTRIBUTION
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import Event
 from gpubench.settings import WORKLOAD_MODULE
@@ -36,7 +37,8 @@ from gpubench.settings import WORKLOAD_MODULE
 DEFAULT_IMAGE = "gpubench-workload:latest"
 WORKLOAD_COMMAND = ("python3", "-m", WORKLOAD_MODULE)
 DATA_MOUNT = "/data"
-STOP_TIMEOUTS = (10.0, 5.0)
+# Seconds after SIGINT, then after SIGTERM, before the next signal (runners/local.py).
+STOP_TIMEOUTS = (0.5, 0.5)
 # The label each workload container carries with a value of its own start.
 START_LABEL = "org.gpubench.start"
 # How long a container's process list stays fresh (asking docker is an HTTP call).
@@ -302,7 +304,7 @@ class DockerRunner(Runner):
             import docker
         except ImportError:
             raise DockerUnavailable(
-                "the docker runner needs the docker SDK (pip install 'gpubench[agent]')"
+                f"the docker runner needs the docker SDK (pip install '{DISTRIBUTION}[agent]')"
             ) from None
         try:
             client = docker.from_env()
