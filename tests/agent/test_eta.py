@@ -10,7 +10,6 @@ from gpubench.agent.eta import (
     FIRST_OVERHEAD_SECONDS,
     RELATIVE_IMAGE_COST,
     SuiteClock,
-    format_duration,
 )
 from rich.console import Console
 
@@ -53,14 +52,6 @@ def test_measured_epochs_and_finished_models_replace_the_guesses() -> None:
     clock.epoch(30.0)  # epoch 1 of B7: one epoch left, as long as the faster one seen
     assert clock.seconds_left(100.0) == pytest.approx(30.0)
     assert clock.describe(100.0) == "model 2 of 2 (B7), about 30 s left"
-
-
-@pytest.mark.parametrize(("seconds", "said"), [
-    (3, "5 s"), (44, "45 s"), (89, "90 s"), (150, "2 min"), (200, "3 min"),
-    (5400, "1 h 30 min"),
-])
-def test_durations_read_as_a_person_says_them(seconds: float, said: str) -> None:
-    assert format_duration(seconds) == said
 
 
 def test_the_display_keeps_the_clock_and_fits_80_columns() -> None:

@@ -62,7 +62,10 @@ def invoke(filled: Any) -> Any:
     runner = CliRunner()
 
     def run(*args: str, token: str | None = None) -> Any:
-        options = ["--collector", filled.address, "--token", token or filled.lab_token]
+        # Wide enough that each row is a line: tests/integration/test_80_columns.py
+        # checks the default width.
+        options = ["--collector", filled.address, "--token", token or filled.lab_token,
+                   "--width", "250"]
         return runner.invoke(cli, [*options, *args], catch_exceptions=False)
 
     return run
@@ -77,8 +80,10 @@ def test_unreachable_collector_exit_code() -> None:
         port = sock.getsockname()[1]
     done = gpubench("--collector", f"127.0.0.1:{port}", "runs", "list")
     assert done.returncode == ExitCode.UNAVAILABLE
-    assert done.stderr == f"gpubench: error: cannot reach the collector at 127.0.0.1:{port} " \
-        "(Connection refused)\n"  # fmt: skip
+    # One message, wrapped at 80 columns.
+    assert " ".join(done.stderr.split()) == f"gpubench: error: cannot reach the collector at " \
+        f"127.0.0.1:{port} (Connection refused)"  # fmt: skip
+    assert all(len(line) <= 80 for line in done.stderr.splitlines())
     assert done.stdout == ""
 
 
@@ -86,12 +91,12 @@ def test_bad_token_and_not_found_exit_codes(filled: Any) -> None:
     env = {"GPUBENCH_COLLECTOR": filled.address}
     done = gpubench("runs", "list", env={**env, "GPUBENCH_TOKEN": "wrong"})
     assert done.returncode == ExitCode.AUTH
-    assert done.stderr.startswith("gpubench: error: ") and done.stderr.count("\n") == 1
-    assert "token unknown or revoked" in done.stderr
+    assert done.stderr.startswith("gpubench: error: ")
+    assert "token unknown or revoked" in " ".join(done.stderr.split())
 
     done = gpubench("runs", "show", "no-such-run", env={**env, "GPUBENCH_TOKEN": filled.lab_token})
     assert done.returncode == ExitCode.NOT_FOUND
-    assert "no-such-run" in done.stderr and done.stderr.count("\n") == 1
+    assert "no-such-run" in done.stderr and "gpubench: error:" in done.stderr
 
 
 def test_compare_json_for_scripts(filled: Any) -> None:
