@@ -1,5 +1,6 @@
 # The collector: stores everyone's runs in a DuckDB file on a volume and answers comparisons.
-# Only the collector's dependencies (no framework, no NVML); runs as a non-root user.
+# Only the collector's dependencies and its results site's (no framework, no NVML); runs as
+# a non-root user. The same image serves the site: `gpubench-collector web` (compose.yaml).
 #
 #   docker build -f docker/collector.Dockerfile -t gpubench-collector .
 #   docker run -d -v gpubench-data:/data -p 50051:50051 gpubench-collector
@@ -18,7 +19,7 @@ RUN python3 -m venv /opt/gpubench
 COPY pyproject.toml docker/requirements.py /tmp/build/
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
-    python3 /tmp/build/requirements.py /tmp/build/pyproject.toml collector > /tmp/build/requirements.txt \
+    python3 /tmp/build/requirements.py /tmp/build/pyproject.toml collector web > /tmp/build/requirements.txt \
     && /opt/gpubench/bin/pip install -r /tmp/build/requirements.txt
 COPY pyproject.toml setup.py README.md /src/
 COPY protos /src/protos
