@@ -271,16 +271,17 @@ def runs_table(frame: pd.DataFrame, *, title: str | None = None,
     table = narrow_table(
         title,
         "run: the run id's first characters (runs show takes them); tf: tensorflow; "
-        f"{PRECISION_LEGEND}; {BATCH_LEGEND}; img/s: training images a second; peak memory: "
-        "GiB (% of card" + (" or --memory-limit" if limited else "") + ")"
+        f"{PRECISION_LEGEND}; batch timed / largest: {BATCH_LEGEND}; img/s: training images "
+        "a second; peak memory: GiB (% of card" + (" or --memory-limit" if limited else "") + ")"
         if legend else None,
     )
     table.add_column("run", overflow="fold")
     table.add_column("GPU config")
     table.add_column("model")
     table.add_column("backend precision")
-    table.add_column(figures.TIMED_BATCH, justify="right")
-    table.add_column(figures.LARGEST_BATCH, justify="right")
+    # Both batches in one column, "timed/largest": a list of runs has many columns.
+    table.add_column(f"batch {figures.TIMED_BATCH.split()[0]} / "
+                     f"{figures.LARGEST_BATCH.split()[0]}", justify="right")
     table.add_column("epoch 2 (s)", justify="right")
     table.add_column("img/s", justify="right")
     table.add_column("peak memory", justify="right")
@@ -299,8 +300,8 @@ def runs_table(frame: pd.DataFrame, *, title: str | None = None,
             row["model"],
             Text(f"{backend} {short_precision(row['precision'])}".strip()),
             figures.batch(row["timed_batch_per_gpu"], row["timed_global_batch"],
-                          row["gpu_count"]),
-            figures.largest_batch(row["largest_batch_per_gpu"], row["largest_batch_capped"]),
+                          row["gpu_count"]) + "/"
+            + figures.largest_batch(row["largest_batch_per_gpu"], row["largest_batch_capped"]),
             figures.seconds(row["epoch2_s"], unit=False),
             figures.three_digits(row["train_images_per_s"]),
             peak,
@@ -424,10 +425,6 @@ def run_facts(stored: collector_pb2.StoredRun) -> list[tuple[str, str]]:
     add("max temperature", figures.measured(row["max_temperature_c"], "°C"))
     add("throttle reasons", row["throttle_reasons"])
     add("warnings", row["warnings"])
-    add("host", ", ".join(v for v in (row["cpu_model"], f"{row['cpu_cores']} cores"
-                                      if row["cpu_cores"] else "",
-                                      figures.gib(row["ram_gib"]).replace(MISSING, ""),
-                                      row["os"]) if v))
     add("container image", row["container_image"])
     return facts
 
@@ -436,10 +433,10 @@ def run_facts(stored: collector_pb2.StoredRun) -> list[tuple[str, str]]:
 BATCH_RULES = {
     "steps": "the largest power of two that fits with 8 steps an epoch",
     "largest": "the largest batch that fits",
-    "given": "given with --batch",
-    "quick": "--quick: the article's Tesla T4 batch",
+    "given": "--batch N",
+    "quick": "--quick, the article's Tesla T4 batch",
 }
-BATCH_CHOICES = {"given": "given with --batch", "searched": "found by the batch search"}
+BATCH_CHOICES = {"given": "--batch N", "searched": "found by the batch search"}
 SETTING_WORDS = {
     "batched_augmentation": "batched augmentation", "fused_batchnorm": "fused batch norm",
     "channels_first": "channels first", "data_on_device": "data kept on the GPU",
