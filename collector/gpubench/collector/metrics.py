@@ -26,6 +26,27 @@ from gpubench.v1 import collector_pb2
 log = logging.getLogger(__name__)
 
 
+# The figures of a StatsResponse that are one number each: (kind, name, help, field).
+_SINGLE = (
+    (CounterMetricFamily, "gpubench_collector_submissions",
+     "Runs acknowledged since the collector started.", "submissions_accepted"),
+    (GaugeMetricFamily, "gpubench_collector_quarantined_runs",
+     "Runs acknowledged but refused by the database, held in quarantine.", "runs_quarantined"),
+    (GaugeMetricFamily, "gpubench_collector_journal_depth",
+     "Acknowledged runs waiting in the intake journal for their bulk insert.", "journal_depth"),
+    (CounterMetricFamily, "gpubench_collector_flushes",
+     "Bulk inserts from the journal into DuckDB.", "flushes"),
+    (CounterMetricFamily, "gpubench_collector_flush_seconds",
+     "Time spent in bulk inserts into DuckDB, in all (over flushes: the mean latency).",
+     "flush_seconds_total"),
+    (GaugeMetricFamily, "gpubench_collector_last_flush_seconds",
+     "The latest bulk insert's duration.", "flush_seconds_last"),
+)
+# Runs stored, by kind: (label, field).
+_RUN_KINDS = (("stored", "runs_stored"), ("flagged", "runs_flagged"),
+              ("outlier", "runs_outlier"), ("published", "runs_published"))
+
+
 def families(up: bool, stats: collector_pb2.StatsResponse | None) -> list[Metric]:
     """The collector's state as metric families: `up` (it can store runs durably: its
     health service says SERVING), the rest from a StatsResponse (None: none to read)."""
@@ -35,9 +56,7 @@ def families(up: bool, stats: collector_pb2.StatsResponse | None) -> list[Metric
                           value=1.0 if up else 0.0)]
     if stats is None:
         return found
-    submissions = CounterMetricFamily(
-        "gpubench_collector_submissions", "Runs acknowledged since the collector started.",
-        value=stats.submissions_accepted)
+    found += [kind(name, text, value=getattr(stats, field)) for kind, name, text, field in _SINGLE]
     refusals = CounterMetricFamily(
         "gpubench_collector_refusals",
         "Submissions refused since the collector started, by reason.", labels=["reason"])
@@ -47,30 +66,9 @@ def families(up: bool, stats: collector_pb2.StatsResponse | None) -> list[Metric
         refusals.add_metric([reason], count)
     runs = GaugeMetricFamily("gpubench_collector_runs", "Runs stored, by kind.",
                              labels=["kind"])
-    runs.add_metric(["stored"], stats.runs_stored)
-    runs.add_metric(["flagged"], stats.runs_flagged)
-    runs.add_metric(["outlier"], stats.runs_outlier)
-    runs.add_metric(["published"], stats.runs_published)
-    quarantined = GaugeMetricFamily(
-        "gpubench_collector_quarantined_runs",
-        "Runs acknowledged but refused by the database, held in quarantine.",
-        value=stats.runs_quarantined)
-    journal = GaugeMetricFamily(
-        "gpubench_collector_journal_depth",
-        "Acknowledged runs waiting in the intake journal for their bulk insert.",
-        value=stats.journal_depth)
-    flushes = CounterMetricFamily(
-        "gpubench_collector_flushes", "Bulk inserts from the journal into DuckDB.",
-        value=stats.flushes)
-    flush_seconds = CounterMetricFamily(
-        "gpubench_collector_flush_seconds",
-        "Time spent in bulk inserts into DuckDB, in all (over flushes: the mean latency).",
-        value=stats.flush_seconds_total)
-    last_flush = GaugeMetricFamily(
-        "gpubench_collector_last_flush_seconds", "The latest bulk insert's duration.",
-        value=stats.flush_seconds_last)
-    return [*found, submissions, refusals, runs, quarantined, journal, flushes,
-            flush_seconds, last_flush]
+    for kind_label, field in _RUN_KINDS:
+        runs.add_metric([kind_label], getattr(stats, field))
+    return [*found, refusals, runs]
 
 
 class Source(Collector):

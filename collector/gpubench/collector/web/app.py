@@ -100,23 +100,21 @@ class Site:
         self._health_channel: grpc.Channel | None = None
         self.metrics.add_source(self._collector_metrics)
         page = self._page
+
+        def per_model(name: str, view: Callable[..., views.Answer], first: str) -> list[Route]:
+            """/NAME/{model} answering `view`, and /NAME sending to the model `first`."""
+            return [Route(f"/{name}", _redirect(f"/{name}/{first}")),
+                    Route(f"/{name}/{{model}}", page(name, lambda c, r: view(
+                        c, r.path_params["model"], r.query_params, r.url.path)))]
+
         self.app = Starlette(
             routes=[
                 Route("/", page("overview", lambda c, r: views.overview(c, r.query_params))),
-                Route("/leaderboard/{model}", page("leaderboard", lambda c, r: views.leaderboard(
-                    c, r.path_params["model"], r.query_params, r.url.path))),
-                Route("/compare", _redirect("/compare/B0")),
-                Route("/compare/{model}", page("compare", lambda c, r: views.comparison(
-                    c, r.path_params["model"], r.query_params, r.url.path))),
-                Route("/cost", _redirect("/cost/B7")),
-                Route("/cost/{model}", page("cost", lambda c, r: views.cost(
-                    c, r.path_params["model"], r.query_params, r.url.path))),
-                Route("/fit", _redirect("/fit/B7")),
-                Route("/fit/{model}", page("fit", lambda c, r: views.fit(
-                    c, r.path_params["model"], r.query_params, r.url.path))),
-                Route("/estimate", _redirect("/estimate/B7")),
-                Route("/estimate/{model}", page("estimate", lambda c, r: views.estimate(
-                    c, r.path_params["model"], r.query_params, r.url.path))),
+                *per_model("leaderboard", views.leaderboard, "B0"),
+                *per_model("compare", views.comparison, "B0"),
+                *per_model("cost", views.cost, "B7"),
+                *per_model("fit", views.fit, "B7"),
+                *per_model("estimate", views.estimate, "B7"),
                 Route("/gpu/{name:path}", page("gpu", lambda c, r: views.gpu(
                     c, r.path_params["name"], r.query_params, r.url.path))),
                 Route("/run/{run_id}", page("run", lambda c, r: views.run(
