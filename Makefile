@@ -44,7 +44,7 @@ install: $(STAMP)
 proto: $(STAMP)
 	$(PY) -c "import setup; setup.generate_wire_code()"
 
-test: proto chromium
+test: proto chromium promtool
 	$(PY) -m pytest -m "not docker and not gpu" $(PYTEST_ARGS)
 
 # The results site's browser test (tests/web/test_browser.py) drives headless Chromium:
@@ -60,6 +60,21 @@ chromium:
 	  else \
 	    echo "chromium is missing and this is not root: the results site's browser test" \
 	         "will be skipped (apt-get install chromium)"; \
+	  fi; }
+
+# The monitoring test (tests/integration/test_monitoring.py) checks docs/monitoring's
+# alert rules and dashboard queries with promtool (Debian's prometheus package).
+.PHONY: promtool
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing promtool for the monitoring test (apt-get install prometheus)"; \
+	    apt-get install -y --no-install-recommends prometheus >>$(LOG) 2>&1 \
+	      || { apt-get update >>$(LOG) 2>&1 && apt-get install -y --no-install-recommends prometheus >>$(LOG) 2>&1; } \
+	      || echo "could not install promtool (see $(LOG)): its checks will be skipped"; \
+	  else \
+	    echo "promtool is missing and this is not root: the rules' checks will be skipped" \
+	         "(apt-get install prometheus)"; \
 	  fi; }
 
 test-docker: proto

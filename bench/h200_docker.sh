@@ -24,7 +24,8 @@
 # Needs, carried with the working tree: .gpu/engine.tar.xz (../shared/tools/gpu-docker/
 # pack.sh), .gpu/up.sh, .gpu/wheels.tar.xz (bench/wheelhouse.py pack: keras, namex, optree,
 # protobuf, grpcio, grpcio-health-checking, grpcio-reflection, grpcio-tools, setuptools,
-# wheel, packaging, typing-extensions, docker, duckdb for the machine's Python; more
+# wheel, packaging, typing-extensions, docker, duckdb, and starlette and uvicorn for the
+# collector image's site, for the machine's Python; more
 # .gpu/wheels*.tar.xz are unpacked too) and gpubench/v1 (`make proto`).
 set -uo pipefail
 OUT=${OUT:?set OUT to the output folder}

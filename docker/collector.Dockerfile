@@ -1,5 +1,6 @@
 # The collector: stores everyone's runs in a DuckDB file on a volume and answers comparisons.
-# Only the collector's dependencies (no framework, no NVML); runs as a non-root user.
+# Only the collector's dependencies and its results site's (no framework, no NVML); runs as
+# a non-root user. The same image serves the site: `gpubench-collector web` (compose.yaml).
 #
 #   docker build -f docker/collector.Dockerfile -t gpubench-collector .
 #   docker run -d -v gpubench-data:/data -p 50051:50051 gpubench-collector
@@ -22,7 +23,7 @@ RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/ro
     --mount=type=bind,source=docker/wheels,target=/wheels \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
     sh /tmp/build/venv.sh /opt/gpubench \
-    && python3 /tmp/build/requirements.py /tmp/build/pyproject.toml collector > /tmp/build/requirements.txt \
+    && python3 /tmp/build/requirements.py /tmp/build/pyproject.toml collector web > /tmp/build/requirements.txt \
     && python3 -m pip --python /opt/gpubench/bin/python install -r /tmp/build/requirements.txt
 COPY pyproject.toml setup.py README.md /src/
 COPY docker/wire_requirements.py /src/docker/

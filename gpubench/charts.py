@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpubench import DISTRIBUTION, plot_data, tables
+from gpubench import DISTRIBUTION, figures, plot_data, tables
 from gpubench.errors import ExitCode, GpubenchError
 
 
@@ -46,11 +46,11 @@ def speedup_chart(frame: pd.DataFrame, path: str | Path) -> Path:
     try:
         bars = axes.barh(labels, speedups, color=colours)
         notes = [
-            f"{tables.format_speedup(s)}  ({tables.format_seconds(t)} s)"
+            f"{figures.speedup(s)}  ({figures.seconds(t)})"
             for s, t in zip(rows["speedup"], rows["epoch2_median_s"], strict=True)
         ]
         axes.bar_label(bars, labels=notes, padding=3)
-        axes.set_xlabel("speedup (epoch 2 median, baseline = 1x)")
+        axes.set_xlabel(f"{figures.SPEEDUP}: {figures.SPEEDUP_MEANS}")
         axes.set_title(tables.compare_title(frame))
         axes.set_xlim(0, max(speedups + [1.0]) * 1.3)
         figure.tight_layout()
@@ -93,15 +93,15 @@ def _value_text(metric: plot_data.Metric, bar: plot_data.Bar) -> str:
     runs = f"{bar.runs} run" + ("s" if bar.runs > 1 else "")
     if metric.name == "peak-memory":
         share = bar.median / bar.capacity_gib if bar.capacity_gib else 0
-        text = f"{bar.median:.1f} of {bar.capacity_gib:.0f} GiB ({share:.0%})"
+        text = f"{bar.median:.1f} of {bar.capacity_gib:.0f} GiB ({figures.share(share)})"
     elif metric.name == "energy":
-        text = tables.format_energy(bar.median)
+        text = figures.energy(bar.median)
     else:
-        text = tables.three_digits(bar.median)
+        text = figures.three_digits(bar.median)
     if bar.high > bar.low and metric.name == "energy":
-        text += f"  [{tables.format_energy(bar.low)}-{tables.format_energy(bar.high)}]"
+        text += f"  [{figures.energy(bar.low)}-{figures.energy(bar.high)}]"
     elif bar.high > bar.low:
-        text += f"  [{tables.three_digits(bar.low)}-{tables.three_digits(bar.high)}]"
+        text += f"  [{figures.three_digits(bar.low)}-{figures.three_digits(bar.high)}]"
     return f"{text}, {runs}"
 
 

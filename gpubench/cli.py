@@ -15,10 +15,16 @@ from typing import Any
 import click
 import pandas as pd
 
-from gpubench import __version__, answers_cli, frames, prices, record, tables
-from gpubench.cli_shared import MODEL, connection_origins, query_client, table_console
+from gpubench import __version__, answers, answers_cli, frames, prices, record, tables
+from gpubench.cli_shared import (
+    MODEL,
+    connection_origins,
+    output_width,
+    query_client,
+    table_console,
+)
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
-from gpubench.errors import ExitCode, GpubenchError, wrap_message
+from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
 
 
 class CommandFailed(click.ClickException):
@@ -29,14 +35,16 @@ class CommandFailed(click.ClickException):
         self.exit_code = exit_code
 
     def show(self, file: Any = None) -> None:
-        click.echo(wrap_message("gpubench: error: ", self.format_message()), err=True, file=file)
+        # Wrapped at the output's width, as every line the command prints.
+        click.echo(wrap_message("gpubench: error: ", self.format_message(), output_width()),
+                   err=True, file=file)
 
 
-# The options that say how to reach the collector. They belong to the group (`gpubench
-# --collector X runs list`) and are accepted after any subcommand too (`gpubench runs list
-# --collector X`): Group.add_command gives every command a copy, which overrides the
-# group's value when given.
-CONNECTION_OPTIONS = ("collector", "token", "ca", "tls", "timeout")
+# The options that say how to reach the collector, and the output's width. They belong to
+# the group (`gpubench --collector X runs list`) and are accepted after any subcommand too
+# (`gpubench runs list --collector X`): Group.add_command gives every command a copy,
+# which overrides the group's value when given.
+CONNECTION_OPTIONS = ("collector", "token", "ca", "tls", "timeout", "width")
 
 
 def _override_connection(ctx: click.Context, param: click.Parameter, value: Any) -> None:
@@ -129,7 +137,7 @@ def _emit_frame(frame: pd.DataFrame, fmt: str, table: Any) -> None:
     if fmt == "json":
         click.echo(json.dumps(frames.frame_records(frame), indent=2))
     elif fmt == "csv":
-        click.echo(frame.to_csv(index=False), nl=False)
+        click.echo(frames.csv_text(frame), nl=False)
     else:
         table_console().print(table)
 
@@ -178,15 +186,24 @@ EXIT_CODES = (
     show_default=True,
     help="Seconds to wait for each answer from the collector.",
 )
+@click.option(
+    "--width",
+    type=click.IntRange(min=40),
+    default=None,
+    metavar="COLUMNS",
+    help="Lay tables and text out in this many columns (default: the terminal's width; "
+    "80, or $COLUMNS, when stdout is no terminal).",
+)
 @click.version_option(__version__, prog_name="gpubench")
 @click.pass_context
 def cli(
-    ctx: click.Context, collector: str, token: str | None, ca: str | None, tls: bool, timeout: float
+    ctx: click.Context, collector: str, token: str | None, ca: str | None, tls: bool,
+    timeout: float, width: int | None,
 ) -> None:
     """Query a gpubench collector: compare GPUs on the standard EfficientNet benchmark,
     list, show, delete and export runs."""
     ctx.obj = {"collector": collector, "token": token, "ca": ca, "tls": tls, "timeout": timeout,
-               "origins": connection_origins(ctx)}
+               "origins": connection_origins(ctx), "width": width}
 
 
 @cli.command()
@@ -272,18 +289,15 @@ def compare(ctx: click.Context, model: str, chart: str | None, price_options: tu
     # Read before the collector is asked: a bad price fails at once, naming its line.
     book = prices.load(price_options, [price_file] if price_file else [])
     frame = query_client(ctx).compare(model.upper(), **filters)
-    published = frames.published_frame(frame.attrs["response"])
+    published = frames.published_of(frame)
+    if fmt == "json":
+        click.echo(json.dumps(answers.cost_document(frame, book), indent=2))
     priced = len(book) > 0 and not frame.empty
     if priced:
         frame = prices.cost_frame(frame, book)
-    if fmt == "json":
-        document = frames.compare_document(frame)
-        if len(book):
-            document["prices_usd"] = book.as_dict()
-        click.echo(json.dumps(document, indent=2))
-    elif fmt == "csv":
-        click.echo(frame.to_csv(index=False), nl=False)
-    else:
+    if fmt == "csv":
+        click.echo(frames.csv_text(frame), nl=False)
+    elif fmt == "table":
         console = table_console()
         if frame.empty:
             if not frame.attrs.get("warnings"):
@@ -365,25 +379,15 @@ def runs_list(
                                         "not measured by gpubench)"))
 
 
-# A run id in full: 8-4-4-4-12 hex digits.
-FULL_RUN_ID = 36
-
-
-def _full_run_id(client: Client, given: str) -> str:
-    """The run id that `given` names: itself when complete, else the one stored run id
-    it is a prefix of (as `runs list` shortens them); none or several is an error."""
-    if len(given) >= FULL_RUN_ID:
-        return given
-    prefix = given.lower()
-    found = [s.run.run_id for s in client.iter_runs() if s.run.run_id.startswith(prefix)]
-    if not found:
-        raise GpubenchError(f"run_id {given}: no stored run id starts with it",
-                            exit_code=ExitCode.NOT_FOUND)
-    if len(found) > 1:
-        raise GpubenchError(f"run_id {given}: {len(found)} stored run ids start with it "
-                            f"({', '.join(found[:3])}...); give more of it",
-                            exit_code=ExitCode.USAGE)
-    return found[0]
+def _stored_run(client: Client, run_id: str) -> Any:
+    """The run RUN_ID names, in full or by its first characters (the collector reads a
+    prefix); one too short, or that several run ids start with, is a usage error."""
+    try:
+        return client.get_run(run_id)
+    except RequestRefused as exc:
+        if getattr(exc, "status_code", "") == "INVALID_ARGUMENT":
+            raise GpubenchError(str(exc), exit_code=ExitCode.USAGE) from None
+        raise
 
 
 @runs.command("show")
@@ -393,8 +397,7 @@ def _full_run_id(client: Client, given: str) -> str:
 def runs_show(ctx: click.Context, run_id: str, fmt: str) -> None:
     """One stored run (RUN_ID, or the first characters of one as `runs list` shows them):
     the full record as json, or a summary with its epochs."""
-    client = query_client(ctx)
-    stored = client.get_run(_full_run_id(client, run_id))
+    stored = _stored_run(query_client(ctx), run_id)
     if fmt == "json":
         click.echo(json.dumps(frames.stored_run_dict(stored), indent=2))
         return
@@ -410,7 +413,8 @@ def runs_delete(ctx: click.Context, run_id: str) -> None:
     """Delete a run (RUN_ID in full, or a prefix only one run id starts with; only its
     submitter or an admin may)."""
     client = query_client(ctx)
-    deleted = client.delete_run(_full_run_id(client, run_id))
+    # The collector reads a prefix of the id; deleting takes the id in full.
+    deleted = client.delete_run(_stored_run(client, run_id).run.run_id)
     click.echo(f"deleted run {deleted or run_id}")
 
 

@@ -5,6 +5,7 @@ type, the Client built from the group's connection options, the console tables g
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 import click
@@ -53,10 +54,26 @@ def query_client(ctx: click.Context) -> Client:
     return ctx.with_resource(client)
 
 
+# The width of output that goes where no terminal says its own: a file, a pipe, `less`,
+# `docker compose exec -T`.
+DEFAULT_WIDTH = 80
+
+
+def output_width(given: int | None = None) -> int:
+    """How many columns output is laid out in: `given` (--width) if any, else the
+    terminal's where stdout is one, else $COLUMNS, else DEFAULT_WIDTH."""
+    if not given:
+        context = click.get_current_context(silent=True)
+        options = context.find_root().obj if context is not None else None
+        given = options.get("width") if isinstance(options, dict) else None
+    if given:
+        return int(given)
+    columns = os.environ.get("COLUMNS", "")
+    if sys.stdout.isatty() and not columns.isdigit():
+        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return int(columns) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH
+
+
 def table_console() -> Console:
-    """The console for tables on stdout."""
-    # Piped into a file or another program, rich would squeeze tables into 80 columns:
-    # lines as long as they need, unless $COLUMNS asks for a width.
-    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
-        return Console()
-    return Console(width=400)
+    """The console for tables on stdout, `output_width()` columns wide."""
+    return Console(width=output_width())

@@ -435,7 +435,9 @@ class Client:
         return self._call(self._collector.SubmitRun, request, f"submitting run {run.run_id}")
 
     def get_run(self, run_id: str) -> collector_pb2.StoredRun:
-        """One stored run by its id; NotFound if the collector has none."""
+        """One stored run by its id, or a prefix of it (4 characters at least, as
+        `StoredRun.short_id` shows it); NotFound if no stored run id starts with it,
+        RequestRefused if several do."""
         request = collector_pb2.GetRunRequest(run_id=run_id)
         return self._call(self._collector.GetRun, request, f"reading run {run_id}",
                           f"run {run_id}", reading=True)
@@ -447,6 +449,32 @@ class Client:
             self._collector.DeleteRun, request, f"deleting run {run_id}", f"run {run_id}"
         )
         return response.run_id
+
+    def _list_request(
+        self, *, gpu: str | None = None, model: str | None = None, backend: str | None = None,
+        precision: str | None = None, gpu_count: int | None = None,
+        submitter: str | None = None, since: datetime | str | None = None,
+        until: datetime | str | None = None, page_size: int = 200,
+    ) -> collector_pb2.ListRunsRequest:
+        request = collector_pb2.ListRunsRequest(
+            gpu_name=gpu or "", model=model or "", backend=backend or "",
+            precision=precision or "", gpu_count=gpu_count or 0, submitter=submitter or "",
+            page_size=page_size,
+        )
+        for field, value in (("since", since), ("until", until)):
+            stamp = _timestamp(value, field)
+            if stamp is not None:
+                getattr(request, field).CopyFrom(stamp)
+        return request
+
+    def runs_page(self, page_token: str = "", **filters: Any
+                  ) -> tuple[list[collector_pb2.StoredRun], str]:
+        """One page of stored runs matching the filters of `iter_runs` (`page_size` runs at
+        most), newest first, and the token of the next page ("" after the last)."""
+        request = self._list_request(**filters)
+        request.page_token = page_token
+        page = self._call(self._collector.ListRuns, request, "listing runs", reading=True)
+        return list(page.runs), page.next_page_token
 
     def iter_runs(
         self,
@@ -471,34 +499,24 @@ class Client:
         """
         if limit is not None and limit <= 0:
             return
-        request = collector_pb2.ListRunsRequest(
-            gpu_name=gpu or "",
-            model=model or "",
-            backend=backend or "",
-            precision=precision or "",
-            gpu_count=gpu_count or 0,
-            submitter=submitter or "",
-            page_size=min(page_size, limit) if limit else page_size,
-        )
-        for field, value in (("since", since), ("until", until)):
-            stamp = _timestamp(value, field)
-            if stamp is not None:
-                getattr(request, field).CopyFrom(stamp)
+        filters = {"gpu": gpu, "model": model, "backend": backend, "precision": precision,
+                   "gpu_count": gpu_count, "submitter": submitter, "since": since,
+                   "until": until, "page_size": min(page_size, limit) if limit else page_size}
+        self._list_request(**filters)  # a bad time fails here, before any call
         seen_tokens: set[str] = set()
+        token = ""
         yielded = 0
         while True:
-            page = self._call(self._collector.ListRuns, request, "listing runs", reading=True)
-            for stored in page.runs:
+            runs, token = self.runs_page(token, **filters)
+            for stored in runs:
                 yield stored
                 yielded += 1
                 if limit is not None and yielded >= limit:
                     return
-            token = page.next_page_token
             # An empty token ends the listing; a repeated one would loop forever.
             if not token or token in seen_tokens:
                 return
             seen_tokens.add(token)
-            request.page_token = token
 
     def list_runs(self, **filters: Any) -> pd.DataFrame:
         """Stored runs as a table, one row per run with flattened, unit-named columns.
@@ -509,7 +527,9 @@ class Client:
 
     def export(self, path: str | Path, format: str = "parquet", **filters: Any) -> int:
         """Write every stored run (or those matching the filters of `iter_runs`) to a
-        Parquet or CSV file with flattened columns; returns the number of runs written.
+        Parquet or CSV file with flattened columns (`gpubench.frames.RUN_COLUMNS`, each
+        described in docs/data-dictionary.md); returns the number of runs written. In CSV,
+        text a spreadsheet would run as a formula is written with a "'" before it.
         """
         fmt = format.lower()
         if fmt not in ("parquet", "csv"):
@@ -521,7 +541,7 @@ class Client:
         target = Path(path)
         try:
             if fmt == "csv":
-                frame.to_csv(target, index=False)
+                target.write_text(frames.csv_text(frame), encoding="utf-8")
             else:
                 try:
                     frame.to_parquet(target, index=False)
@@ -561,10 +581,11 @@ class Client:
         one value. Outlier runs are left out unless `include_outliers`, runs flagged as
         implausible unless `include_flagged`.
 
-        Columns: see `gpubench.frames.compare_frame`; `df.attrs` holds the raw
-        response ("response"), "baseline", "warnings", what the runs share, and the
-        published runs of the model ("published": one dict each, as
-        `gpubench.frames.published_frame` has them).
+        Columns: see `gpubench.frames.compare_frame` (and docs/data-dictionary.md);
+        `df.attrs` holds only JSON-ready values, so `to_parquet` keeps them: "model",
+        "baseline", "warnings", what the runs share, and the published runs of the model
+        ("published": one dict each, as `gpubench.frames.published_frame` has them).
+        `compare_response` returns the collector's message itself.
         """
         return frames.compare_frame(self.compare_response(model, **filters))
 

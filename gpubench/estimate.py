@@ -16,7 +16,7 @@ So `epochs` epochs take (epoch1 - epoch2) + epochs * epoch2 * images / run_image
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpubench import stored_runs
@@ -102,26 +102,3 @@ def estimate(runs: Iterable[run_pb2.Run], epochs: int, images: int) -> list[Grou
         GroupEstimate(setup, tuple(run_estimate(run, epochs, images) for run in members))
         for setup, members in stored_runs.grouped(usable).items()
     ]
-
-
-def format_duration(seconds: float) -> str:
-    """'42 s', '12.5 min', '2.57 h', '3.14 d (75 h)', '36.7 d (882 h)': a training
-    time people read."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.1f} min"
-    hours = seconds / 3600
-    if hours < 36:
-        return f"{hours:.2f} h" if hours < 10 else f"{hours:.1f} h"
-    days = hours / 24
-    return f"{days:.2f} d ({hours:.0f} h)" if days < 10 else f"{days:.1f} d ({hours:,.0f} h)"
-
-
-def format_range(values: Sequence[float]) -> str:
-    """'2.57 h' for one value; 'min 2.50 h, median 2.57 h, max 2.70 h' for several."""
-    ordered = sorted(values)
-    if len(ordered) == 1 or ordered[0] == ordered[-1]:
-        return format_duration(ordered[0])
-    return (f"min {format_duration(ordered[0])}, median "
-            f"{format_duration(statistics.median(ordered))}, max {format_duration(ordered[-1])}")

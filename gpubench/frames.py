@@ -9,6 +9,7 @@ NaN, so a missing energy reading is never a zero.
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -18,22 +19,23 @@ import pandas as pd
 from google.protobuf import json_format
 
 from gpubench import record
+from gpubench.figures import MISSING, is_missing  # noqa: F401 - frames' readers use them
 from gpubench.v1 import collector_pb2
 
 GIB = 1024**3
-MISSING = "-"
 
 # One row per stored run; the flattened record in the user's words, units in the names.
 RUN_COLUMNS = [
-    "run_id", "created_at", "received_at", "submitter", "label", "status", "error_message",
-    "outlier", "outlier_score", "flagged", "flag_reasons", "published", "source",
-    "benchmark_version", "schema_version",
+    "run_id", "short_id", "created_at", "received_at", "submitter", "label", "status",
+    "error_message", "outlier", "outlier_score", "flagged", "flag_reasons", "published",
+    "source", "benchmark_version", "schema_version",
     "gpu_config", "gpu_name", "gpu_count", "memory_total_gib", "driver_version",
     "cuda_version", "compute_capability", "power_limit_w",
-    "model", "image_size", "batch_per_gpu", "global_batch", "batch_choice", "precision",
-    "epochs", "dataset_name", "image_count", "train_images", "validation_images",
-    "dataset_fingerprint", "pipeline", "pipeline_mode", "weights", "seed", "jit_compile",
-    "cuda_graphs", "memory_limit_gib",
+    "model", "image_size", "timed_batch_per_gpu", "timed_global_batch", "batch_choice",
+    "batch_rule", "largest_batch_per_gpu", "largest_batch_capped", "precision",
+    "epochs", "dataset_name", "data", "image_count", "train_images", "validation_images",
+    "dataset_fingerprint", "settings", "pipeline", "pipeline_asked", "weights", "seed",
+    "jit_compile", "cuda_graphs", "memory_limit_gib",
     "data_on_device", "batched_augmentation", "fused_batchnorm", "channels_first",
     "backend", "backend_version", "keras_version", "python_version",
     "cuda_runtime_version", "cudnn_version",
@@ -45,31 +47,38 @@ RUN_COLUMNS = [
     "agent_version", "hostname_hash", "content_sha256",
 ]  # fmt: skip
 
-# One row per GPU configuration of a comparison, fastest first.
+# The comparison key: the dimensions a comparison's runs share (CompareResponse), in the
+# order its title names them. Every frame carries them as columns of these names, so a
+# group-by over an export or a download never mixes unlike runs ("pipeline": as it ran).
+SHARED = ("benchmark_version", "backend", "precision", "image_size", "train_images",
+          "settings", "batch_rule", "pipeline", "weights", "data", "epochs")
+
+# One row per GPU configuration of a comparison, fastest first; "differences": how the
+# group ran where the compared groups differ (a comparison of unlike runs only).
 COMPARE_COLUMNS = [
     "gpu_config", "gpu_name", "gpu_count", "memory_limit_gib", "runs", "outliers_excluded",
     "flagged_included", "epoch2_median_s", "epoch2_min_s", "epoch2_max_s", "images_per_s_median",
-    "max_batch_per_gpu", "max_global_batch", "peak_memory_median_gib", "memory_total_gib",
-    "peak_memory_share", "energy_per_epoch_j", "images_per_joule", "speedup", "is_baseline",
+    "timed_batch_per_gpu", "timed_global_batch", "largest_batch_per_gpu",
+    "peak_memory_median_gib", "memory_total_gib", "peak_memory_share", "energy_per_epoch_j",
+    "images_per_joule", "speedup", "is_baseline", *SHARED, "differences",
 ]  # fmt: skip
 
 # One row per GPU configuration of the published runs beside a comparison.
 PUBLISHED_COLUMNS = [
     "gpu_config", "gpu_name", "gpu_count", "runs", "epoch2_median_s", "images_per_s_median",
-    "max_batch_per_gpu", "peak_memory_median_gib", "memory_total_gib", "peak_memory_share",
-    "source", "differences",
+    "timed_batch_per_gpu", "largest_batch_per_gpu", "peak_memory_median_gib",
+    "memory_total_gib", "peak_memory_share", "source", "differences",
 ]  # fmt: skip
-
-# The dimensions a comparison's runs share (CompareResponse), in the order its title
-# names them.
-SHARED = ("benchmark_version", "backend", "precision", "image_size", "train_images",
-          "settings", "batch_rule", "pipeline", "weights", "data", "epochs")
 
 LEADERBOARD_COLUMNS = [
     "rank", "gpu_config", "gpu_name", "gpu_count", "runs", "best_epoch2_s",
-    "epoch2_median_s", "images_per_s_median", "max_batch_per_gpu", "backend", "precision",
-    "settings", "batch_rule", "pipeline", "weights", "data", "epochs",
+    "epoch2_median_s", "images_per_s_median", "timed_batch_per_gpu", "largest_batch_per_gpu",
+    *SHARED,
 ]  # fmt: skip
+
+# Cells a spreadsheet would read as a formula (OWASP's CSV injection): they start with
+# one of these, and are written with a "'" before them.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 # -- values -----------------------------------------------------------------------------
@@ -90,16 +99,6 @@ def _time(message: Any, field: str) -> pd.Timestamp:
     return pd.Timestamp(getattr(message, field).ToDatetime(tzinfo=timezone.utc))
 
 
-def is_missing(value: Any) -> bool:
-    """None, NaN or NaT."""
-    if value is None or value is pd.NaT:
-        return True
-    try:
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return False
-
-
 # -- runs -------------------------------------------------------------------------------
 
 
@@ -107,7 +106,7 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
     """A stored run flattened into one row (the keys of RUN_COLUMNS).
 
     Peak memory is the largest per-GPU figure of the measured epoch; its share is of
-    that GPU's memory.
+    the memory the run had: its --memory-limit where it ran with one, else that GPU's.
     """
     run = stored.run
     config, result, software, host = run.config, run.result, run.software, run.host
@@ -122,9 +121,11 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
     peak = max(result.memory, key=lambda m: m.allocator_peak_bytes, default=None)
     peak_bytes = peak.allocator_peak_bytes if peak else 0
     card_bytes = (peak.memory_total_bytes if peak else 0) or (gpu.memory_total_bytes if gpu else 0)
+    had_bytes = config.memory_limit_bytes or card_bytes
 
     return {
         "run_id": run.run_id,
+        "short_id": stored.short_id or run.run_id,
         "created_at": _time(run, "created_at"),
         "received_at": _time(stored, "received_at"),
         "submitter": stored.submitter,
@@ -149,20 +150,23 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "power_limit_w": measured(gpu.power_limit_watts) if gpu else math.nan,
         "model": config.model,
         "image_size": config.image_size,
-        "batch_per_gpu": config.batch_per_gpu,
-        "global_batch": config.global_batch,
-        "batch_choice": record.BatchChoice.Name(config.batch_choice)
-        .removeprefix("BATCH_CHOICE_")
-        .lower(),
+        "timed_batch_per_gpu": config.batch_per_gpu,
+        "timed_global_batch": config.global_batch,
+        "batch_choice": record.batch_choice_name(config.batch_choice),
+        "batch_rule": config.batch_rule,
+        "largest_batch_per_gpu": result.largest_batch_per_gpu,
+        "largest_batch_capped": result.largest_batch_capped,
         "precision": config.precision,
         "epochs": config.epochs,
         "dataset_name": config.dataset_name,
+        "data": record.data_label(config),
         "image_count": config.image_count,
         "train_images": config.train_images,
         "validation_images": config.validation_images,
         "dataset_fingerprint": config.dataset_fingerprint,
-        "pipeline": config.pipeline,
-        "pipeline_mode": record.pipeline_as_run(config),
+        "settings": record.settings_label(config),
+        "pipeline": record.pipeline_as_run(config),
+        "pipeline_asked": config.pipeline,
         "weights": config.weights,
         "seed": config.seed,
         "jit_compile": config.jit_compile,
@@ -185,7 +189,7 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "step_time_median_s": measured(result.step_time_median_seconds),
         "step_time_cv": measured(result.step_time_cv),
         "peak_memory_gib": to_gib(peak_bytes),
-        "peak_memory_share": peak_bytes / card_bytes if peak_bytes and card_bytes else math.nan,
+        "peak_memory_share": peak_bytes / had_bytes if peak_bytes and had_bytes else math.nan,
         "process_peak_memory_gib": to_gib(
             max((m.process_peak_bytes for m in result.memory), default=0)
         ),
@@ -223,49 +227,61 @@ def runs_frame(stored_runs: Iterable[collector_pb2.StoredRun]) -> pd.DataFrame:
 # -- comparisons ------------------------------------------------------------------------
 
 
+def _key_columns(source: Any, names: tuple[str, ...] = SHARED) -> dict[str, Any]:
+    """The comparison key's columns as `source` (a response or an entry) has them."""
+    return {name: getattr(source, name) for name in names}
+
+
+def _group_row(g: collector_pb2.CompareGroup) -> dict[str, Any]:
+    """The figures every kind of group row has (compared and published)."""
+    return {
+        "gpu_config": record.gpu_config_name(g.gpu_name, g.gpu_count, g.memory_limit_bytes),
+        "gpu_name": g.gpu_name,
+        "gpu_count": g.gpu_count,
+        "memory_limit_gib": to_gib(g.memory_limit_bytes),
+        "runs": g.runs,
+        "outliers_excluded": g.outliers_excluded,
+        "flagged_included": g.flagged_included,
+        "epoch2_median_s": measured(g.epoch2_median_seconds),
+        "epoch2_min_s": measured(g.epoch2_min_seconds),
+        "epoch2_max_s": measured(g.epoch2_max_seconds),
+        "images_per_s_median": measured(g.train_images_per_second_median),
+        "timed_batch_per_gpu": g.max_batch_per_gpu,
+        "timed_global_batch": g.max_global_batch,
+        "largest_batch_per_gpu": g.largest_batch_per_gpu_max,
+        "peak_memory_median_gib": to_gib(g.peak_memory_median_bytes),
+        "memory_total_gib": to_gib(g.memory_total_bytes),
+        "peak_memory_share": measured(g.peak_memory_share),
+        "energy_per_epoch_j": measured(g.energy_per_epoch_median_joules),
+        "images_per_joule": measured(g.images_per_joule),
+        "speedup": measured(g.speedup),
+        "is_baseline": g.is_baseline,
+        "source": g.source,
+        "differences": "; ".join(g.differences),
+    }
+
+
 def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
     """A comparison as a DataFrame: one row per GPU configuration (COMPARE_COLUMNS),
-    in the collector's order (fastest first).
+    in the collector's order (fastest first), each with the comparison key ("mixed",
+    or 0 for the numeric ones, where unlike runs were compared: "differences" then
+    says how each group ran).
 
-    `attrs` keeps the raw response ("response") and, as plain values, "model",
-    "baseline", "warnings", "benchmark_version", "backend", "precision", "image_size",
-    "train_images" (training images per epoch; 0 where the runs differ), "settings"
-    (how the network was computed and fed: "keras", "kernels", ...).
+    `attrs` holds only plain, JSON-ready values (a Parquet file keeps them): "model",
+    "baseline", "warnings", what the runs share (SHARED: "benchmark_version",
+    "backend", ..., "epochs") and "published", the published runs beside the
+    comparison as `published_frame` has them, one dict each.
     """
-    rows = [
-        {
-            "gpu_config": record.gpu_config_name(g.gpu_name, g.gpu_count, g.memory_limit_bytes),
-            "gpu_name": g.gpu_name,
-            "gpu_count": g.gpu_count,
-            "memory_limit_gib": to_gib(g.memory_limit_bytes),
-            "runs": g.runs,
-            "outliers_excluded": g.outliers_excluded,
-            "flagged_included": g.flagged_included,
-            "epoch2_median_s": measured(g.epoch2_median_seconds),
-            "epoch2_min_s": measured(g.epoch2_min_seconds),
-            "epoch2_max_s": measured(g.epoch2_max_seconds),
-            "images_per_s_median": measured(g.train_images_per_second_median),
-            "max_batch_per_gpu": g.max_batch_per_gpu,
-            "max_global_batch": g.max_global_batch,
-            "peak_memory_median_gib": to_gib(g.peak_memory_median_bytes),
-            "memory_total_gib": to_gib(g.memory_total_bytes),
-            "peak_memory_share": measured(g.peak_memory_share),
-            "energy_per_epoch_j": measured(g.energy_per_epoch_median_joules),
-            "images_per_joule": measured(g.images_per_joule),
-            "speedup": measured(g.speedup),
-            "is_baseline": g.is_baseline,
-        }
-        for g in response.groups
-    ]
+    shared = _key_columns(response)
+    rows = [{**_group_row(g), **shared} for g in response.groups]
     frame = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
     frame.attrs.update(
-        response=response,
         model=response.model,
         baseline=response.baseline,
         warnings=list(response.warnings),
         # Plain records, not a frame: pandas compares attrs when frames are combined.
         published=frame_records(published_frame(response)),
-        **{name: getattr(response, name) for name in SHARED},
+        **shared,
     )
     return frame
 
@@ -274,24 +290,12 @@ def published_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
     """The published runs beside a comparison (PUBLISHED_COLUMNS), one row per group:
     transcribed figures, with their source and how they were made unlike the compared
     runs ("differences", joined with "; ")."""
-    rows = [
-        {
-            "gpu_config": record.gpu_config_name(g.gpu_name, g.gpu_count, g.memory_limit_bytes),
-            "gpu_name": g.gpu_name,
-            "gpu_count": g.gpu_count,
-            "runs": g.runs,
-            "epoch2_median_s": measured(g.epoch2_median_seconds),
-            "images_per_s_median": measured(g.train_images_per_second_median),
-            "max_batch_per_gpu": g.max_batch_per_gpu,
-            "peak_memory_median_gib": to_gib(g.peak_memory_median_bytes),
-            "memory_total_gib": to_gib(g.memory_total_bytes),
-            "peak_memory_share": measured(g.peak_memory_share),
-            "source": g.source,
-            "differences": "; ".join(g.differences),
-        }
-        for g in response.published
-    ]
-    return pd.DataFrame(rows, columns=PUBLISHED_COLUMNS)
+    return pd.DataFrame([_group_row(g) for g in response.published], columns=PUBLISHED_COLUMNS)
+
+
+def published_of(frame: pd.DataFrame) -> pd.DataFrame:
+    """The published runs a comparison frame carries in its attrs, as a frame again."""
+    return pd.DataFrame(list(frame.attrs.get("published", [])), columns=PUBLISHED_COLUMNS)
 
 
 def compare_document(frame: pd.DataFrame) -> dict[str, Any]:
@@ -309,7 +313,9 @@ def compare_document(frame: pd.DataFrame) -> dict[str, Any]:
 
 
 def leaderboard_frame(response: collector_pb2.LeaderboardResponse) -> pd.DataFrame:
-    """A leaderboard as a DataFrame, best first (LEADERBOARD_COLUMNS)."""
+    """A leaderboard as a DataFrame, best first (LEADERBOARD_COLUMNS): every entry with
+    the comparison key (the leaderboard's selection: the model's native image size and
+    the protocol's training images)."""
     rows = [
         {
             "rank": e.rank,
@@ -320,21 +326,18 @@ def leaderboard_frame(response: collector_pb2.LeaderboardResponse) -> pd.DataFra
             "best_epoch2_s": measured(e.best_epoch2_seconds),
             "epoch2_median_s": measured(e.epoch2_median_seconds),
             "images_per_s_median": measured(e.train_images_per_second_median),
-            "max_batch_per_gpu": e.max_batch_per_gpu,
-            "backend": e.backend,
-            "precision": e.precision,
-            "settings": e.settings,
-            "batch_rule": e.batch_rule,
-            "pipeline": e.pipeline,
-            "weights": e.weights,
-            "data": e.data,
-            "epochs": e.epochs,
+            "timed_batch_per_gpu": e.max_batch_per_gpu,
+            "largest_batch_per_gpu": e.largest_batch_per_gpu_max,
+            "benchmark_version": response.benchmark_version,
+            "image_size": record.NATIVE_IMAGE_SIZE.get(response.model, 0),
+            "train_images": record.STANDARD_TRAIN_IMAGES,
+            **_key_columns(e, ("backend", "precision", "settings", "batch_rule", "pipeline",
+                               "weights", "data", "epochs")),
         }
         for e in response.entries
     ]
     frame = pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS)
-    frame.attrs.update(response=response, model=response.model,
-                       benchmark_version=response.benchmark_version,
+    frame.attrs.update(model=response.model, benchmark_version=response.benchmark_version,
                        settings=response.settings, batch_rule=response.batch_rule)
     return frame
 
@@ -359,6 +362,32 @@ def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
         {column: _plain(value) for column, value in zip(columns, row, strict=True)}
         for row in frame.itertuples(index=False, name=None)
     ]
+
+
+def _neutralised(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """The frame as CSV text for spreadsheets: text cells that a spreadsheet would run as
+    a formula (starting with = + - @, a tab or a carriage return) get a "'" first."""
+    safe = frame.copy()
+    for column in safe.columns:
+        if safe[column].dtype == object or pd.api.types.is_string_dtype(safe[column]):
+            safe[column] = safe[column].map(_neutralised)
+    # Text quoted (a carriage return inside a cell stays inside it), numbers bare.
+    return safe.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC)
+
+
+def parquet_bytes(frame: pd.DataFrame) -> bytes:
+    """The frame as a Parquet file's bytes (needs pyarrow), its attrs in the metadata."""
+    import io
+
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
 
 
 def stored_run_dict(stored: collector_pb2.StoredRun) -> dict[str, Any]:

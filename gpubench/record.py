@@ -200,6 +200,11 @@ def status_name(status: int) -> str:
     return RunStatus.Name(status).removeprefix("RUN_STATUS_").lower()
 
 
+def batch_choice_name(choice: int) -> str:
+    """'given', 'searched' (or 'unspecified'): how a run's batch was chosen."""
+    return BatchChoice.Name(choice).removeprefix("BATCH_CHOICE_").lower()
+
+
 def gpu_config_name(gpu_name: str, gpu_count: int, memory_limit_bytes: int = 0) -> str:
     """How a GPU configuration is shown: '1x Tesla T4', '2x NVIDIA RTX 6000 Ada', 'CPU',
     and for a run with --memory-limit '1x NVIDIA H200 as 16 GiB'."""

@@ -1,11 +1,10 @@
-"""Collector answers formatted for people: rich tables and figures ("17.0x",
-"12.3 kJ", "-" for what was not measured) from gpubench.frames' DataFrames.
+"""Collector answers laid out for people: rich tables of 80 columns from gpubench.frames'
+DataFrames, every figure formatted by gpubench.figures ("17.0x", "12.3 kJ", "-" for what
+was not measured).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -15,76 +14,10 @@ from rich.console import Console, ConsoleOptions
 from rich.table import Table
 from rich.text import Text
 
-from gpubench.frames import MISSING, SHARED, is_missing, measured, run_row, to_gib
+from gpubench import figures, record
+from gpubench.figures import MISSING, is_missing
+from gpubench.frames import SHARED, run_row, to_gib
 from gpubench.v1 import collector_pb2
-
-# -- figures for people -------------------------------------------------------------------
-
-
-def three_digits(value: float) -> str:
-    """About three significant digits without exponent: 1,234 / 339 / 17.0 / 5.03 / 0.052."""
-    if is_missing(value):
-        return MISSING
-    size = abs(value)
-    if size >= 100:
-        return f"{value:,.0f}"
-    if size >= 10:
-        return f"{value:.1f}"
-    if size >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
-
-
-def format_seconds(seconds: float) -> str:
-    """A duration in seconds, without the unit (it is in the column heading)."""
-    return three_digits(seconds)
-
-
-def format_epoch(median: float, low: float, high: float, runs: int) -> str:
-    """'17.0 [16.8-17.3]': the median and, when runs differ, their range."""
-    text = format_seconds(median)
-    if runs > 1 and not (is_missing(low) or is_missing(high)) and low != high:
-        text += f" [{format_seconds(low)}-{format_seconds(high)}]"
-    return text
-
-
-def format_memory(gib: float, share: float = math.nan) -> str:
-    """'12.3 GiB (77%)': peak memory and its share of the card."""
-    if is_missing(gib):
-        return MISSING
-    text = f"{gib:.2f} GiB" if gib < 1 else f"{gib:.1f} GiB"
-    if not is_missing(share):
-        text += f" ({share * 100:.0f}%)"
-    return text
-
-
-def format_energy(joules: float) -> str:
-    """'850 J', '12.3 kJ', '1.20 MJ'."""
-    if is_missing(joules):
-        return MISSING
-    if joules < 1_000:
-        return f"{joules:.0f} J"
-    if joules < 1_000_000:
-        return f"{three_digits(joules / 1_000)} kJ"
-    return f"{three_digits(joules / 1_000_000)} MJ"
-
-
-def format_speedup(speedup: float) -> str:
-    """'17.0x', '1.00x', '0.52x'."""
-    if is_missing(speedup):
-        return MISSING
-    if speedup < 1:
-        return f"{speedup:.2f}x"
-    return f"{three_digits(speedup)}x"
-
-
-def format_batch(per_gpu: int, global_batch: int, gpu_count: int) -> str:
-    """'512' on one GPU, '1024 (2x512)' on several."""
-    if not per_gpu:
-        return MISSING
-    if gpu_count > 1:
-        return f"{global_batch or per_gpu * gpu_count} ({gpu_count}x{per_gpu})"
-    return str(per_gpu)
 
 
 def format_time(stamp: Any) -> str:
@@ -96,6 +29,20 @@ def format_time(stamp: Any) -> str:
 
 def _int(value: Any) -> int:
     return 0 if is_missing(value) else int(value)
+
+
+def _epoch(median: float, low: float, high: float, runs: int) -> str:
+    """'17.0 [16.8-17.3]': the median and, when runs differ, their range."""
+    text = figures.seconds(median, unit=False)
+    if runs > 1 and not (is_missing(low) or is_missing(high)) and low != high:
+        text += f" [{figures.seconds_range(low, high, unit=False)}]"
+    return text
+
+
+def _memory(row: dict[str, Any], gib: str = "peak_memory_median_gib") -> str:
+    """A row's peak memory and its share: of its --memory-limit where it had one."""
+    return figures.memory(row[gib], row["peak_memory_share"],
+                          of_limit=not is_missing(row.get("memory_limit_gib")))
 
 
 # -- rich tables --------------------------------------------------------------------------
@@ -203,29 +150,46 @@ def compare_title(frame: pd.DataFrame) -> str:
 UNLIKE = "*"
 
 
+# The legend's words for the two batches and the ratio (gpubench.figures names them).
+BATCH_LEGEND = (f"timed batch: {figures.TIMED_BATCH_MEANS}; largest batch: "
+                f"{figures.LARGEST_BATCH_MEANS} (+: the training set ended the search)")
+LIMIT_LEGEND = ("peak memory of a configuration 'as N GiB' (--memory-limit): % of that "
+                "limit")
+
+
+def _limited(frame: pd.DataFrame) -> bool:
+    """Whether any row ran with --memory-limit (its memory share is of the limit)."""
+    return "memory_limit_gib" in frame and bool(frame["memory_limit_gib"].notna().any())
+
+
 def compare_table(frame: pd.DataFrame) -> Table:
     """A comparison for the terminal (80 columns): figures with units, the baseline
     marked; where unlike runs are shown together (--allow-mixed), each speedup marked
-    and the legend saying in what they differ."""
+    and the legend saying in what they differ, and how each configuration ran."""
     baseline = frame.attrs.get("baseline", "")
     mixed = mixed_dimensions(frame)
-    legend = ["img/s: training images a second; img/J: training images a joule"]
+    legend = ["img/s: training images a second; img/J: training images a joule", BATCH_LEGEND]
+    if _limited(frame):
+        legend.append(LIMIT_LEGEND)
     if baseline:
-        legend.append(f"speedup: epoch-2 median against {baseline}")
+        legend.append(f"{figures.SPEEDUP}: {figures.SPEEDUP_MEANS} ({baseline})")
     if mixed:
         legend.append(f"{UNLIKE} unlike runs shown together (--allow-mixed): they differ in "
                       f"{', '.join(DIMENSION_WORDS[m] for m in mixed)}; not like for like")
+        legend += [f"{UNLIKE} {row['gpu_config']}: {row['differences']}"
+                   for row in frame.to_dict("records") if row.get("differences")]
     title = compare_title(frame) + (" · UNLIKE RUNS" if mixed else "")
     table = narrow_table(title, "\n".join(legend))
     table.add_column("GPU config")
     table.add_column("runs", justify="right")
     table.add_column(Text("epoch 2 (s) median [min-max]"), justify="right")
     table.add_column("img/s", justify="right")
-    table.add_column("max batch", justify="right")
+    table.add_column(figures.TIMED_BATCH, justify="right")
+    table.add_column(figures.LARGEST_BATCH, justify="right")
     table.add_column("peak memory (% of card)", justify="right")
     table.add_column("energy per epoch", justify="right")
     table.add_column("img/J", justify="right")
-    table.add_column("speedup", justify="right")
+    table.add_column(figures.SPEEDUP, justify="right")
     for row in frame.to_dict("records"):
         config = row["gpu_config"] + ("  (baseline)" if row["is_baseline"] else "")
         runs = str(_int(row["runs"]))
@@ -236,19 +200,16 @@ def compare_table(frame: pd.DataFrame) -> Table:
         table.add_row(
             Text(config, style="bold" if row["is_baseline"] else ""),
             runs,
-            format_epoch(
-                row["epoch2_median_s"], row["epoch2_min_s"], row["epoch2_max_s"], _int(row["runs"])
-            ),
-            three_digits(row["images_per_s_median"]),
-            format_batch(
-                _int(row["max_batch_per_gpu"]),
-                _int(row["max_global_batch"]),
-                _int(row["gpu_count"]),
-            ),
-            format_memory(row["peak_memory_median_gib"], row["peak_memory_share"]),
-            format_energy(row["energy_per_epoch_j"]),
-            three_digits(row["images_per_joule"]),
-            format_speedup(row["speedup"]) + (UNLIKE if mixed else ""),
+            _epoch(row["epoch2_median_s"], row["epoch2_min_s"], row["epoch2_max_s"],
+                   _int(row["runs"])),
+            figures.three_digits(row["images_per_s_median"]),
+            figures.batch(row["timed_batch_per_gpu"], row["timed_global_batch"],
+                          row["gpu_count"]),
+            figures.largest_batch(row["largest_batch_per_gpu"]),
+            _memory(row),
+            figures.energy(row["energy_per_epoch_j"]),
+            figures.three_digits(row["images_per_joule"]),
+            figures.speedup(row["speedup"]) + (UNLIKE if mixed else ""),
         )
     return table
 
@@ -266,23 +227,21 @@ def published_table(published: pd.DataFrame, *, beside: str = "") -> Table:
     table.add_column("GPU config")
     table.add_column("runs", justify="right")
     table.add_column("epoch 2 (s)", justify="right")
-    table.add_column("batch", justify="right")
+    table.add_column(figures.TIMED_BATCH, justify="right")
     table.add_column("peak memory (% of card)", justify="right")
     table.add_column("unlike the runs above", overflow="fold")
     for row in published.to_dict("records"):
         table.add_row(
             Text(row["gpu_config"]),
             str(_int(row["runs"])),
-            format_seconds(row["epoch2_median_s"]),
-            str(_int(row["max_batch_per_gpu"]) or MISSING),
-            format_memory(row["peak_memory_median_gib"], row["peak_memory_share"]),
+            figures.seconds(row["epoch2_median_s"], unit=False),
+            figures.batch(row["timed_batch_per_gpu"]),
+            figures.memory(row["peak_memory_median_gib"], row["peak_memory_share"]),
             Text(row["differences"] or MISSING),
         )
     return table
 
 
-# The fewest characters of a run id a table shows (`gpubench runs show` takes them).
-SHORT_ID = 8
 # Backends as a narrow column shows them.
 SHORT_BACKEND = {"tensorflow": "tf"}
 
@@ -290,72 +249,62 @@ SHORT_BACKEND = {"tensorflow": "tf"}
 def cost_table(costed: pd.DataFrame) -> Table:
     """What the cards buy: speed, price, images/s per 1,000 USD and images per joule
     (a comparison with `prices.cost_frame`'s columns)."""
-    table = Table(title="what the cards buy (measured runs, medians)", title_justify="left")
+    table = narrow_table("what the cards buy (measured runs, medians)",
+                         "img/s: training images a second; img/J: training images a joule")
     for heading in ("GPU configuration", "img/s", "USD", "img/s per 1k USD", "img/J"):
         table.add_column(heading, justify="left" if heading.startswith("GPU") else "right")
-    for row in costed.itertuples():
-        usd = row.usd
-        table.add_row(row.gpu_config, three_digits(row.images_per_s_median),
-                      f"{usd:,.0f}" if not is_missing(usd) else MISSING,
-                      three_digits(row.images_per_s_per_kusd),
-                      three_digits(row.images_per_joule))
+    for row in costed.to_dict("records"):
+        table.add_row(Text(row["gpu_config"]), figures.three_digits(row["images_per_s_median"]),
+                      figures.count(row["usd"]),
+                      figures.three_digits(row["images_per_s_per_kusd"]),
+                      figures.three_digits(row["images_per_joule"]))
     return table
-
-
-def short_ids(run_ids: Iterable[str], least: int = SHORT_ID) -> dict[str, str]:
-    """Each run id shortened to its shortest prefix of at least `least` characters that
-    no other of `run_ids` starts with (as git shortens commits)."""
-    ids = list(dict.fromkeys(run_ids))
-    short = {}
-    for run_id in ids:
-        size = least
-        while size < len(run_id) and any(o != run_id and o.startswith(run_id[:size])
-                                         for o in ids):
-            size += 1
-        short[run_id] = run_id[:size]
-    return short
 
 
 def runs_table(frame: pd.DataFrame, *, title: str | None = None,
                legend: bool = True) -> Table:
     """Stored runs for the terminal (80 columns), newest first, one row each; run ids
-    shortened to a unique prefix, which `gpubench runs show` and `runs delete` accept.
-    `legend`: explain the abbreviations below (once, under the last of several tables)."""
+    shortened to the collector's shortest unique prefix, which `gpubench runs show`
+    and `runs delete` accept. `legend`: explain the abbreviations below (once, under
+    the last of several tables)."""
+    limited = _limited(frame)
     table = narrow_table(
         title,
         "run: the run id's first characters (runs show takes them); tf: tensorflow; "
-        f"{PRECISION_LEGEND}; img/s: training images a second; peak memory: GiB (% of card)"
+        f"{PRECISION_LEGEND}; batch timed / largest: {BATCH_LEGEND}; img/s: training images "
+        "a second; peak memory: GiB (% of card" + (" or --memory-limit" if limited else "") + ")"
         if legend else None,
     )
     table.add_column("run", overflow="fold")
     table.add_column("GPU config")
     table.add_column("model")
     table.add_column("backend precision")
-    table.add_column("batch", justify="right")
+    # Both batches in one column, "timed/largest": a list of runs has many columns.
+    table.add_column(f"batch {figures.TIMED_BATCH.split()[0]} / "
+                     f"{figures.LARGEST_BATCH.split()[0]}", justify="right")
     table.add_column("epoch 2 (s)", justify="right")
     table.add_column("img/s", justify="right")
     table.add_column("peak memory", justify="right")
     table.add_column("status")
     table.add_column("submitter", overflow="fold")
-    ids = short_ids(str(i) for i in frame["run_id"])
     for row in frame.to_dict("records"):
         status = row["status"] + (" (outlier)" if row["outlier"] else "")
         status += " (flagged)" if row["flagged"] else ""
-        peak = row["peak_memory_gib"]
         backend = SHORT_BACKEND.get(row["backend"], row["backend"])
+        peak = figures.gib(row["peak_memory_gib"]).removesuffix(" GiB")
+        if peak != MISSING and not is_missing(row["peak_memory_share"]):
+            peak += f" ({figures.share(row['peak_memory_share'])})"
         table.add_row(
-            Text(ids[str(row["run_id"])]),
+            Text(str(row["short_id"] or row["run_id"])),
             Text(row["gpu_config"]),
             row["model"],
             Text(f"{backend} {short_precision(row['precision'])}".strip()),
-            format_batch(
-                _int(row["batch_per_gpu"]), _int(row["global_batch"]), _int(row["gpu_count"])
-            ),
-            format_seconds(row["epoch2_s"]),
-            three_digits(row["train_images_per_s"]),
-            MISSING if is_missing(peak) else (
-                f"{peak:.1f}" + ("" if is_missing(row["peak_memory_share"])
-                                 else f" ({row['peak_memory_share'] * 100:.0f}%)")),
+            figures.batch(row["timed_batch_per_gpu"], row["timed_global_batch"],
+                          row["gpu_count"]) + "/"
+            + figures.largest_batch(row["largest_batch_per_gpu"], row["largest_batch_capped"]),
+            figures.seconds(row["epoch2_s"], unit=False),
+            figures.three_digits(row["train_images_per_s"]),
+            peak,
             status,
             Text(row["submitter"]),
         )
@@ -385,7 +334,7 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
     table = narrow_table(
         leaderboard_title(frame),
         "ranked by the median epoch-2 time of each configuration's runs; best: its fastest "
-        f"run; img/s: training images a second; {PRECISION_LEGEND}",
+        f"run; img/s: training images a second; {BATCH_LEGEND}; {PRECISION_LEGEND}",
     )
     table.add_column("#", justify="right")
     table.add_column("GPU config")
@@ -393,7 +342,8 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
     table.add_column("best epoch 2 (s)", justify="right")
     table.add_column("median epoch 2 (s)", justify="right")
     table.add_column("img/s", justify="right")
-    table.add_column("max batch per GPU", justify="right")
+    table.add_column(figures.TIMED_BATCH, justify="right")
+    table.add_column(figures.LARGEST_BATCH, justify="right")
     table.add_column("backend")
     table.add_column("precision")
     if varies:
@@ -403,10 +353,11 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
             str(_int(row["rank"])),
             Text(row["gpu_config"]),
             str(_int(row["runs"])),
-            format_seconds(row["best_epoch2_s"]),
-            format_seconds(row["epoch2_median_s"]),
-            three_digits(row["images_per_s_median"]),
-            str(_int(row["max_batch_per_gpu"]) or MISSING),
+            figures.seconds(row["best_epoch2_s"], unit=False),
+            figures.seconds(row["epoch2_median_s"], unit=False),
+            figures.three_digits(row["images_per_s_median"]),
+            figures.batch(row["timed_batch_per_gpu"]),
+            figures.largest_batch(row["largest_batch_per_gpu"]),
             row["backend"],
             Text(short_precision(row["precision"])),
         ]
@@ -417,17 +368,17 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
     return table
 
 
-def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
-    """One stored run for the terminal: a summary, its epochs and its batch trials."""
+def run_facts(stored: collector_pb2.StoredRun) -> list[tuple[str, str]]:
+    """What a stored run was and what it measured, in words, as (name, text) pairs: the
+    terminal's `runs show` and the site's run page both show these (what was not
+    recorded is left out)."""
     row = run_row(stored)
-    summary = narrow_table(f"run {row['run_id']}", show_header=False)
-    summary.add_column("field", style="bold")
-    summary.add_column("value", overflow="fold")
+    config = stored.run.config
+    facts: list[tuple[str, str]] = []
 
     def add(name: str, value: Any) -> None:
-        if is_missing(value) or value in ("", MISSING):
-            return
-        summary.add_row(name, Text(str(value)))
+        if not (is_missing(value) or value in ("", MISSING)):
+            facts.append((name, str(value)))
 
     add("status", row["status"] + (" (outlier)" if row["outlier"] else "")
         + (" (flagged)" if row["flagged"] else ""))
@@ -439,32 +390,68 @@ def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
     add("created (UTC)", format_time(row["created_at"]))
     add("received (UTC)", format_time(row["received_at"]))
     add("GPU config", row["gpu_config"])
-    add("GPU memory", format_memory(row["memory_total_gib"]))
+    add("GPU memory", figures.gib(row["memory_total_gib"]))
+    add("memory limit", figures.gib(row["memory_limit_gib"]))
     add("driver / CUDA", " / ".join(v for v in (row["driver_version"], row["cuda_version"]) if v))
     add("model", f"{row['model']} at {row['image_size']} px" if row["image_size"] else row["model"])
-    add(
-        "batch",
-        format_batch(row["batch_per_gpu"], row["global_batch"], row["gpu_count"])
-        + (f" ({row['batch_choice']})" if row["batch_choice"] != "unspecified" else ""),
-    )
+    choice = BATCH_CHOICES.get(row["batch_choice"], "")
+    add(figures.TIMED_BATCH, figures.batch(row["timed_batch_per_gpu"], row["timed_global_batch"],
+                                           row["gpu_count"])
+        + (f" (batch rule {row['batch_rule']}: {BATCH_RULES.get(row['batch_rule'], '')})"
+           if row["batch_rule"] else f" ({choice})" if choice else ""))
+    add(figures.LARGEST_BATCH, figures.largest_batch(row["largest_batch_per_gpu"],
+                                                     row["largest_batch_capped"]))
     add("precision", row["precision"])
-    add("pipeline", row["pipeline_mode"])
+    options = [SETTING_WORDS[option] for option, _ in record.SETTINGS_OPTIONS
+               if getattr(config, option)]
+    described = ", ".join(options) or "Keras's own code path"
+    add("settings", f"{row['settings']} ({described})")
+    add("pipeline", row["pipeline"] + (f" (asked: {row['pipeline_asked']})"
+                                       if row["pipeline_asked"] not in ("", row["pipeline"])
+                                       else ""))
     add("weights", row["weights"])
     add("backend", " ".join(v for v in (row["backend"], row["backend_version"]) if v))
     add("keras", row["keras_version"])
     add("benchmark version", row["benchmark_version"])
-    add("data", f"{row['dataset_name']}: {row['train_images']} train, "
-        f"{row['validation_images']} validation images")  # fmt: skip
-    add("epoch 1 (s)", format_seconds(row["epoch1_s"]))
-    add("epoch 2 (s)", format_seconds(row["epoch2_s"]))
-    add("img/s", three_digits(row["train_images_per_s"]))
-    add("peak memory", format_memory(row["peak_memory_gib"], row["peak_memory_share"]))
-    add("energy/epoch", format_energy(row["energy_per_epoch_j"]))
-    add("mean power (W)", three_digits(row["mean_power_w"]))
-    add("max temperature (°C)", three_digits(row["max_temperature_c"]))
+    add("data", f"{row['data']}: {row['train_images']:,} train, "
+        f"{row['validation_images']:,} validation images, {row['epochs']} epochs")
+    add("seed", row["seed"] or "")
+    add("epoch 1 (s)", figures.seconds(row["epoch1_s"], unit=False))
+    add("epoch 2 (s)", figures.seconds(row["epoch2_s"], unit=False))
+    add("img/s", figures.three_digits(row["train_images_per_s"]))
+    add("peak memory", _memory(row, "peak_memory_gib"))
+    add("energy/epoch", figures.energy(row["energy_per_epoch_j"]))
+    add("mean power", figures.measured(row["mean_power_w"], "W"))
+    add("max temperature", figures.measured(row["max_temperature_c"], "°C"))
     add("throttle reasons", row["throttle_reasons"])
     add("warnings", row["warnings"])
     add("container image", row["container_image"])
+    return facts
+
+
+# How each batch rule chose the batch, and the options of a settings label, in words.
+BATCH_RULES = {
+    "steps": "the largest power of two that fits with 8 steps an epoch",
+    "largest": "the largest batch that fits",
+    "given": "--batch N",
+    "quick": "--quick, the article's Tesla T4 batch",
+}
+BATCH_CHOICES = {"given": "--batch N", "searched": "found by the batch search"}
+SETTING_WORDS = {
+    "batched_augmentation": "batched augmentation", "fused_batchnorm": "fused batch norm",
+    "channels_first": "channels first", "data_on_device": "data kept on the GPU",
+    "jit_compile": "compiled (jit)", "cuda_graphs": "CUDA graphs",
+}
+
+
+def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
+    """One stored run for the terminal: a summary, its epochs and its batch trials."""
+    row = run_row(stored)
+    summary = narrow_table(f"run {row['run_id']}", show_header=False)
+    summary.add_column("field", style="bold")
+    summary.add_column("value", overflow="fold")
+    for name, text in run_facts(stored):
+        summary.add_row(name, Text(text))
     tables = [summary]
 
     result = stored.run.result
@@ -476,11 +463,11 @@ def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
         for e in result.epochs:
             epochs.add_row(
                 str(e.number),
-                format_seconds(measured(e.wall_seconds)),
-                format_seconds(measured(e.train_seconds)),
-                format_energy(measured(e.energy_joules)),
-                three_digits(measured(e.mean_power_watts)),
-                three_digits(measured(e.max_temperature_c)),
+                figures.seconds(e.wall_seconds, unit=False),
+                figures.seconds(e.train_seconds, unit=False),
+                figures.energy(e.energy_joules),
+                figures.measured(e.mean_power_watts),
+                figures.measured(e.max_temperature_c),
                 f"{e.accuracy:.3f}",
                 f"{e.val_accuracy:.3f}",
             )
@@ -494,8 +481,8 @@ def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
             trials.add_row(
                 str(t.batch),
                 "yes" if t.fits else "no",
-                format_memory(to_gib(t.peak_memory_bytes)),
-                format_seconds(measured(t.seconds)),
+                figures.gib(to_gib(t.peak_memory_bytes)),
+                figures.seconds(t.seconds, unit=False),
                 Text(t.message),
             )
         tables.append(trials)

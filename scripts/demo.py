@@ -241,11 +241,12 @@ def standing(address: str, token: str) -> None:
     from rich.console import Console
 
     from gpubench import Client
+    from gpubench.cli_shared import output_width
 
     step("where you stand: this run beside the reference runs (B0)")
     with Client(address, token) as client:
         frame = client.list_runs(model="B0", limit=100)
-    console = Console(width=min(shutil.get_terminal_size().columns, 100), highlight=False)
+    console = Console(width=output_width(), highlight=False)
     for renderable in standing_tables(frame, you="demo"):
         console.print(renderable)
 

@@ -7,11 +7,11 @@ import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
-from gpubench import frames, tables
+from gpubench import figures, frames, tables
 
 # Each table fits 80 columns; the legend explains the short headings once.
 LEGEND = ("px: image size; img/ep: training images an epoch; img/s: training images a "
-          "second in epoch 2")
+          f"second in epoch 2; {tables.BATCH_LEGEND}")
 
 
 def _int(value: object) -> int:
@@ -24,17 +24,18 @@ def _row_cells(row: dict) -> list[str | Text]:
         Text(row["gpu_config"]),
         str(_int(row["image_size"]) or frames.MISSING),
         str(_int(row["train_images"]) or frames.MISSING),
-        tables.format_batch(_int(row["batch_per_gpu"]), _int(row["global_batch"]),
-                            _int(row["gpu_count"])),
-        tables.format_seconds(row["epoch2_s"]),
-        tables.three_digits(row["train_images_per_s"]),
+        figures.batch(row["timed_batch_per_gpu"], row["timed_global_batch"], row["gpu_count"]),
+        figures.largest_batch(row["largest_batch_per_gpu"], row["largest_batch_capped"]),
+        figures.seconds(row["epoch2_s"], unit=False),
+        figures.three_digits(row["train_images_per_s"]),
     ]
 
 
 def _table(title: str, rows: pd.DataFrame, caption: str | None = None) -> Table:
     table = tables.narrow_table(title, caption)
     for name, right in (("run", False), ("GPU config", False), ("px", True), ("img/ep", True),
-                        ("batch", True), ("epoch 2 (s)", True), ("img/s", True)):
+                        (figures.TIMED_BATCH, True), (figures.LARGEST_BATCH, True),
+                        ("epoch 2 (s)", True), ("img/s", True)):
         table.add_column(name, justify="right" if right else "left")
     for row in rows.to_dict("records"):
         table.add_row(*_row_cells(row), style="bold" if row.get("you") else None)
@@ -59,34 +60,25 @@ def standing_tables(frame: pd.DataFrame, *, you: str) -> list[Table | Text]:
     return out
 
 
-def _per_second(row: dict) -> float:
-    """Training images a second in epoch 2: as measured, or from the epoch's time where a
-    published record has only that."""
-    if not frames.is_missing(row["train_images_per_s"]):
-        return float(row["train_images_per_s"])
-    if _int(row["train_images"]) and not frames.is_missing(row["epoch2_s"]):
-        return _int(row["train_images"]) / float(row["epoch2_s"])
-    return float("nan")
-
-
 def _verdict(mine: pd.DataFrame, others: pd.DataFrame) -> str:
-    """One line per reference: how many images a second it trained against yours (epoch
-    times are not comparable across epoch sizes), and what makes it unlike your run."""
-    if mine.empty or frames.is_missing(_per_second(mine.iloc[0].to_dict())):
+    """One line per reference: its speedup over yours (your run the baseline, as
+    `gpubench compare` computes it: your epoch-2 time over its), and what makes it unlike
+    your run, which makes the ratio not like for like."""
+    if mine.empty or frames.is_missing(mine.iloc[0]["epoch2_s"]):
         return "your run has no epoch-2 figure to compare (it did not finish)"
     run = mine.iloc[0].to_dict()
-    yours = _per_second(run)
-    lines = [f"you: {tables.three_digits(yours)} training images a second on "
-             f"{run['gpu_config']}; the others, against that:"]
+    yours = float(run["epoch2_s"])
+    lines = [f"you: epoch 2 in {figures.seconds(yours)} on {run['gpu_config']}; the others' "
+             f"{figures.SPEEDUP} ({figures.SPEEDUP_MEANS}, your run the baseline):"]
     for row in others.to_dict("records"):
-        theirs = _per_second(row)
-        if frames.is_missing(theirs):
+        if frames.is_missing(row["epoch2_s"]):
             continue
         unlike = [what for what, key in (("image size", "image_size"),
                                          ("images an epoch", "train_images"),
                                          ("backend", "backend"), ("precision", "precision"))
                   if row[key] != run[key]]
-        line = (f"{row['label'] or row['submitter']}: {tables.three_digits(theirs / yours)}x "
-                "as many")
-        lines.append(line + (f" (unlike yours in {', '.join(unlike)})" if unlike else ""))
+        line = (f"{row['label'] or row['submitter']} ({row['gpu_config']}): "
+                f"{figures.SPEEDUP} {figures.speedup(yours / float(row['epoch2_s']))}")
+        lines.append(line + (f", unlike yours in {', '.join(unlike)}: not like for like"
+                             if unlike else ""))
     return "\n".join(lines)

@@ -98,3 +98,35 @@ def test_the_agents_summary_fits_80_columns(make_run: Any) -> None:
     console.print(summary_table(runs))
     assert_fits(console.export_text(), "summary")
     json.dumps([record.to_dict(r) for r in runs])  # the runs are complete records
+
+
+def test_80_columns_when_stdout_is_no_terminal_and_width_overrides(references: Any) -> None:
+    runner = CliRunner()
+    base = ["--collector", references.address, "--token", references.lab_token]
+    # No terminal and no $COLUMNS (a pipe, `less`, `docker compose exec -T`): 80 columns.
+    plain = runner.invoke(cli, [*base, "runs", "list"], env={"COLUMNS": None})
+    assert plain.exit_code == 0, plain.output
+    assert_fits(plain.stdout, "runs list without a terminal")
+    # --width, before or after the command, lays the same table out wider.
+    for args in ([*base, "--width", "160", "runs", "list"],
+                 [*base, "runs", "list", "--width", "160"]):
+        wide = runner.invoke(cli, args, env={"COLUMNS": None})
+        lines = wide.stdout.splitlines()
+        assert max(map(len, lines)) > WIDTH and all(len(line) <= 160 for line in lines)
+    # A long error wraps at the width too.
+    unknown = runner.invoke(cli, [*base, "runs", "show", "ffffffff" * 4], env={"COLUMNS": None})
+    assert unknown.exit_code != 0 and len(unknown.stderr.splitlines()) > 1
+    assert all(len(line) <= WIDTH for line in unknown.stderr.splitlines())
+
+
+def test_the_answers_fit_80_columns(references: Any) -> None:
+    runner = CliRunner()
+    base = ["--collector", references.address, "--token", references.lab_token]
+    for command in (["fit", "--model", "B7", "--memory", "16GiB"],
+                    ["fit", "--model", "B0", "--card", "Tesla T4"],
+                    ["estimate", "--model", "B7", "--epochs", "400"],
+                    ["compare", "--model", "B7", "--backend", "torch", "--precision", "float32",
+                     "--price", "NVIDIA H200=32000"]):
+        done = runner.invoke(cli, [*base, *command], env={"COLUMNS": None})
+        assert done.exit_code == 0, done.output
+        assert_fits(done.stdout, " ".join(command))

@@ -91,7 +91,9 @@ def test_make_demo_twice_from_a_clean_checkout(tmp_path: Path) -> None:
     assert "B0 leaderboard" in out
     # Where this run stands, and what to try next.
     assert "where you stand" in out and "measured runs (yours in bold)" in out
-    assert "the article's Tesla T4 (Colab):" in out and "x as many (unlike yours in" in out
+    # One ratio, named as `gpubench compare` names it, with what makes it not like for like.
+    assert "the article's Tesla T4 (Colab) (1x Tesla T4): speedup " in out
+    assert "unlike yours in" in out and "x as many" not in out
     assert "what now: the collector served 127.0.0.1:" in out
     assert re.search(r"the results site answers at http://127\.0\.0\.1:\d+/", out)
     assert "web --token-file .demo/token" in out

@@ -62,7 +62,10 @@ def invoke(filled: Any) -> Any:
     runner = CliRunner()
 
     def run(*args: str, token: str | None = None) -> Any:
-        options = ["--collector", filled.address, "--token", token or filled.lab_token]
+        # Wide enough that each row is a line: tests/integration/test_80_columns.py
+        # checks the default width.
+        options = ["--collector", filled.address, "--token", token or filled.lab_token,
+                   "--width", "250"]
         return runner.invoke(cli, [*options, *args], catch_exceptions=False)
 
     return run
@@ -77,8 +80,10 @@ def test_unreachable_collector_exit_code() -> None:
         port = sock.getsockname()[1]
     done = gpubench("--collector", f"127.0.0.1:{port}", "runs", "list")
     assert done.returncode == ExitCode.UNAVAILABLE
+    # One message, wrapped at 80 columns.
     assert one_message(done.stderr).startswith(
         f"gpubench: error: cannot reach the collector at 127.0.0.1:{port} (Connection refused)")
+    assert all(len(line) <= 80 for line in done.stderr.splitlines())
     assert done.stdout == ""
 
 

@@ -64,9 +64,29 @@ def test_memory_share_is_the_median_peak_over_the_card() -> None:
     result = compare.compare("B7", [replace(T4, peak_memory_median_bytes=9.88e9,
                                             memory_total_bytes=15360 * 2**20)])
     assert result.groups[0].peak_memory_share == pytest.approx(9.88e9 / 16106127360)
-    assert compare.memory_share(None, 16 * GIB) is None
-    assert compare.memory_share(3 * GIB, 0) is None
-    assert compare.memory_share(4 * GIB, 16 * GIB) == 0.25
+    assert compare.memory_share(replace(T4, peak_memory_median_bytes=None)) is None
+    assert compare.memory_share(replace(T4, peak_memory_median_bytes=3 * GIB,
+                                        memory_total_bytes=0)) is None
+    assert compare.memory_share(replace(T4, peak_memory_median_bytes=4 * GIB,
+                                        memory_total_bytes=16 * GIB)) == 0.25
+
+
+def test_memory_share_of_a_limited_run_is_of_its_limit() -> None:
+    # An H200 run as a 16 GiB card: 13.2 GiB is 83% of the limit, not 9% of the card.
+    limited = replace(T4, gpu_name="NVIDIA H200", memory_limit_bytes=16 * GIB,
+                      peak_memory_median_bytes=13.2 * GIB, memory_total_bytes=140.4 * GIB)
+    [group] = compare.compare("B7", [limited]).groups
+    assert group.peak_memory_share == pytest.approx(13.2 / 16)
+
+
+def test_unlike_groups_say_how_each_ran() -> None:
+    one = replace(T4, gpu_name="NVIDIA H200", settings=("kernels+cuda-graphs",))
+    two = replace(T4, gpu_name="NVIDIA H200", gpu_count=2, settings=("kernels",))
+    result = compare.compare("B7", [one, two], allow_mixed=True)
+    assert {g.figures.gpu_count: g.differences for g in result.groups} == {
+        1: ("settings kernels+cuda-graphs",), 2: ("settings kernels",)}
+    alike = compare.compare("B7", [one, replace(one, gpu_name="Tesla T4")])
+    assert all(g.differences == () for g in alike.groups)
 
 
 def test_mixed_settings_are_refused_naming_the_dimension_and_values() -> None:

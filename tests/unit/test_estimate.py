@@ -39,14 +39,3 @@ def test_groups_keep_unlike_runs_apart_with_their_range() -> None:
     assert float32.batches == [2]
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    (42, "42 s"), (750, "12.5 min"), (9253, "2.57 h"), (20 * 3600, "20.0 h"),
-    (271_361, "3.14 d (75 h)"), (3_174_000, "36.7 d (882 h)"),
-])
-def test_durations_read_as_people_say_them(seconds: float, text: str) -> None:
-    assert estimate.format_duration(seconds) == text
-
-
-def test_a_range_names_min_median_and_max() -> None:
-    assert estimate.format_range([9000, 9253]) == "min 2.50 h, median 2.54 h, max 2.57 h"
-    assert estimate.format_range([9253]) == "2.57 h"

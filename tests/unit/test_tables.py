@@ -116,36 +116,48 @@ def test_compare_frame_columns_and_attrs() -> None:
     assert math.isnan(baseline["energy_per_epoch_j"])  # not measured on that card
     assert frame.attrs["baseline"] == "1x NVIDIA GeForce GTX 1070"
     assert frame.attrs["warnings"] == ["1x Tesla T4 has only 1 run"]
-    assert frame.attrs["response"].groups[0].runs == 3
+    # The comparison key on every row: a group-by over a download never mixes runs.
+    assert set(frames.SHARED) <= set(frame.columns)
+    assert (first["backend"], first["precision"], first["image_size"]) == ("tensorflow",
+                                                                            "float32", 600)
+    assert (first["timed_batch_per_gpu"], first["timed_global_batch"]) == (10, 20)
     document = frames.compare_document(frame)
     assert json.loads(json.dumps(document))["groups"][1]["energy_per_epoch_j"] is None
 
 
-@pytest.mark.parametrize(
-    ("value", "text"),
-    [(1234.4, "1,234"), (339.2, "339"), (17.04, "17.0"), (5.034, "5.03"), (0.0521, "0.052"),
-     (math.nan, "-")],
-)  # fmt: skip
-def test_three_digits(value: float, text: str) -> None:
-    assert tables.three_digits(value) == text
+def test_frame_attrs_are_plain_so_parquet_keeps_them(tmp_path) -> None:
+    frame = frames.compare_frame(_compare_response())
+    json.dumps(frame.attrs)  # nothing but plain values
+    path = tmp_path / "compare.parquet"
+    frame.to_parquet(path)
+    back = pd.read_parquet(path)
+    assert back.attrs["baseline"] == "1x NVIDIA GeForce GTX 1070"
+    assert list(back.columns) == frames.COMPARE_COLUMNS
 
 
-def test_units() -> None:
-    assert tables.format_energy(850.2) == "850 J"
-    assert tables.format_energy(12_340.0) == "12.3 kJ"
-    assert tables.format_energy(1_200_000.0) == "1.20 MJ"
-    assert tables.format_energy(math.nan) == "-"
-    assert tables.format_speedup(17.0) == "17.0x"
-    assert tables.format_speedup(1.0) == "1.00x"
-    assert tables.format_speedup(0.521) == "0.52x"
-    assert tables.format_memory(12.34, 0.771) == "12.3 GiB (77%)"
-    assert tables.format_memory(0.5) == "0.50 GiB"
-    assert tables.format_memory(math.nan, 0.5) == "-"
-    assert tables.format_batch(512, 1024, 2) == "1024 (2x512)"
-    assert tables.format_batch(128, 128, 1) == "128"
-    assert tables.format_batch(0, 0, 1) == "-"
-    assert tables.format_epoch(17.0, 16.8, 17.3, 3) == "17.0 [16.8-17.3]"
-    assert tables.format_epoch(17.0, 17.0, 17.0, 1) == "17.0"
+def test_csv_neutralises_cells_a_spreadsheet_would_run() -> None:
+    frame = frames.runs_frame([_stored_run()])
+    hostile = ["=cmd|' /C calc'!A0", "+1+2", "-2+3", "@SUM(A1)", "\tTAB", "\rCR"]
+    frame = pd.concat([frame] * len(hostile), ignore_index=True)
+    frame["label"] = hostile
+    back = pd.read_csv(io.StringIO(frames.csv_text(frame)), keep_default_na=False)
+    assert list(back["label"]) == ["'" + text for text in hostile]
+    # Numbers stay numbers, and plain text as it is.
+    assert list(back["epoch2_s"]) == [17.0] * len(hostile)
+    assert set(back["gpu_name"]) == {"Tesla T4"}
+
+
+def test_peak_memory_is_a_share_of_the_memory_limit() -> None:
+    stored = _stored_run()
+    stored.run.config.memory_limit_bytes = 16 * GIB
+    stored.run.gpus[0].memory_total_bytes = 140 * GIB
+    stored.run.result.memory[0].memory_total_bytes = 140 * GIB
+    stored.run.result.memory[0].allocator_peak_bytes = int(13.2 * GIB)
+    row = frames.run_row(stored)
+    assert row["peak_memory_share"] == pytest.approx(13.2 / 16)  # not 13.2 / 140
+    assert row["gpu_config"] == "1x Tesla T4 as 16 GiB"
+    text = "\n".join(_render(t) for t in tables.run_tables(stored))
+    assert "13.2 GiB (82% of limit)" in text
 
 
 def _render(table: object) -> str:
@@ -160,7 +172,7 @@ def test_compare_table_marks_baseline_and_units() -> None:
     assert "2x NVIDIA RTX 6000 Ada Generation" in text
     assert "1x NVIDIA GeForce GTX 1070  (baseline)" in text
     assert "80.0 [78.5-83.0]" in text
-    assert "20 (2x10)" in text
+    assert "20 (2x10)" in text and "timed batch" in text and "largest batch" in text
     assert "45.0 GiB (94%)" in text
     assert "48.0 kJ" in text
     assert "11.2x" in text and "1.00x" in text

@@ -25,9 +25,10 @@ START_TIMEOUT_S = 20.0
 LOAD_TIMEOUT_S = 15.0
 
 # Run in the page: what makes a layout unreadable. The page must not be wider than the
-# window (wide tables scroll inside their own .scroll box); no element outside such a
-# box may end past the window's right edge; no two text blocks (neither inside the
-# other) may overlap, in the page or in a chart.
+# window; no element outside a .scroll box may end past the window's right edge; inside
+# one, no figure column (th.n, td.n) may lie beyond the box's visible part (a figure seen
+# only by scrolling sideways, as a long GPU name in a wide table can push them); no two
+# text blocks (neither inside the other) may overlap, in the page or in a chart.
 LAYOUT_CHECK = r"""
 (() => {
   const problems = [];
@@ -44,6 +45,21 @@ LAYOUT_CHECK = r"""
     const r = el.getBoundingClientRect();
     if (r.width > 0 && r.right > width + 1) {
       problems.push(`${describe(el)} ends at ${Math.round(r.right)}px`);
+    }
+  }
+  for (const box of document.querySelectorAll('.scroll')) {
+    const b = box.getBoundingClientRect();
+    if (b.width === 0 || b.height === 0) continue;
+    const left = Math.max(b.left, 0), right = Math.min(b.right, width);
+    for (const cell of box.querySelectorAll('th.n, td.n')) {
+      const r = cell.getBoundingClientRect();
+      if (r.width === 0 || r.height === 0) continue;
+      if (r.right > right + 1 || r.left < left - 1) {
+        problems.push(`${describe(cell)}: a figure column out of view at ` +
+                      `${Math.round(r.left)}-${Math.round(r.right)}px, its box showing ` +
+                      `${Math.round(left)}-${Math.round(right)}px`);
+        break;  // one cell a box says it
+      }
     }
   }
   const blocks = [...document.querySelectorAll(
@@ -90,6 +106,8 @@ class PageReport:
     errors: list[str] = field(default_factory=list)  # console errors, exceptions, failed loads
     layout: list[str] = field(default_factory=list)  # layout problems (LAYOUT_CHECK)
     screenshot: bytes = b""
+    text: str = ""  # what a reader sees (innerText)
+    downloads: list[str] = field(default_factory=list)  # the page's download links (URLs)
 
 
 class Chromium:
@@ -168,6 +186,9 @@ class Chromium:
         layout = self.send("Runtime.evaluate", {"expression": LAYOUT_CHECK,
                                                 "returnByValue": True}, session=True)
         report.layout = layout.get("result", {}).get("value") or []
+        report.text = self.evaluate("document.body.innerText") or ""
+        report.downloads = self.evaluate(
+            "[...document.querySelectorAll('a[download]')].map(a => a.href)") or []
         for event in self._events:
             method, params = event.get("method"), event.get("params", {})
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
@@ -188,6 +209,12 @@ class Chromium:
             session=True)
         report.screenshot = base64.b64decode(shot["data"])
         return report
+
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page."""
+        answer = self.send("Runtime.evaluate", {"expression": expression,
+                                                "returnByValue": True}, session=True)
+        return answer.get("result", {}).get("value")
 
     def close(self) -> None:
         """End the browser and remove its profile."""

@@ -20,6 +20,8 @@ def live_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSite]:
     extra = community_runs()
     hostile = next(r for r in extra if r.config.model == "B0" and r.gpus[0].name == HOSTILE_GPU)
     flagged = next(r for r in extra if r.result.epoch2_seconds == 0.05)
+    limited = next(r for r in extra if r.config.memory_limit_bytes)
     for started in _start(tmp_path_factory.mktemp("site"), runs + extra, public_read=True):
         site, address, admin, _ = started
-        yield LiveSite(site.url, address, admin, hostile.run_id, flagged.run_id)
+        yield LiveSite(site.url, address, admin, hostile.run_id, flagged.run_id,
+                       limited.run_id)

@@ -21,6 +21,14 @@ REFERENCE_RUNS = sorted((ROOT / "docs" / "results" / "runs").glob("*.json"))
 HOSTILE_GPU = "<script>alert(1)</script>"
 HOSTILE_LABEL = '<img src=x onerror="alert(2)">'
 HOSTILE_WARNING = "epoch 2 slower \u202eevil\u202c and \u200bhidden"
+# The longest GPU name the collector accepts (200 characters): its lists must keep every
+# figure column in view all the same.
+LONG_GPU = ("Quantum Accelerator Board " + "X" * 150 + " Extreme Edition Forty")[:200]
+LONG_RUNS = 55  # more than a page of a list
+# A label a spreadsheet would run as a formula (OWASP's CSV injection).
+FORMULA_LABEL = "=cmd|' /C calc'!A0"
+# A run with --memory-limit: 13.2 GiB of a 16 GiB limit on a 140 GiB card.
+LIMIT_GIB, LIMIT_PEAK_GIB = 16, 13.2
 
 
 def alike_run(gpu_name: str, model: str, epoch2_seconds: float, **paths: object):
@@ -39,7 +47,9 @@ def alike_run(gpu_name: str, model: str, epoch2_seconds: float, **paths: object)
 
 def community_runs() -> list:
     """Runs of other cards at the reference runs' settings, one hostile, one flagged, one
-    at Keras's own settings (TensorFlow)."""
+    at Keras's own settings (TensorFlow); runs of a card with a 200-character name (more
+    than a page of them), of two H200s (without CUDA graphs, as a run on two GPUs is),
+    one with --memory-limit, and one labelled as a spreadsheet formula."""
     runs = []
     for gpu, times in (("Tesla T4", {"B0": (9.1, 9.6, 9.3), "B3": (31.0, 32.5), "B7": (410.0,)}),
                        ("NVIDIA RTX 6000 Ada Generation",
@@ -54,6 +64,17 @@ def community_runs() -> list:
     runs.append(make_run(gpu_name="Tesla T4", model="B0", config__batch_rule="steps",
                          config__dataset_name=record.SYNTHETIC_DATA, config__pipeline="cached",
                          config__weights="none"))  # tensorflow, settings "keras"
+    runs += [alike_run(LONG_GPU, "B0", 3.0 + i / 100) for i in range(LONG_RUNS)]
+    runs += [alike_run(LONG_GPU, model, seconds) for model, seconds in (("B3", 12.0),
+                                                                         ("B7", 95.0))]
+    for seconds in (0.42, 0.44, 0.43):  # two H200s: torch's kernels, no CUDA graphs
+        runs.append(alike_run("NVIDIA H200", "B0", seconds, gpu_count=2,
+                              config__cuda_graphs=False))
+    limited = alike_run("NVIDIA H200", "B7", 21.0, config__memory_limit_bytes=LIMIT_GIB << 30,
+                        peak_memory_bytes=int(LIMIT_PEAK_GIB * (1 << 30)),
+                        result__largest_batch_per_gpu=3)
+    runs.append(limited)
+    runs.append(alike_run("NVIDIA RTX 6000 Ada Generation", "B0", 2.0, label=FORMULA_LABEL))
     return runs
 
 
@@ -66,6 +87,7 @@ class LiveSite:
     admin_token: str
     hostile_run_id: str
     flagged_run_id: str
+    limited_run_id: str = ""
 
     def get(self, path: str, token: str | None = None) -> tuple[int, str, dict[str, str]]:
         """GET `path`: status, body, headers (an error status is returned, not raised)."""
@@ -100,7 +122,7 @@ def _start(tmp: Path, runs: list, public_read: bool, *, site_token: bool = False
         for run in runs:
             client.submit_run(run)
         # Acknowledged runs are in DuckDB within a second; every read sees them at once.
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while store.count() < len(runs) and time.monotonic() < deadline:
             time.sleep(0.05)
     token = tokens.create("site", admin=False)[1] if site_token else None

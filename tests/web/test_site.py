@@ -39,9 +39,10 @@ def test_leaderboard_ranks_the_default_runs_with_their_figures(live_site):
         "1x NVIDIA H200", "1x NVIDIA RTX 6000 Ada Generation", "1x Tesla T4",
         "1x NVIDIA GeForce GTX 1070")) if m]
     assert len(order) == 4 and order == sorted(order)
-    # The T4's three runs: median 9.300 s, spread 9.1-9.6 s, energy, memory of the card.
+    # The T4's three runs: median 9.30 s, spread 9.10-9.60 s, energy, memory of the card,
+    # in the terminal's voice (gpubench.figures).
     row = text[text.index("1x Tesla T4"):text.index("1x NVIDIA GeForce GTX 1070")]
-    assert "9.300 s" in row and "9.100–9.600\u00a0s" in row and " 3 " in row
+    assert "9.30 s" in row and "9.10–9.60\u00a0s" in row and " 3 " in row
     assert "/ 15.0 GiB (8" in row and " J " in row
     # Published runs never rank; flagged runs are hidden unless asked for.
     assert "flagged" not in _text(body.split("<tbody>")[1].split("</tbody>")[0])
@@ -59,7 +60,7 @@ def test_leaderboard_filters(live_site):
     assert "1x NVIDIA H200" in _text(bf16)  # the reference fast run
     status, bad, _ = live_site.get("/leaderboard/B0?precision=float64")
     assert status == 400 and "precision" in bad and "float64" in bad
-    assert live_site.get("/leaderboard/B9")[0] == 400
+    assert live_site.get("/leaderboard/B9")[0] == 404  # no such page
 
 
 def test_comparison_chart_table_and_published_section(live_site):
@@ -83,7 +84,7 @@ def test_comparison_refuses_unlike_runs_in_words(live_site):
     # It names each difference, as the CLI does.
     assert "They differ in:" in text
     words = " ".join(text.split())
-    assert "settings : keras, kernels+cuda-graphs, kernels+data-on-device+cuda-graphs " \
+    assert "settings : keras, kernels, kernels+cuda-graphs, kernels+data-on-device+cuda-graphs " \
            "(choose one in Settings above)" in words
     assert "precision : float32, mixed_bfloat16 (choose one in Precision above)" in words
     assert "batch rule :" in words and "choose one in Batch rule above" in words
@@ -92,14 +93,20 @@ def test_comparison_refuses_unlike_runs_in_words(live_site):
 
 def test_run_page_shows_the_whole_record(live_site):
     with Client(live_site.collector) as client:
-        stored = next(client.iter_runs(gpu="H200", model="B7"))
+        stored = next(s for s in client.iter_runs(gpu="H200", model="B7")
+                      if s.run.result.batch_trials)
     status, body, _ = live_site.get(f"/run/{stored.run.run_id}")
     assert status == 200
     text = _text(body)
     for heading in ("Result", "Warnings", "Epochs", "GPU memory", "Batch search", "Settings",
                     "Inventory", "Host", "Software"):
         assert heading in text
-    assert stored.run.run_id in text and "NVIDIA H200" in text and "cuda_graphs" in text
+    assert stored.run.run_id in text and "NVIDIA H200" in text
+    # Words, not the record's field and enum names.
+    words = " ".join(text.split())
+    assert "CUDA graphs: on" in words and "largest batch" in words and "timed batch" in words
+    for raw in ("BATCH_CHOICE", "RUN_STATUS", "ram_bytes", "cuda_graphs", "memory_total_bytes"):
+        assert raw not in body, raw
     assert live_site.get("/run/00000000-0000-0000-0000-000000000000")[0] == 404
 
 
@@ -113,7 +120,8 @@ def test_submitted_text_is_shown_escaped(live_site):
     assert "\u202e" not in body and "\u200b" not in body and "\u202c" not in body
     assert '<span class="esc" title="hidden character">\\u202e</span>' in body
     assert "\\u200b" in body
-    for path in ("/leaderboard/B0", "/compare/B0", "/runs", "/gpu/" + quote(HOSTILE_GPU, safe="")):
+    for path in ("/leaderboard/B0", "/compare/B0", "/runs?gpu=" + quote(HOSTILE_GPU),
+                 "/gpu/" + quote(HOSTILE_GPU, safe="")):
         status, page, _ = live_site.get(path)
         assert status == 200, path
         assert "<script>" not in page and "&lt;script&gt;alert(1)" in page, path
@@ -125,8 +133,8 @@ def test_gpu_page_lists_its_runs_by_model(live_site):
     assert "Tesla T4" in text and "15.0 GiB" in text
     assert "B0" in text and "B3" in text and "B7" in text
     assert "published" in text and "flagged" in text
-    _, none, _ = live_site.get("/gpu/Quantum%20GPU%209000")
-    assert "No runs on a GPU named Quantum GPU 9000" in _text(none)
+    status, none, _ = live_site.get("/gpu/Quantum%20GPU%209000")
+    assert status == 404 and "No runs on a GPU named Quantum GPU 9000" in _text(none)
 
 
 def test_flagged_run_says_why(live_site):

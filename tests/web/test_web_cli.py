@@ -45,3 +45,55 @@ def test_web_help_explains_every_flag():
     for flag in ("--collector", "--token-file", "--visitor-tokens", "--ca", "--tls", "--host",
                  "--port", "--timeout", "--log-level"):
         assert flag in shown
+
+
+def test_compose_serves_the_site_with_this_command(collector, make_run):
+    """docker/compose.yaml's site service: its command, as written, serves the site."""
+    import json
+
+    from gpubench.client import Client
+
+    with Client(collector.address, token=collector.admin_token) as client:
+        client.submit_run(make_run())
+    compose = (Path(__file__).resolve().parents[2] / "docker" / "compose.yaml").read_text()
+    service = compose.split("\n  site:\n", 1)[1].split("\n  agent:\n", 1)[0]
+    command = json.loads(re.search(r"command: (\[[^\]]*\])", service, re.DOTALL).group(1))
+    assert command[:3] == ["web", "--collector", "collector:50051"]
+    # The compose network's names, for this machine's: the collector, any free port.
+    args = [collector.address if a == "collector:50051" else "0" if a == "8080" else a
+            for a in command]
+    token_file = Path(collector.db_path).with_name("site.token")
+    token_file.write_text(collector.make_token("site") + "\n")
+    process = subprocess.Popen([str(BIN / "gpubench-collector"), *args,
+                                "--token-file", str(token_file)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        found = re.search(r"results site on http://127\.0\.0\.1:(\d+)/", line)
+        assert found, line + (process.stderr.read() if process.poll() is not None else "")
+        url = f"http://127.0.0.1:{found.group(1)}/"
+        with urllib.request.urlopen(url + "healthz", timeout=20) as answer:
+            assert answer.read().decode().startswith("ok")
+        with urllib.request.urlopen(url + "fit/B0", timeout=20) as answer:
+            assert answer.status == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+
+
+def test_without_the_web_extra_it_says_what_to_install():
+    """`gpubench-collector web` where the web extra is not installed: one line naming
+    the pip install, exit 2, no traceback."""
+    code = (
+        "import importlib.abc, sys\n"
+        "class Missing(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('starlette', 'uvicorn'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Missing())\n"
+        "from gpubench.collector.cli import main\n"
+        "main(['web', '--port', '0'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'gpubench[web]'" in done.stderr and "Traceback" not in done.stderr

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from gpubench.agent.eta import SuiteClock, format_duration
+from gpubench.agent.eta import SuiteClock
 from gpubench.agent.telemetry import Tick
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
@@ -118,7 +118,7 @@ class RunDisplay:
                 left = self.clock.seconds_left(now) if self.clock is not None else None
                 self.note(f"{self._doing}{self._step}: still running, "
                           f"{now - self._started:.0f} s since {self._model} started"
-                          + (f"; about {format_duration(left)} left" if left is not None
+                          + (f"; about {figures.rough_duration(left)} left" if left is not None
                              else ""), style="dim")
 
     def suite_started(self, models: list[str], epochs: int) -> None:

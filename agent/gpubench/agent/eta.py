@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpubench import record
+from gpubench import figures, record
 
 # Training time per image relative to B0, from the H200's float32 runs with CUDA
 # graphs (docs/results/h200.md: B0 2,637 img/s, B7 75 img/s; B3 from the bfloat16
@@ -159,15 +159,5 @@ class SuiteClock:
         left = self.seconds_left(now)
         if left is None:
             return where if len(self.models) > 1 else ""
-        about = f"about {format_duration(left)} left"
+        about = f"about {figures.rough_duration(left)} left"
         return f"{where}, {about}" if len(self.models) > 1 else about
-
-
-def format_duration(seconds: float) -> str:
-    """'45 s', '3 min', '1 h 20 min' (rounded as a person would say it)."""
-    if seconds < 90:
-        return f"{max(5, round(seconds / 5) * 5):.0f} s"
-    minutes = round(seconds / 60)
-    if minutes < 90:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60} min"

@@ -8,16 +8,12 @@ from collections.abc import Iterable, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from gpubench import record
-from gpubench.tables import narrow_table
+from gpubench import figures, record
+from gpubench.figures import MISSING
+from gpubench.tables import BATCH_LEGEND, narrow_table
 from gpubench.v1 import collector_pb2, run_pb2
 
 GIB = 1 << 30
-MISSING = "-"
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.1f} s" if value else MISSING
 
 
 def _memory(run: run_pb2.Run) -> str:
@@ -27,47 +23,41 @@ def _memory(run: run_pb2.Run) -> str:
         return MISSING
     allocator = sum(m.allocator_peak_bytes for m in run.result.memory)
     process = sum(m.process_peak_bytes for m in run.result.memory)
-    total = sum(m.memory_total_bytes for m in run.result.memory)
+    # A run with --memory-limit is measured against its limit (on every GPU), not the card.
+    limit = run.config.memory_limit_bytes * len(run.result.memory)
+    total = limit or sum(m.memory_total_bytes for m in run.result.memory)
     parts = []
     if allocator:
-        share = f" ({allocator / total:.0%})" if total else ""
-        parts.append(f"{allocator / GIB:.1f} GiB{share}")
+        parts.append(figures.memory(allocator / GIB, allocator / total if total else None,
+                                    of_limit=bool(limit)))
     if process:
-        parts.append(f"NVML {process / GIB:.1f} GiB")
+        parts.append(f"NVML {figures.gib(process / GIB)}")
     return "\n".join(parts) or MISSING
-
-
-def _energy(joules: float) -> str:
-    # 0 means "not measured" in the record; the query CLI's formatter does the rest,
-    # so the agent's summary and `gpubench compare` show energy alike.
-    from gpubench.tables import format_energy
-
-    return format_energy(joules) if joules else MISSING
 
 
 def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
     """Per model: status, epoch 1 / epoch 2 time, images/s, batch, peak memory and
     share of the card, energy per epoch, mean power."""
     first = runs[0] if runs else None
-    where = (record.gpu_config_name(first.gpus[0].name, first.config.gpu_count)
+    where = (record.gpu_config_name(first.gpus[0].name, first.config.gpu_count,
+                                    first.config.memory_limit_bytes)
              if first is not None and first.gpus else "CPU only")
     searched_any = any(r.result.largest_batch_per_gpu for r in runs)
     # The query CLI's narrow layout: fits 80 columns, wraps rather than cuts.
     table = narrow_table(
         f"gpubench on {where}",
         "epoch 1, epoch 2: wall time; img/s: training images a second in epoch 2; "
-        "energy and power: the measured epoch, all GPUs"
-        + ("; fits: the largest batch per GPU that fits (+: every training image)"
-           if searched_any else ""),
+        "energy and power: the measured epoch, all GPUs; "
+        + (BATCH_LEGEND if searched_any else f"timed batch: {figures.TIMED_BATCH_MEANS}"),
     )
     table.add_column("model")
     table.add_column("status")
     table.add_column("epoch 1", justify="right")
     table.add_column("epoch 2", justify="right")
     table.add_column("img/s", justify="right")
-    table.add_column("batch", justify="right")
+    table.add_column(figures.TIMED_BATCH, justify="right")
     if searched_any:
-        table.add_column("fits", justify="right")
+        table.add_column(figures.LARGEST_BATCH, justify="right")
     table.add_column("peak memory", justify="right")
     table.add_column("energy", justify="right")
     table.add_column("power", justify="right")
@@ -75,20 +65,19 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
         result = run.result
         epochs = {epoch.number: epoch for epoch in result.epochs}
         status = record.status_name(result.status)
-        batch = run.config.global_batch or run.config.batch_per_gpu
-        largest = result.largest_batch_per_gpu
+        config = run.config
         table.add_row(
-            run.config.model,
+            config.model,
             status if status == "ok" else f"[red]{status}[/red]",
-            _seconds(epochs[1].wall_seconds if 1 in epochs else 0.0),
-            _seconds(result.epoch2_seconds),
-            f"{result.train_images_per_second:.0f}" if result.train_images_per_second else MISSING,
-            str(batch) if batch else MISSING,
-            *([f"{largest}{'+' if result.largest_batch_capped else ''}" if largest else MISSING]
+            figures.seconds(epochs[1].wall_seconds if 1 in epochs else 0.0),
+            figures.seconds(result.epoch2_seconds),
+            figures.three_digits(result.train_images_per_second or None),
+            figures.batch(config.batch_per_gpu, config.global_batch, config.gpu_count),
+            *([figures.largest_batch(result.largest_batch_per_gpu, result.largest_batch_capped)]
               if searched_any else []),
             _memory(run),
-            _energy(result.energy_per_epoch_joules),
-            f"{result.mean_power_watts:.0f} W" if result.mean_power_watts else MISSING,
+            figures.energy(result.energy_per_epoch_joules),
+            figures.measured(result.mean_power_watts, "W"),
         )
     return table
 
@@ -121,9 +110,9 @@ def others_like(run: run_pb2.Run, stored: Iterable[collector_pb2.StoredRun]
 
 def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Table | str:
     """This run beside the others like it, grouped by GPU configuration (median epoch 2
-    and images a second; "vs this run": how many times faster each is); or, with none,
-    a sentence saying there is nothing to compare with."""
-    from gpubench import frames, tables
+    and images a second; the speedup: how many times faster each is than this run); or,
+    with none, a sentence saying there is nothing to compare with."""
+    from gpubench import frames
 
     config = run.config
     if not others:
@@ -138,19 +127,19 @@ def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Tab
         runs=("run_id", "size"), epoch2=("epoch2_s", "median"),
         per_second=("train_images_per_s", "median")).sort_values("epoch2")
     mine = frames.run_row(collector_pb2.StoredRun(run=run))
-    table = tables.narrow_table(
+    table = narrow_table(
         f"{config.model}: this run beside the collector's others like it",
-        "vs this run: how many times faster than this run (epoch-2 median); img/s: "
+        f"{figures.SPEEDUP}: {figures.SPEEDUP_MEANS}, this run the baseline; img/s: "
         "training images a second")
     for name, right in (("GPU config", False), ("runs", True), ("epoch 2 (s)", True),
-                        ("img/s", True), ("vs this run", True)):
+                        ("img/s", True), (figures.SPEEDUP, True)):
         table.add_column(name, justify="right" if right else "left")
     table.add_row(Text(f"{mine['gpu_config']} (this run)", style="bold"), "1",
-                  tables.format_seconds(mine["epoch2_s"]),
-                  tables.three_digits(mine["train_images_per_s"]), "1.00x")
+                  figures.seconds(mine["epoch2_s"], unit=False),
+                  figures.three_digits(mine["train_images_per_s"]), "1.00x")
     for name, group in groups.iterrows():
         table.add_row(Text(str(name)), str(int(group["runs"])),
-                      tables.format_seconds(group["epoch2"]),
-                      tables.three_digits(group["per_second"]),
-                      tables.format_speedup(mine["epoch2_s"] / group["epoch2"]))
+                      figures.seconds(group["epoch2"], unit=False),
+                      figures.three_digits(group["per_second"]),
+                      figures.speedup(mine["epoch2_s"] / group["epoch2"]))
     return table

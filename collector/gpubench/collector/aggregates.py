@@ -81,7 +81,8 @@ class LeaderboardRow:
     best_epoch2_seconds: float
     epoch2_median_seconds: float
     train_images_per_second_median: float | None
-    max_batch_per_gpu: int
+    max_batch_per_gpu: int  # the largest batch per GPU its runs were timed at
+    largest_batch_per_gpu_max: int  # the largest batch per GPU a search confirmed (0: none)
 
 
 class Aggregates:
@@ -185,7 +186,8 @@ class Aggregates:
             rows = read.con.execute(
                 f"""
                 SELECT {keys}, count(*), min(epoch2_seconds), median(epoch2_seconds),
-                    median(train_images_per_second), max(batch_per_gpu)
+                    median(train_images_per_second), max(batch_per_gpu),
+                    coalesce(max(largest_batch_per_gpu), 0)
                 FROM {read.runs}
                 WHERE {where} AND benchmark_version = ?
                 GROUP BY {keys}

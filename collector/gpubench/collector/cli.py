@@ -41,6 +41,8 @@ DB_OPTION = click.option(
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# The modules of the web extra (pyproject.toml) the results site imports.
+WEB_MODULES = ("starlette", "uvicorn", "jinja2", "markupsafe", "prometheus_client")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -82,10 +84,18 @@ def cli(log_level: str) -> None:
                    "one core whatever the machine has; auto: one per usable core, up to 4 "
                    "(1 on a single core). More need more CPU per submission in all, so they "
                    "pay only with cores to spare.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Also serve /metrics (Prometheus text or OpenMetrics) on this HTTP port "
+                   "(0: any free port, printed at start): submissions, refusals by reason, "
+                   "runs stored, flagged and quarantined, the journal's depth, DuckDB's bulk "
+                   "inserts. Off unless given.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address /metrics listens on; the figures need no token, so keep it to "
+                   "the operators' network.")
 def serve(
     db_path: Path, host: str, port: int, public_read: bool, tls_cert: Path | None,
     tls_key: Path | None, insecure: bool, rate_limit: float, max_message_bytes: int,
-    frontends: str,
+    frontends: str, metrics_port: int | None, metrics_host: str,
 ) -> None:
     """Serve the collector until SIGTERM or Ctrl-C, then stop gracefully."""
     from gpubench.collector.server import TlsFiles, default_frontends
@@ -109,10 +119,17 @@ def serve(
         out.print(f"collector serving {db_path} on {address} ({mode}, reads: {reads}{processes})")
         sys.stdout.flush()
 
+    def metrics_ready(bound: int) -> None:
+        shown = f"[{metrics_host}]" if ":" in metrics_host else metrics_host
+        out.print(f"metrics on http://{shown}:{bound}/metrics")
+        sys.stdout.flush()
+
     run_server(
         db_path, host=host, port=port, public_read=public_read, tls=tls, insecure=insecure,
         rate_limit=rate_limit, max_message_bytes=max_message_bytes, frontends=count,
         on_ready=ready,
+        metrics=(metrics_host, metrics_port) if metrics_port is not None else None,
+        on_metrics=metrics_ready,
     )
     err.print("collector stopped")
 
@@ -146,10 +163,18 @@ def serve(
               help="uvicorn's log level; info logs every request.")
 def web(address: str, token_file: Path | None, visitor_tokens: bool, ca: Path | None,
         tls: bool, host: str, port: int, timeout: float, log_level: str) -> None:
-    """Serve the read-only results site: leaderboards, comparisons, a page per GPU and per
-    run, /metrics (Prometheus) and /healthz, as a client of the collector's gRPC API."""
-    from gpubench.collector.web.reads import SiteConfig
-    from gpubench.collector.web.server import serve as serve_site
+    """Serve the read-only results site: leaderboards, comparisons, will it fit, how long
+    and what it costs, a page per GPU and per run, downloads (CSV, JSON, Parquet),
+    /metrics (Prometheus) and /healthz, as a client of the collector's gRPC API."""
+    try:
+        from gpubench.collector.web.reads import SiteConfig
+        from gpubench.collector.web.server import serve as serve_site
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in WEB_MODULES:
+            raise
+        raise GpubenchError(
+            f"the results site needs the web extra, which is not installed (no module "
+            f"{exc.name!r}): pip install 'gpubench[web]'", exit_code=ExitCode.USAGE) from None
 
     token = token_file.read_text().strip() if token_file else os.environ.get("GPUBENCH_TOKEN")
     config = SiteConfig(address=address, token=token or None, visitor_tokens=visitor_tokens,

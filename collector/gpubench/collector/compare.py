@@ -70,6 +70,9 @@ class ComparedGroup:
     speedup: float
     is_baseline: bool
     peak_memory_share: float | None
+    # A comparison of unlike runs (allow_mixed): how this group ran in each dimension
+    # the groups differ in ("settings kernels+cuda-graphs", ...).
+    differences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,16 @@ DIMENSION_ATTRIBUTES = tuple(attribute for _, attribute, _ in DIMENSIONS)
 _NUMERIC = {"image_size", "train_images", "epochs"}
 
 
+def _values(groups: list[GroupFigures], attribute: str) -> list[object]:
+    return sorted({v for g in groups for v in getattr(g, attribute)}, key=str)
+
+
+def mixed_dimensions(groups: list[GroupFigures]) -> list[str]:
+    """The dimensions (DIMENSIONS' names, in its order) in which the groups' runs differ."""
+    return [dimension for dimension, attribute, _ in DIMENSIONS
+            if len(_values(groups, attribute)) > 1]
+
+
 def shared_settings(
     model: str, groups: list[GroupFigures], *, allow_mixed: bool
 ) -> dict[str, str | int]:
@@ -144,7 +157,7 @@ def shared_settings(
     mixed: list[str] = []
     for dimension, attribute, flag in DIMENSIONS:
         numeric = dimension in _NUMERIC
-        values = sorted({v for g in groups for v in getattr(g, attribute)}, key=str)
+        values = _values(groups, attribute)
         if len(values) <= 1:
             shared[dimension] = values[0] if values else (0 if numeric else "")
             continue
@@ -185,11 +198,14 @@ def speedup(baseline_seconds: float, group_seconds: float) -> float:
     return baseline_seconds / group_seconds
 
 
-def memory_share(peak_bytes: float | None, total_bytes: float | None) -> float | None:
-    """The peak's share of the card's memory, 0..1; None when either is unknown."""
-    if not peak_bytes or not total_bytes:
+def memory_share(figures: GroupFigures) -> float | None:
+    """The group's peak memory as a share of the memory its runs had, 0..1: their
+    --memory-limit where they ran with one (a run as a 16 GiB card is measured against
+    16 GiB, not the card it ran on), else the card's; None when either is unknown."""
+    had = figures.memory_limit_bytes or figures.memory_total_bytes
+    if not figures.peak_memory_median_bytes or not had:
         return None
-    return peak_bytes / total_bytes
+    return figures.peak_memory_median_bytes / had
 
 
 def group_warnings(group: GroupFigures) -> list[str]:
@@ -212,6 +228,17 @@ def group_warnings(group: GroupFigures) -> list[str]:
     return found
 
 
+def _shown(values: tuple[object, ...]) -> str:
+    return ", ".join(str(v) for v in values if v != "") or "unrecorded"
+
+
+def own_values(group: GroupFigures, mixed: Sequence[str]) -> tuple[str, ...]:
+    """How a group of a comparison of unlike runs ran in the `mixed` dimensions (those
+    the groups differ in): "settings kernels+cuda-graphs", "batch rule steps", ..."""
+    return tuple(f"{dimension.replace('_', ' ')} {_shown(getattr(group, attribute))}"
+                 for dimension, attribute, _ in DIMENSIONS if dimension in mixed)
+
+
 def differences(published: GroupFigures, shared: dict[str, str | int]) -> tuple[str, ...]:
     """How published runs were made unlike the compared runs: "backend tensorflow",
     "pipeline seed", ... for each dimension whose value the compared runs share and the
@@ -222,8 +249,7 @@ def differences(published: GroupFigures, shared: dict[str, str | int]) -> tuple[
         ours = shared.get(dimension)
         if ours in (None, "", 0, MIXED) or theirs == (ours,):
             continue
-        shown = ", ".join(str(v) for v in theirs) or "unrecorded"
-        found.append(f"{dimension.replace('_', ' ')} {shown}")
+        found.append(f"{dimension.replace('_', ' ')} {_shown(theirs)}")
     return tuple(found)
 
 
@@ -245,6 +271,7 @@ def compare(
             published=tuple(PublishedGroup(g, ()) for g in published),
         )
     shared = shared_settings(model, groups, allow_mixed=allow_mixed)
+    mixed = mixed_dimensions(groups)
     baseline = choose_baseline(groups, baseline_gpu, baseline_gpu_count)
     ordered = sorted(groups, key=lambda g: (g.epoch2_median_seconds, g.config_name))
     compared = tuple(
@@ -252,7 +279,8 @@ def compare(
             figures=g,
             speedup=speedup(baseline.epoch2_median_seconds, g.epoch2_median_seconds),
             is_baseline=g is baseline,
-            peak_memory_share=memory_share(g.peak_memory_median_bytes, g.memory_total_bytes),
+            peak_memory_share=memory_share(g),
+            differences=own_values(g, mixed),
         )
         for g in ordered
     )

@@ -25,6 +25,11 @@ STORED_COLUMNS = ("run_id, record, submitter, received_at, outlier, outlier_scor
 # length, the entry's own).
 _STORED_BYTES = ("octet_length(record) + strlen(submitter) + strlen(flag_reasons) "
                  "+ 256")
+# A run id in full (a canonical UUID), the fewest characters a listing shows of one
+# (StoredRun.short_id) and the fewest GetRun takes in place of it.
+FULL_RUN_ID = 36
+SHORT_ID = 8
+LEAST_PREFIX = 4
 
 
 @dataclass(frozen=True)
@@ -49,18 +54,34 @@ class RunReads:
         self._quarantine = quarantine
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
-        """The stored run, or NotFound (which says so of a run held in quarantine)."""
+        """The stored run whose id is `run_id`, or starts with it (LEAST_PREFIX
+        characters at least); NotFound (which says so of a run held in quarantine), or
+        InvalidRecord when several run ids start with it."""
+        prefix = run_id.strip().lower()
+        whole = len(prefix) >= FULL_RUN_ID
+        if not whole and len(prefix) < LEAST_PREFIX:
+            raise InvalidRecord("run_id", f"{run_id[:64]!r}: give the whole run id, or "
+                                          f"{LEAST_PREFIX} of its first characters at least")
         with self._snapshot() as read:
+            where = "run_id = ?" if whole else "starts_with(run_id, ?)"
             rows = read.con.execute(
-                f"SELECT {STORED_COLUMNS} FROM {read.runs} WHERE run_id = ?", [run_id]
+                f"SELECT {STORED_COLUMNS} FROM {read.runs} WHERE {where} "
+                "ORDER BY run_id LIMIT 4", [prefix]
             ).fetchall()
+            short = _short_ids(read, [rows[0][0]]) if len(rows) == 1 else {}
         if not rows:
-            reason = self._quarantine.reason_held(run_id)
+            reason = self._quarantine.reason_held(run_id) if whole else None
             if reason is not None:
                 raise NotFound(f"run_id {run_id}: acknowledged but held in quarantine, not "
                                f"stored (the database refused it: {reason})")
-            raise NotFound(f"run_id {run_id}: no such run")
-        return _stored_run(rows[0])
+            raise NotFound(f"run_id {run_id[:64]}: " + ("no such run" if whole else
+                                                       "no stored run id starts with it"))
+        if len(rows) > 1:
+            many = "more than 3" if len(rows) > 3 else str(len(rows))
+            shown = ", ".join(r[0] for r in rows[:3])
+            raise InvalidRecord("run_id", f"{run_id}: {many} stored run ids start with it "
+                                          f"({shown}); give more of it")
+        return _stored_run(rows[0], short)
 
     def count(self) -> int:
         """How many runs are stored."""
@@ -111,9 +132,10 @@ class RunReads:
                 f"SELECT {STORED_COLUMNS} FROM {read.runs} WHERE run_id IN (SELECT unnest(?))"
                 + order, [ids],
             ).fetchall()
+            short = _short_ids(read, ids)
         last = heads[taken - 1]
         token = _encode_page_token(last[1], last[0]) if len(heads) > taken else ""
-        return [_stored_run(r) for r in rows], token
+        return [_stored_run(r, short) for r in rows], token
 
     def counts(self) -> dict[str, int]:
         """The runs stored, and how many of them are flagged, outliers and published."""
@@ -153,7 +175,34 @@ def _filter_sql(where: RunFilter) -> tuple[list[str], list[Any]]:
     return clauses, params
 
 
-def _stored_run(row: Sequence[Any]) -> collector_pb2.StoredRun:
+def _common_prefix(a: str, b: str | None) -> int:
+    if not b:
+        return 0
+    size = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        size += 1
+    return size
+
+
+def _short_ids(read: Any, run_ids: Sequence[str]) -> dict[str, str]:
+    """Each run id's shortest prefix (SHORT_ID characters at least) that no other stored
+    run id starts with: one past its longest common prefix with its neighbours in
+    order, the only ids that can share more of it."""
+    rows = read.con.execute(
+        f"""
+        SELECT p.id, (SELECT max(r.run_id) FROM {read.rows} AS r WHERE r.run_id < p.id),
+            (SELECT min(r.run_id) FROM {read.rows} AS r WHERE r.run_id > p.id)
+        FROM (SELECT unnest(?) AS id) AS p
+        """, [list(run_ids)]).fetchall()
+    return {run_id: run_id[:max(SHORT_ID, 1 + max(_common_prefix(run_id, before),
+                                                 _common_prefix(run_id, after)))]
+            for run_id, before, after in rows}
+
+
+def _stored_run(row: Sequence[Any], short_ids: dict[str, str] | None = None
+                ) -> collector_pb2.StoredRun:
     stored = collector_pb2.StoredRun(
         run=run_pb2.Run.FromString(row[1]),
         submitter=row[2],
@@ -162,6 +211,7 @@ def _stored_run(row: Sequence[Any]) -> collector_pb2.StoredRun:
         content_sha256=row[6],
         flagged=row[7],
         flag_reasons=row[8].split(REASON_SEPARATOR) if row[8] else [],
+        short_id=(short_ids or {}).get(row[0], ""),
     )
     stored.received_at.FromDatetime(row[3])
     return stored

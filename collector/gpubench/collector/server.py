@@ -140,6 +140,8 @@ def serve(
     frontends: int = 1,
     on_ready: Callable[[str], None] | None = None,
     stop: threading.Event | None = None,
+    metrics: tuple[str, int] | None = None,
+    on_metrics: Callable[[int], None] | None = None,
 ) -> None:
     """Run a collector until SIGTERM/SIGINT (or `stop` is set), then stop gracefully.
 
@@ -150,6 +152,9 @@ def serve(
     While it runs, a local admin credential (a fresh secret and a loopback address)
     sits next to the database, readable only by its owner, so `gpubench-collector
     token ...` can administer the live collector; it is removed on stop.
+
+    `metrics` (host, port): also serve /metrics (Prometheus) there, from this process,
+    which holds the database (collector.metrics); `on_metrics` is told its port.
     """
     stop = stop or threading.Event()
     check_plaintext(host, tls, insecure)
@@ -158,7 +163,14 @@ def serve(
         tls.credentials()  # unreadable files fail here, before anything starts
     store = Store(db_path)
     credential = local_admin.credential_path(db_path)
+    exporter = None
     try:
+        if metrics is not None:
+            from gpubench.collector.metrics import serve_store_metrics
+
+            exporter = serve_store_metrics(store, *metrics)
+            if on_metrics:
+                on_metrics(exporter.port)
         secret = new_secret()
         tokens = TokenBook(store, local_admin_secret=secret)
         gate = make_gate(tokens, public_read=public_read, rate_limit=rate_limit,
@@ -189,6 +201,8 @@ def serve(
         server.stop(STOP_GRACE_S).wait()
         tokens.flush()
     finally:
+        if exporter is not None:
+            exporter.stop()
         local_admin.remove(credential)
         store.close()
 

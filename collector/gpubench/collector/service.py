@@ -242,6 +242,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
                     data=r.data,
                     epochs=r.epochs,
                     batch_rule=r.batch_rule,
+                    largest_batch_per_gpu_max=r.largest_batch_per_gpu_max,
                 )
                 for rank, r in enumerate(rows, start=1)
             ],
@@ -260,8 +261,7 @@ def _group_message(f: compare.GroupFigures) -> collector_pb2.CompareGroup:
         max_batch_per_gpu=f.max_batch_per_gpu,
         max_global_batch=f.max_global_batch,
         peak_memory_median_bytes=round(f.peak_memory_median_bytes or 0),
-        peak_memory_share=compare.memory_share(f.peak_memory_median_bytes,
-                                               f.memory_total_bytes) or 0.0,
+        peak_memory_share=compare.memory_share(f) or 0.0,
         energy_per_epoch_median_joules=f.energy_per_epoch_median_joules or 0.0,
         images_per_joule=f.images_per_joule_median or 0.0,
         outliers_excluded=f.outliers_excluded,
@@ -279,6 +279,7 @@ def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResp
         message = _group_message(g.figures)
         message.speedup = g.speedup
         message.is_baseline = g.is_baseline
+        message.differences.extend(g.differences)
         groups.append(message)
     published = []
     for p in result.published:

@@ -20,6 +20,10 @@ from gpubench.collector.transport import Refusal
 from gpubench.errors import AccessDenied, InvalidRecord
 from gpubench.v1 import collector_pb2
 
+# Every reason a refusal is counted under (StatsResponse.refusals), in the order the
+# metrics list them.
+REFUSAL_REASONS = ("invalid", "token", "forbidden", "limit", "conflict", "disk-full",
+                   "unavailable", "other")
 # A Refusal's status code -> the reason it is counted under.
 _REASON_OF_CODE = {
     grpc.StatusCode.UNAUTHENTICATED: "token",

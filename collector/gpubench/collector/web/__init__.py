@@ -6,7 +6,8 @@ collector (gpubench.client.Client), never of its database: the collector's read 
 (tokens, --public-read, flagged and published runs, the comparison key) stay in one
 place, it works the same in front of a collector with --frontends, and it cannot write.
 
-Modules: app (routes), views (one function per page), reads (the collector calls a
-page needs), charts (server-side SVG), text (escaping and number formats), metrics
-(Prometheus), server (uvicorn, in the foreground or a thread).
+Modules: app (routes, JSON twins, downloads), views (one function per page), lists
+(sorting and pages), reads (the collector calls a page needs), charts (server-side
+SVG), text (escaping, and figures through gpubench.figures), metrics (Prometheus),
+server (uvicorn, in the foreground or a thread).
 """

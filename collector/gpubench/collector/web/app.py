@@ -4,6 +4,11 @@ Every route is GET (HEAD too): the site only reads. Pages run in Starlette's thr
 pool, as the gRPC client blocks. Answers carry a Content-Security-Policy that allows
 nothing from elsewhere and no script at all: the site has none, so markup that slipped
 through escaping could not run either.
+
+Every page that shows data answers `?format=json` too (its JSON twin: what the CLI's
+`--format json` prints for the same question), and every list `?format=csv` and
+`?format=parquet` (downloads, with the comparison key on every row; CSV cells a
+spreadsheet would run as a formula neutralised).
 """
 
 from __future__ import annotations
@@ -17,14 +22,21 @@ from typing import Any
 
 import grpc
 import jinja2
-from gpubench.collector.web import metrics, reads, text, views
+from gpubench.collector.web import lists, metrics, reads, text, views
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Route
 
-from gpubench import __version__, record
+from gpubench import __version__, figures, frames, record
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,
@@ -44,6 +56,9 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
 }
 HEALTH_TIMEOUT_S = 2.0
+# What a page answers in besides HTML (`?format=`), and as what.
+FORMATS = {"json": "application/json", "csv": "text/csv; charset=utf-8",
+           "parquet": "application/vnd.apache.parquet"}
 
 
 def templates() -> jinja2.Environment:
@@ -60,8 +75,9 @@ def templates() -> jinja2.Environment:
     env.filters.update(text.FILTERS)
     env.globals.update(
         models=record.MODELS, gpu_url=views.gpu_url, run_url=views.run_url,
-        summary=views.run_summary, spread=text.spread, version=__version__,
+        summary=views.summary_of, spread=text.SPREAD, version=__version__,
         config_name=record.gpu_config_name, status_name=record.status_name,
+        memory=text.memory, url_with=lists.url_with, figures=figures,
     )
     return env
 
@@ -84,53 +100,108 @@ class Site:
         self._health_channel: grpc.Channel | None = None
         self.metrics.add_source(self._collector_metrics)
         page = self._page
+
+        def per_model(name: str, view: Callable[..., views.Answer], first: str) -> list[Route]:
+            """/NAME/{model} answering `view`, and /NAME sending to the model `first`."""
+            return [Route(f"/{name}", _redirect(f"/{name}/{first}")),
+                    Route(f"/{name}/{{model}}", page(name, lambda c, r: view(
+                        c, r.path_params["model"], r.query_params, r.url.path)))]
+
         self.app = Starlette(
             routes=[
-                Route("/", page("overview", lambda c, r: views.overview(c))),
-                Route("/leaderboard/{model}", page(
-                    "leaderboard",
-                    lambda c, r: views.leaderboard(c, r.path_params["model"], r.query_params))),
-                Route("/compare", lambda r: RedirectResponse("/compare/B0", 307)),
-                Route("/compare/{model}", page(
-                    "compare",
-                    lambda c, r: views.comparison(c, r.path_params["model"], r.query_params))),
-                Route("/gpu/{name:path}", page(
-                    "gpu", lambda c, r: views.gpu(c, r.path_params["name"]))),
-                Route("/run/{run_id}", page(
-                    "run", lambda c, r: views.run(c, r.path_params["run_id"]))),
-                Route("/runs", page("runs", lambda c, r: views.runs(c, r.query_params))),
+                Route("/", page("overview", lambda c, r: views.overview(c, r.query_params))),
+                *per_model("leaderboard", views.leaderboard, "B0"),
+                *per_model("compare", views.comparison, "B0"),
+                *per_model("cost", views.cost, "B7"),
+                *per_model("fit", views.fit, "B7"),
+                *per_model("estimate", views.estimate, "B7"),
+                Route("/gpu/{name:path}", page("gpu", lambda c, r: views.gpu(
+                    c, r.path_params["name"], r.query_params, r.url.path))),
+                Route("/run/{run_id}", page("run", lambda c, r: views.run(
+                    c, r.path_params["run_id"], r.query_params, r.url.path))),
+                Route("/runs", page("runs", lambda c, r: views.runs(
+                    c, r.query_params, r.url.path, format=_format(r)))),
                 Route("/site.css", self._css),
                 Route("/healthz", self._healthz),
                 Route("/metrics", self._metrics),
             ],
+            exception_handlers={404: self._not_found},
             lifespan=self._lifespan,
         )
 
     # -- pages ------------------------------------------------------------------------
 
-    def _page(self, name: str, view: Callable[[Any, Request], tuple[str, dict]]
+    def _page(self, name: str, view: Callable[[Any, Request], views.Answer]
               ) -> Callable[[Request], Response]:
-        """A route answering `view`'s template, or a page saying what went wrong."""
+        """A route answering `view`'s page (or its JSON twin, or a download), or a page
+        saying what went wrong."""
 
         def endpoint(request: Request) -> Response:
             started = time.monotonic()
+            wanted = _format(request)
             try:
+                if wanted and wanted not in FORMATS:
+                    raise InvalidRecord("format", f"unknown {wanted[:16]!r} (one of html, "
+                                                  f"{', '.join(FORMATS)})")
                 visitor = _bearer(request) if self.config.visitor_tokens else None
                 client = self.reader.client(visitor)
-                template, context = view(client, request)
-                status = 200
+                answer = view(client, request)
+                if wanted and wanted not in answer.formats:
+                    raise NotFound(f"this page has no {wanted} form (it has: "
+                                   f"{', '.join(('html', *answer.formats))})")
             except GpubenchError as exc:
                 template, context, status = self._error(name, request, exc)
-            context.setdefault("page", name)
-            context.setdefault("path", request.url.path)
-            body = self.env.get_template(template).render(**context)
-            self.metrics.observe(name, status, started)
-            headers = dict(SECURITY_HEADERS)
-            if status == 401:
-                headers["WWW-Authenticate"] = 'Bearer realm="gpubench"'
-            return HTMLResponse(body, status_code=status, headers=headers)
+                self.metrics.observe(name, status, started)
+                if wanted in FORMATS:
+                    return JSONResponse({"error": context["title"], "detail": context["detail"],
+                                         "status": status}, status_code=status,
+                                        headers=self._headers(status))
+                return self._render(template, context, request, name, status)
+            self.metrics.observe(name, 200, started)
+            if wanted:
+                return self._data(answer, wanted)
+            answer.context["downloads"] = [
+                (shown, lists.url_with(request.url.path, request.query_params, format=shown,
+                                       start=None, page=None))
+                for shown in answer.formats]
+            return self._render(answer.template, answer.context, request, name, 200)
 
         return endpoint
+
+    def _headers(self, status: int) -> dict[str, str]:
+        headers = dict(SECURITY_HEADERS)
+        if status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="gpubench"'
+        return headers
+
+    def _render(self, template: str, context: dict[str, Any], request: Request, name: str,
+                status: int) -> Response:
+        context.setdefault("page_name", name)
+        context.setdefault("path", request.url.path)
+        context.setdefault("query", dict(request.query_params))
+        context.setdefault("downloads", [])
+        body = self.env.get_template(template).render(**context)
+        return HTMLResponse(body, status_code=status, headers=self._headers(status))
+
+    def _data(self, answer: views.Answer, wanted: str) -> Response:
+        """A page's JSON twin, or a download of its list."""
+        headers = dict(SECURITY_HEADERS)
+        if wanted == "json":
+            document = answer.document if answer.document is not None else \
+                frames.frame_records(answer.frame)
+            return JSONResponse(document, headers=headers)
+        assert answer.frame is not None
+        headers["Content-Disposition"] = f'attachment; filename="{answer.name}.{wanted}"'
+        body: bytes | str = frames.csv_text(answer.frame) if wanted == "csv" else \
+            frames.parquet_bytes(answer.frame)
+        return Response(body, media_type=FORMATS[wanted], headers=headers)
+
+    def _not_found(self, request: Request, exc: HTTPException) -> Response:
+        """Every address the site has no page for: a page that says so (404)."""
+        context = {"title": "Not found", "status": 404,
+                   "detail": "The site has no page at this address.", "differences": []}
+        self.metrics.observe("none", 404, time.monotonic())
+        return self._render("error.html", context, request, "none", 404)
 
     def _error(self, page: str, request: Request, exc: GpubenchError
                ) -> tuple[str, dict[str, Any], int]:
@@ -153,26 +224,24 @@ class Site:
             log.warning("collector unavailable: %s", exc)
         elif code == "FAILED_PRECONDITION":
             status, title = 409, "The collector refuses to compare these runs"
-        elif isinstance(exc, (InvalidRecord, RequestRefused)):
+        elif isinstance(exc, (InvalidRecord, RequestRefused)) and code:
             status, title = 400, "The collector refused the request"
+        elif not code:  # the site's own reading of the request: a field, a price, a size
+            status, title = 400, "The page cannot answer this request"
         else:
             status, title = 502, "The collector failed"
             log.warning("collector failed: %s", exc)
         context: dict[str, Any] = {"title": title, "detail": detail, "status": status,
                                    "differences": views.differences(detail)
                                    if status == 409 else []}
-        if page == "compare" and status in (400, 404, 409):
+        if page in ("compare", "cost") and status in (400, 404, 409):
             # The comparison page keeps its form, so the reader can pin what differs.
             try:
                 model = views.model_of(request.path_params.get("model", "B0"))
-                filters = views.Filters.of(request.query_params)
-            except InvalidRecord:
+                form = views.comparison_context(model, request.query_params, request.url.path)
+            except GpubenchError:
                 return "error.html", context, status
-            context.update(model=model, filters=filters, response=None,
-                           baseline=request.query_params.get("baseline", ""),
-                           baseline_count=request.query_params.get("count", "1"),
-                           choices=filters.choices(any_rule=True, pipeline=True),
-                           baselines=[], refusal=context)
+            context.update(form, response=None, refusal=context)
             return "compare.html", context, status
         return "error.html", context, status
 
@@ -213,7 +282,8 @@ class Site:
         return metrics.collector_families(serving, stats)
 
     def _metrics(self, request: Request) -> Response:
-        return Response(self.metrics.exposition(), media_type=metrics.CONTENT_TYPE)
+        body, content_type = self.metrics.exposition(request.headers.get("accept", ""))
+        return Response(body, media_type=content_type)
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -223,6 +293,22 @@ class Site:
     def close(self) -> None:
         """Close the site's connections to the collector."""
         self.reader.close()
+
+
+def _format(request: Request) -> str:
+    """The format a request asks for (`?format=`), "" for the page itself."""
+    wanted = request.query_params.get("format", "")
+    return "" if wanted == "html" else wanted
+
+
+def _redirect(target: str) -> Callable[[Request], Response]:
+    """A route sending its request, query and all, to `target` (a model's page)."""
+
+    def endpoint(request: Request) -> Response:
+        query = request.url.query
+        return RedirectResponse(target + (f"?{query}" if query else ""), 307)
+
+    return endpoint
 
 
 def create_app(config: reads.SiteConfig) -> Starlette:

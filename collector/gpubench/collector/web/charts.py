@@ -10,13 +10,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpubench import figures
 from gpubench.v1 import collector_pb2
 
 ROW_HEIGHT = 46  # px: a label line above a bar
 BAR_HEIGHT = 16
 TOP = 8
 AXIS_HEIGHT = 28
-LABEL_CHARS = 44  # longer configuration names are cut in the chart (the table has them)
+# Longer configuration names are cut in the chart (the table has them): a cut label and
+# its figures fit a phone's width.
+LABEL_CHARS = 34
 NICE_STEPS = (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200, 500, 1000)
 
 
@@ -81,6 +84,9 @@ def speedup_chart(groups: list[collector_pb2.CompareGroup], names: list[str],
         high = group.speedup * median / group.epoch2_min_seconds if group.epoch2_min_seconds \
             else group.speedup
         spans.append((low, high))
+    if not groups:
+        return SpeedupChart(bars=[], ticks=[], height=AXIS_HEIGHT, axis_y=TOP, one_x=0.0,
+                            title=title)
     most = max([1.0, *(high for _, high in spans), *(g.speedup for g in groups)]) * 1.06
     step = _step(most)
 
@@ -89,7 +95,8 @@ def speedup_chart(groups: list[collector_pb2.CompareGroup], names: list[str],
 
     bars = []
     for i, (group, name, (low, high)) in enumerate(zip(groups, names, spans, strict=True)):
-        text = f"{group.speedup:.2f}x · {group.epoch2_median_seconds:.3f} s"
+        # The table's figures, as every view formats them (gpubench.figures).
+        text = f"{figures.speedup(group.speedup)} · {figures.seconds(group.epoch2_median_seconds)}"
         if group.is_baseline:
             text += " · baseline"
         bars.append(Bar(label=_short(name), value_text=text, baseline=group.is_baseline,

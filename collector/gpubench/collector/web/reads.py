@@ -14,14 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpubench import record
+import pandas as pd
+
+from gpubench import frames, record
 from gpubench.client import Client
 from gpubench.v1 import collector_pb2
 
 # Clients kept for tokens that requests carried (one channel each), most recent first.
 MAX_CLIENTS = 16
-# Runs listed on a GPU page at most (pages of the collector's ListRuns).
-GPU_PAGE_RUNS = 500
+# Runs a GPU page reads at most (the newest; pages of the collector's ListRuns): it says
+# so when the GPU has more.
+GPU_PAGE_RUNS = 5000
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,12 @@ class LeaderboardRow:
     def config_name(self) -> str:
         """'1x NVIDIA H200'."""
         return record.gpu_config_name(self.entry.gpu_name, self.entry.gpu_count)
+
+    @property
+    def largest_batch(self) -> int:
+        """The largest batch per GPU a search of the entry's runs confirmed (0: none)."""
+        return (self.group.largest_batch_per_gpu_max if self.group else 0) or \
+            self.entry.largest_batch_per_gpu_max
 
 
 @dataclass
@@ -134,18 +143,48 @@ def leaderboard(client: Client, model: str, *, settings: str, batch_rule: str,
     return board
 
 
-def gpu_runs(client: Client, gpu_name: str) -> list[collector_pb2.StoredRun]:
+def leaderboard_frame(board: Leaderboard) -> pd.DataFrame:
+    """A leaderboard's download: gpubench.frames.leaderboard_frame's columns (the
+    comparison key and both batches on every entry) and the figures the page shows
+    beside them from the entry's comparison group."""
+    frame = frames.leaderboard_frame(board.response)
+    groups = [row.group for row in board.rows]
+    figures = {
+        "epoch2_min_s": [g.epoch2_min_seconds if g else 0.0 for g in groups],
+        "epoch2_max_s": [g.epoch2_max_seconds if g else 0.0 for g in groups],
+        "peak_memory_median_gib": [frames.to_gib(g.peak_memory_median_bytes) if g else 0.0
+                                   for g in groups],
+        "memory_total_gib": [frames.to_gib(g.memory_total_bytes) if g else 0.0 for g in groups],
+        "peak_memory_share": [g.peak_memory_share if g else 0.0 for g in groups],
+        "energy_per_epoch_j": [g.energy_per_epoch_median_joules if g else 0.0 for g in groups],
+        "images_per_joule": [g.images_per_joule if g else 0.0 for g in groups],
+    }
+    for column, values in figures.items():
+        frame[column] = [frames.measured(v) for v in values]
+    frame["largest_batch_per_gpu"] = [row.largest_batch for row in board.rows]
+    return frame
+
+
+@dataclass
+class GpuRuns:
+    """The stored runs on one GPU model, newest first."""
+
+    runs: list[collector_pb2.StoredRun]
+    capped: bool  # the GPU has more runs than GPU_PAGE_RUNS: these are the newest
+
+
+def gpu_runs(client: Client, gpu_name: str) -> GpuRuns:
     """The stored runs on GPUs named exactly `gpu_name` (as the collector files names),
     newest first, at most GPU_PAGE_RUNS."""
     wanted = record.normalize_gpu_name(gpu_name)
     runs = []
-    for stored in client.iter_runs(gpu=wanted, limit=GPU_PAGE_RUNS * 4):
+    for stored in client.iter_runs(gpu=wanted, page_size=500):
         names = {record.normalize_gpu_name(g.name) for g in stored.run.gpus}
         if wanted in names:
-            runs.append(stored)
             if len(runs) >= GPU_PAGE_RUNS:
-                break
-    return runs
+                return GpuRuns(runs, capped=True)
+            runs.append(stored)
+    return GpuRuns(runs, capped=False)
 
 
 def recent_runs(client: Client, **filters: Any) -> Iterator[collector_pb2.StoredRun]:

@@ -1,4 +1,5 @@
-"""How the site shows text and numbers: submitted text made harmless, figures in units.
+"""How the site shows text and numbers: submitted text made harmless, figures in units
+(gpubench.figures, as the terminal shows them).
 
 Every value a template prints passes through `finalize` (the Jinja environment's
 finalize hook), so no template can forget it: HTML is escaped, and characters that
@@ -10,11 +11,13 @@ paragraph separators, lone surrogates) are shown as visible escapes such as
 
 from __future__ import annotations
 
-import math
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from markupsafe import Markup, escape
+
+from gpubench import figures
 
 # Unicode categories shown as escapes: control, format (bidi controls, zero-width
 # characters), surrogate, private use, unassigned, line and paragraph separators.
@@ -46,6 +49,13 @@ def visible(text: str) -> Markup:
     return Markup("".join(parts))
 
 
+def attribute(text: str) -> Markup:
+    """`text` for an attribute's value (a title): escaped, hidden and direction-changing
+    characters written as their escapes in plain text (no markup in an attribute)."""
+    return Markup(escape("".join(_escape_code(c) if unicodedata.category(c)
+                                 in HIDDEN_CATEGORIES else c for c in str(text))))
+
+
 def finalize(value: Any) -> Any:
     """Jinja's finalize hook: markup built by the site passes as it is, text through
     `visible`, None as an empty cell."""
@@ -58,60 +68,52 @@ def finalize(value: Any) -> Any:
     return value
 
 
-def seconds(value: float | None) -> str:
-    """'0.702 s', '12.4 s', '1 min 05 s'; '' for nothing measured."""
-    if value is None or not math.isfinite(value) or value <= 0:
-        return ""
-    if value < 10:
-        return f"{value:.3f} s"
-    if value < 100:
-        return f"{value:.1f} s"
-    minutes, rest = divmod(round(value), 60)
-    return f"{minutes} min {rest:02d} s"
+# What the site shows where a figure was not measured (gpubench.figures.MISSING there).
+ABSENT = "—"
+GIB = 1 << 30
 
 
-def number(value: float | None, digits: int = 0) -> str:
-    """A figure with thousands separators ('3,941', '12.5'); '' for nothing."""
-    if value is None or not math.isfinite(value) or value == 0:
-        return ""
-    return f"{value:,.{digits}f}"
+def _shown(format_figure: Callable[..., str]) -> Callable[..., str]:
+    """A gpubench.figures function as a template filter: ABSENT for a missing figure."""
+
+    def shown(*args: Any, **kwargs: Any) -> str:
+        text = format_figure(*args, **kwargs)
+        return ABSENT if text == figures.MISSING else text
+
+    shown.__doc__ = format_figure.__doc__
+    return shown
 
 
-def gib(num_bytes: float | None) -> str:
-    """Bytes as GiB ('71.3 GiB'); '' for nothing."""
-    if not num_bytes:
-        return ""
-    return f"{num_bytes / (1 << 30):.1f} GiB"
+def _gib(num_bytes: float | None) -> str:
+    return figures.gib(num_bytes / GIB if num_bytes else None)
 
 
-def percent(share: float | None) -> str:
-    """A share 0..1 as '52%'; '' for nothing."""
-    if not share:
-        return ""
-    return f"{share * 100:.0f}%"
+def memory(peak_bytes: float | None, had_bytes: float | None, share: float | None,
+           limited: bool) -> str:
+    """A peak against the memory the runs had: '13.2 / 16.0 GiB limit (83%)' for runs with
+    --memory-limit, '13.2 / 140.4 GiB (9%)' for the whole card; ABSENT for nothing."""
+    if not peak_bytes:
+        return ABSENT
+    if not had_bytes:
+        return _shown(_gib)(peak_bytes)
+    return (f"{peak_bytes / GIB:.1f} / {_gib(had_bytes)}{' limit' if limited else ''} "
+            f"({figures.share(share)})")
 
 
-def joules(value: float | None) -> str:
-    """'412 J', '12.3 kJ'; '' for nothing."""
-    if not value:
-        return ""
-    return f"{value / 1000:.1f} kJ" if value >= 10_000 else f"{value:,.0f} J"
-
-
-def spread(low: float | None, high: float | None, median: float | None) -> str:
-    """The epoch-2 range of a group's runs as '0.687–0.713 s (3.7%)', with as many
-    decimals as `seconds` gives; '' for one run."""
-    if not low or not high or not median or high <= low:
-        return ""
-    digits = 3 if high < 10 else 1 if high < 100 else 0
-    # A no-break space keeps the unit with its figure when the cell wraps.
-    return f"{low:.{digits}f}–{high:.{digits}f}\u00a0s ({(high - low) / median * 100:.1f}%)"
-
-
+# Every figure a template prints goes through gpubench.figures, as the terminal's do.
 FILTERS = {
-    "seconds": seconds,
-    "number": number,
-    "gib": gib,
-    "percent": percent,
-    "joules": joules,
+    "seconds": _shown(figures.seconds),
+    # A figure from the wire, where 0 means "not measured".
+    "number": _shown(figures.measured),
+    "count": _shown(figures.count),
+    "gib": _shown(_gib),
+    "share": _shown(figures.share),
+    "energy": _shown(figures.energy),
+    "speedup": _shown(figures.speedup),
+    "duration": _shown(figures.duration),
+    "batch": _shown(figures.batch),
+    "largest_batch": _shown(figures.largest_batch),
+    "measured": _shown(figures.measured),
+    "attr": attribute,
 }
+SPREAD = figures.spread
