@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from gpubench import figures
 from gpubench.events import Event
 
 GIB = 1 << 30
