@@ -88,6 +88,15 @@ class ForwardedContext:
     def __init__(self, authorization: str | None, peer: str | None) -> None:
         self._metadata = () if authorization is None else (("authorization", authorization),)
         self._peer = peer
+        self._hold_s = 0.0
+
+    def time_remaining(self) -> None:
+        """Unknown here: the front-end holds an answer within its call's deadline."""
+        return None
+
+    def hold_answer(self, seconds: float) -> None:
+        """Have the front-end hold the answer for `seconds` (a thread here must not)."""
+        self._hold_s = seconds
 
     def peer(self) -> str | None:
         """The caller's address, as the front-end saw it."""
@@ -99,7 +108,7 @@ class ForwardedContext:
 
     def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
         """End the call with a status: raised to the dispatcher, sent back as is."""
-        raise Refusal(code, details)
+        raise Refusal(code, details, self._hold_s)
 
 
 class Dispatcher:
@@ -191,7 +200,7 @@ class _Link:
         """Answer the link's request with the status `exc` ends it with (a bug: INTERNAL,
         logged, as in one process)."""
         code, details = answer_of(exc, "a forwarded call")
-        self.send(ipc.refused(code, details, self.limit))
+        self.send(ipc.refused(code, details, self.limit, getattr(exc, "hold_s", 0.0)))
 
 
 class _Hub:

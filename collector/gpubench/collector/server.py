@@ -25,6 +25,7 @@ from gpubench.collector.auth import (
     TokenBook,
     new_secret,
 )
+from gpubench.collector.door import Door
 from gpubench.collector.service import AdminService, CollectorService
 from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.store import Store
@@ -35,12 +36,15 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
     MAX_CONCURRENT_STREAMS,
     MAX_CONNECTIONS,
     STOP_GRACE_S,
+    Serving,
     TlsFiles,
     add_health_and_reflection,
     bind_address,
     check_plaintext,
+    door_limits,
     is_loopback,
-    listen,
+    listen_behind,
+    open_door,
     server_options,
     set_serving,
 )
@@ -50,7 +54,7 @@ from gpubench.v1 import collector_pb2_grpc
 DEFAULT_PORT = 50051
 DEFAULT_RATE_LIMIT = 50.0  # submissions per second per token
 # How often the owner of a multi-process collector checks on its front-ends (s).
-WATCH_INTERVAL_S = 0.5
+WATCH_INTERVAL_S = 0.25
 # --frontends auto never starts more than this many: the owner's one writer is the
 # next limit, and more processes than that only cost memory.
 MAX_AUTO_FRONTENDS = 4
@@ -70,6 +74,39 @@ def make_gate(
                 counts=counts)
 
 
+class CollectorServer:
+    """A single-process collector's gRPC server and the door in front of it
+    (collector.door): started, stopped and given more ports together."""
+
+    def __init__(self, server: grpc.Server, door: Door) -> None:
+        self.grpc = server
+        self.door = door
+
+    def start(self) -> None:
+        """Serve: gRPC, then the door lets connections in."""
+        self.grpc.start()
+        self.door.start_thread()
+
+    def add_insecure_port(self, address: str) -> int:
+        """A plaintext port straight to gRPC, past the door (the loopback admin port)."""
+        return self.grpc.add_insecure_port(address)
+
+    def stop(self, grace: float | None) -> threading.Event:
+        """Stop taking connections at once, let calls in flight finish for `grace`
+        seconds (None: cancel them), then close the rest; the event is set when done."""
+        self.door.stop_thread_accepting()
+        stopped = self.grpc.stop(grace)
+        done = threading.Event()
+
+        def finish() -> None:
+            stopped.wait()
+            self.door.close_thread()
+            done.set()
+
+        threading.Thread(target=finish, name="collector-stop", daemon=True).start()
+        return done
+
+
 def create_server(
     store: Store,
     *,
@@ -87,35 +124,38 @@ def create_server(
     max_concurrent_streams: int = MAX_CONCURRENT_STREAMS,
     max_connections: int = MAX_CONNECTIONS,
     max_concurrent_calls: int = MAX_CONCURRENT_CALLS,
-) -> tuple[grpc.Server, int]:
-    """A collector server bound to host:port (0: any free port), not yet started.
+) -> tuple[CollectorServer, int]:
+    """A collector server listening on host:port (0: any free port), not yet started.
 
     Registers the Collector and Admin services behind the token interceptor, the
-    standard health service and server reflection. Plaintext is refused on any
-    address but loopback unless `insecure`. `gate` (default: one made of `tokens`,
-    `public_read`, `rate_limit` and `auth_failures_per_minute`) lets other callers
-    share its limits. The max_ arguments limit what one process takes at once
-    (collector.transport).
+    standard health service and server reflection, behind the door that admits
+    connections (collector.door). Plaintext is refused on any address but loopback
+    unless `insecure`. `gate` (default: one made of `tokens`, `public_read`,
+    `rate_limit` and `auth_failures_per_minute`) lets other callers share its limits.
+    The max_ arguments limit what one process takes at once (collector.transport).
     """
     check_plaintext(host, tls, insecure)
     tokens = tokens or TokenBook(store)
     gate = gate or make_gate(tokens, public_read=public_read, rate_limit=rate_limit,
                              auth_failures_per_minute=auth_failures_per_minute,
                              counts=store.submissions)
+    door = open_door(host, port, tls=tls is not None, limits=door_limits(max_connections))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[AuthInterceptor(gate)],
-        options=server_options(max_message_bytes, share_port=False,
-                               max_concurrent_streams=max_concurrent_streams,
+        interceptors=[AuthInterceptor(gate, peer_of=door.peer_of)],
+        options=server_options(max_message_bytes, max_concurrent_streams=max_concurrent_streams,
                                max_connections=max_connections),
         maximum_concurrent_rpcs=max_concurrent_calls,
     )
     collector_pb2_grpc.add_CollectorServicer_to_server(CollectorService(store), server)
     collector_pb2_grpc.add_AdminServicer_to_server(AdminService(tokens, store), server)
     health = add_health_and_reflection(server)
+    serving = Serving(lambda now: set_serving(health, now))
+    door.on_refusing = lambda refusing: serving.room(not refusing)
+    listen_behind(server, door, tls)
     # NOT_SERVING while runs cannot be stored durably (a full disk), SERVING again after.
-    store.durability.listen(lambda trouble: set_serving(health, trouble is None))
-    return server, listen(server, host, port, tls)
+    store.durability.listen(lambda trouble: serving.durable(trouble is None))
+    return CollectorServer(server, door), door.port
 
 
 def default_frontends() -> int:
@@ -218,7 +258,7 @@ def _serve_with_frontends(
         if on_ready:
             on_ready(bind_address(host, bound))
         while not stop.wait(WATCH_INTERVAL_S):
-            pool.watch()  # restarts a front-end that died; raises when they keep dying
+            pool.watch()  # restarts a front-end that died; raises when starts keep failing
     finally:
         # Front-ends first (they finish their in-flight calls through us), then the rest.
         if pool is not None:
