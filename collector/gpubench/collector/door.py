@@ -14,9 +14,10 @@ folder of mode 0700 that only the door connects to:
   first (the HTTP/2 client preface in plaintext, a TLS handshake record with TLS),
   *proven* after. A waiting connection is closed at its deadline (`preface_timeout_s`),
   and one that sends anything else at once. A new connection that finds its peer's
-  share, or the total, taken closes the oldest waiting connection (of that peer, or
-  of anyone) to make room: silent connections only ever displace each other, and a
-  client's own connection waits only for as long as its first packet takes;
+  share, or the total, taken closes the oldest waiting connection that has sent
+  nothing (of that peer, or of anyone) to make room: silent connections only ever
+  displace each other, and a client's own connection, whose first bytes are on their
+  way, is never one of them;
 - only when every place is held by proven connections is a new one refused. The door
   then says so (`on_refusing`), so that health reports NOT_SERVING, until no
   connection has been refused for REFUSING_S;
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import ipaddress
 import itertools
 import logging
@@ -42,11 +44,13 @@ import os
 import secrets
 import shutil
 import socket
+import struct
 import sys
 import tempfile
+import termios
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,8 @@ TLS_HANDSHAKE_START = b"\x16\x03"
 REFUSING_S = 5.0
 # The listening sockets' backlog of connections not yet accepted.
 BACKLOG = 4096
+# How many of the oldest waiting connections are looked at for one that sent nothing.
+SILENT_LOOKS = 128
 # Abstract Unix names (Linux) need no file; elsewhere each link's name is a file.
 ABSTRACT_NAMES = sys.platform.startswith("linux")
 
@@ -263,21 +269,22 @@ class Door:
         connection where its peer's share or the total is taken."""
         key = connection.key
         if self._per_peer.get(key, 0) >= self.limits.peer_connections:
-            waiting = self._waiting_of.get(key)
-            if not waiting:
+            silent = _first_silent(self._waiting_of.get(key, ()))
+            if silent is None:
                 if len(self._open) >= self.limits.max_connections:
                     self.refused += 1  # no room for anyone
                     self._refused_now()
                 else:
                     self.refused_peer += 1
                 return False
-            self._displace(next(iter(waiting)))
+            self._displace(silent)
         if len(self._open) >= self.limits.max_connections:
-            if not self._waiting:
+            silent = _first_silent(self._waiting)
+            if silent is None:
                 self.refused += 1
                 self._refused_now()
                 return False
-            self._displace(next(iter(self._waiting)))
+            self._displace(silent)
         self._open.add(connection)
         self._per_peer[key] = self._per_peer.get(key, 0) + 1
         self._waiting[connection] = None
@@ -366,6 +373,25 @@ class Door:
         except OSError as exc:  # gRPC is not listening (stopping)
             log.debug("could not join a connection to gRPC: %s", exc)
             connection.close()
+
+
+def _first_silent(waiting: Iterable[_Connection]) -> _Connection | None:
+    """The oldest of `waiting` that has sent nothing yet, not even bytes still unread in
+    its socket (a client whose preface is on its way while the loop accepts a flood is
+    not displaced); None when each of the first SILENT_LOOKS has sent something."""
+    for connection in itertools.islice(waiting, SILENT_LOOKS):
+        if not connection.received and not _unread(connection.client):
+            return connection
+    return None
+
+
+def _unread(transport: asyncio.Transport) -> int:
+    """How many bytes wait unread in a transport's socket (0 when it cannot tell)."""
+    try:
+        fd = transport.get_extra_info("socket").fileno()
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+    except (OSError, AttributeError, ValueError):
+        return 0
 
 
 class _Connection:
