@@ -7,10 +7,11 @@ process that owns the database plus front-end processes sharing the port
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from gpubench.collector.auth import (
     new_secret,
 )
 from gpubench.collector.door import Door
+from gpubench.collector.durability import storage_error
+from gpubench.collector.errors import StorageFull
 from gpubench.collector.service import AdminService, CollectorService
 from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.store import Store
@@ -49,6 +52,7 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
     set_serving,
 )
 
+from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2_grpc
 
 DEFAULT_PORT = 50051
@@ -194,7 +198,8 @@ def serve(
     check_plaintext(host, tls, insecure)
     if tls is not None:
         tls.credentials()  # unreadable files fail here, before anything starts
-    store = Store(db_path)
+    with _starting(db_path, "opening the database"):
+        store = Store(db_path)
     credential = local_admin.credential_path(db_path)
     try:
         secret = new_secret()
@@ -218,7 +223,8 @@ def serve(
             admin_port = server.add_insecure_port("127.0.0.1:0")
             admin_address = f"127.0.0.1:{admin_port}"
         server.start()
-        local_admin.write(credential, address=admin_address, secret=secret)
+        with _starting(db_path, f"writing {credential}"):
+            local_admin.write(credential, address=admin_address, secret=secret)
         _on_signals(stop)
         if on_ready:
             on_ready(bind_address(host, bound))
@@ -254,7 +260,8 @@ def _serve_with_frontends(
             max_message_bytes=max_message_bytes,
         )
         bound = pool.start()
-        local_admin.write(credential, address=f"127.0.0.1:{admin_port}", secret=secret)
+        with _starting(store.path, f"writing {credential}"):
+            local_admin.write(credential, address=f"127.0.0.1:{admin_port}", secret=secret)
         if on_ready:
             on_ready(bind_address(host, bound))
         while not stop.wait(WATCH_INTERVAL_S):
@@ -265,6 +272,24 @@ def _serve_with_frontends(
             pool.stop()
         admin_server.stop(STOP_GRACE_S).wait()
         gate.tokens.flush()
+
+
+@contextlib.contextmanager
+def _starting(db_path: Path, doing: str) -> Iterator[None]:
+    """A failure of the storage while the collector starts (a full disk) as one line
+    that says what to do, rather than a traceback at every restart."""
+    try:
+        yield
+    except Exception as exc:  # the storage's (collector.durability tells), or raised again
+        trouble = storage_error(exc, doing)
+        if trouble is None:
+            raise
+        reason = "no space left on device" if isinstance(trouble, StorageFull) \
+            else str(exc).splitlines()[0]
+        raise GpubenchError(
+            f"{db_path}: cannot start the collector: {reason} ({doing}); free space on "
+            "its disk (or repair it), then start it again: every acknowledged run is kept"
+        ) from None
 
 
 def _on_signals(stop: threading.Event) -> None:
