@@ -20,9 +20,12 @@ import jinja2
 from gpubench.collector.web import metrics, reads, text, views
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpubench import __version__, record
 from gpubench.errors import (
@@ -104,6 +107,10 @@ class Site:
                 Route("/metrics", self._metrics),
             ],
             lifespan=self._lifespan,
+            # Every answer carries the security headers, Starlette's own (404, 405) too;
+            # a bug's 500 is answered by the handler, past the middleware.
+            middleware=[Middleware(SecurityHeaders)],
+            exception_handlers={Exception: self._failed},
         )
 
     # -- pages ------------------------------------------------------------------------
@@ -125,9 +132,7 @@ class Site:
             context.setdefault("path", request.url.path)
             body = self.env.get_template(template).render(**context)
             self.metrics.observe(name, status, started)
-            headers = dict(SECURITY_HEADERS)
-            if status == 401:
-                headers["WWW-Authenticate"] = 'Bearer realm="gpubench"'
+            headers = {"WWW-Authenticate": 'Bearer realm="gpubench"'} if status == 401 else {}
             return HTMLResponse(body, status_code=status, headers=headers)
 
         return endpoint
@@ -176,9 +181,16 @@ class Site:
             return "compare.html", context, status
         return "error.html", context, status
 
+    def _failed(self, request: Request, exc: Exception) -> Response:
+        """A bug's answer: a page saying so (its traceback goes to the log)."""
+        body = self.env.get_template("error.html").render(
+            title="The site failed", status=500, page="error", path=request.url.path,
+            detail="Something went wrong on the site's side; the site's log has the details.")
+        return HTMLResponse(body, status_code=500, headers=SECURITY_HEADERS)
+
     def _css(self, request: Request) -> Response:
         return Response((HERE / "templates" / "site.css").read_bytes(), media_type="text/css",
-                        headers={"Cache-Control": "max-age=300", **SECURITY_HEADERS})
+                        headers={"Cache-Control": "max-age=300"})
 
     # -- operators --------------------------------------------------------------------
 
@@ -223,6 +235,28 @@ class Site:
     def close(self) -> None:
         """Close the site's connections to the collector."""
         self.reader.close()
+
+
+class SecurityHeaders:
+    """ASGI middleware: SECURITY_HEADERS on every answer that does not set them itself."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    if name not in headers:
+                        headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 def create_app(config: reads.SiteConfig) -> Starlette:

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from google.protobuf import json_format
+from gpubench.collector.validation import MAX_GPUS
 from gpubench.collector.web import charts, reads
 
 from gpubench import record
@@ -189,7 +190,10 @@ def comparison(client: Client, model: str, query: Mapping[str, str]) -> tuple[st
     try:
         baseline_count = int(query.get("count", "1") or 1)
     except ValueError:
-        raise InvalidRecord("count", "must be a whole number of GPUs") from None
+        baseline_count = 0
+    if not 1 <= baseline_count <= MAX_GPUS:
+        raise InvalidRecord("count", f"must be a whole number of GPUs from 1 to {MAX_GPUS}, "
+                                     f"got {query.get('count', '')[:32]!r}")
     context: dict[str, Any] = {
         "model": model, "filters": filters, "baseline": baseline,
         "baseline_count": baseline_count,
