@@ -5,24 +5,18 @@ migrations, and a restore that fails leaves no database behind."""
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from factories import make_run
 from gpubench.collector import backup
-from gpubench.collector.auth import TokenBook, secret_hash
+from gpubench.collector.auth import TokenBook
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
-
-from gpubench.v1 import run_pb2
+from tampering import TAMPERED, backdoor_admin, faster, resign, rewrite
 
 CLI = [sys.executable, "-m", "gpubench.collector.cli"]
 
@@ -30,7 +24,8 @@ CLI = [sys.executable, "-m", "gpubench.collector.cli"]
 @pytest.fixture(scope="module")
 def taken(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, float]]:
     """A backup of a database with runs on three GPUs, tokens (an admin's, a user's, a
-    revoked one) and a run in quarantine: its folder, its key, each run's epoch 2."""
+    revoked one) and a run in quarantine (what tampering.TAMPERED expects): its folder,
+    its key, each run's epoch 2."""
     folder = tmp_path_factory.mktemp("source")
     db = folder / "c.duckdb"
     store = Store(db)
@@ -65,86 +60,6 @@ def left_behind(db: Path) -> list[str]:
     """What of a database there is at `db`: the file, its log, its journal, a staging copy."""
     return sorted(p.name for p in db.parent.iterdir() if p.name.startswith(db.name)
                   and not p.name.endswith(".backup-key"))
-
-
-def rewrite(folder: Path, table: str, change: Callable[[list[dict]], list[dict]]) -> None:
-    """Rewrite `table`'s Parquet file of the backup in `folder` with `change` of its rows."""
-    path = folder / f"{table}.parquet"
-    old = pq.read_table(path)
-    rows = change(old.to_pylist())
-    pq.write_table(pa.Table.from_pylist(rows, schema=old.schema), path)
-
-
-def resign(folder: Path, key: bytes) -> None:
-    """Sign the manifest again over the files as they are now (what only a holder of
-    the key can do)."""
-    manifest = backup.read_manifest(folder)
-    files = {name: backup.file_sha256(folder / name) for name in manifest.files}
-    changed = backup.Manifest(**{**asdict(manifest), "files": files})
-    backup.write_manifest(folder, backup.signed(changed, key))
-
-
-def edit_manifest(folder: Path, **fields) -> None:
-    path = folder / backup.MANIFEST
-    data = json.loads(path.read_text())
-    data.update(fields)
-    path.write_text(json.dumps(data))
-
-
-def backdoor_admin(rows: list[dict]) -> list[dict]:
-    """The same number of tokens, one of them now an admin whose secret the attacker knows."""
-    for row in rows:
-        if row["name"] == "lab":
-            row["secret_sha256"] = secret_hash("gpb_attackers-own-secret")
-            row["admin"] = True
-    return rows
-
-
-def faster(rows: list[dict]) -> list[dict]:
-    for row in rows:
-        row["epoch2_seconds"] = row["epoch2_seconds"] and row["epoch2_seconds"] * 0.01
-    return rows
-
-
-def another_record(rows: list[dict]) -> list[dict]:
-    """A run's record rewritten (epoch 2 x 0.01), its content_sha256 left as it was."""
-    run = run_pb2.Run.FromString(rows[0]["record"])
-    run.result.epoch2_seconds *= 0.01
-    rows[0]["record"] = run.SerializeToString(deterministic=True)
-    return rows
-
-
-TAMPERED = {
-    # The folder's SQL is never run: a file the manifest does not list refuses it.
-    "schema.sql added": (
-        lambda f, key: (f / "schema.sql").write_text(
-            "CREATE TABLE stolen AS SELECT * FROM read_csv('/etc/hostname');"),
-        "holds files its manifest does not list (schema.sql)"),
-    "tokens rewritten": (lambda f, key: rewrite(f, "tokens", backdoor_admin),
-                         "tokens.parquet: its SHA-256 is not the one the signed manifest lists"),
-    "run figures rewritten": (lambda f, key: rewrite(f, "runs", faster),
-                              "runs.parquet: its SHA-256 is not the one"),
-    "a file missing": (lambda f, key: (f / "quarantine.parquet").unlink(),
-                       "quarantine.parquet: missing or not a plain file"),
-    "a file a link": (lambda f, key: ((f / "runs.parquet").unlink(),
-                                      (f / "runs.parquet").symlink_to("/etc/hostname")),
-                      "runs.parquet: missing or not a plain file"),
-    "counts changed": (lambda f, key: edit_manifest(f, runs=3),
-                       "its signature does not match the backup key"),
-    "signed with another key": (lambda f, key: resign(f, b"x" * 64),
-                                "signature does not match the backup key (signed with key"),
-    "unsigned": (lambda f, key: edit_manifest(f, signature=""),
-                 "its signature does not match"),
-    "an older, unsigned format": (lambda f, key: edit_manifest(f, format=1),
-                                  "backup format 1; this gpubench restores format 2"),
-    # What only the key's holder could make: still checked against the data itself.
-    "a record unlike its hash, signed": (
-        lambda f, key: (rewrite(f, "runs", another_record), resign(f, key)),
-        "its content_sha256 is not its record's"),
-    "a run less than counted, signed": (
-        lambda f, key: (rewrite(f, "runs", lambda rows: rows[1:]), resign(f, key)),
-        "holds 3 run(s), 3 token(s), 1 quarantined run(s), but its manifest says 4 run(s)"),
-}
 
 
 @pytest.mark.parametrize("case", list(TAMPERED))
