@@ -15,19 +15,30 @@ Parts (--parts, comma-separated; all by default):
   fuzz-bytes     SubmitRun requests with random bytes changed, cut or inserted (2,000)
   fuzz-fields    valid runs with one field set to an extreme value (2,000)
   auth           every method with no, a wrong, a revoked and a non-admin token, a
-                 token revoked while 8 threads submit with it, and the shut-out after
-                 30 failed authentications
+                 token revoked while 8 threads submit with it, then a valid call from
+                 the address that failed so often
   poison         oversized records, unknown fields, config.train_images 3e9 and other
                  poisoned values, each followed by a valid run that must be stored
   agent-push     `gpubench-agent push` killed -9 mid-way, pushed again to the end
+  flood          1,100 idle connections, reopened as they are closed, while a new
+                 client of the same address calls every 0.25 s (30 s; short 10 s)
+  flood-frontends  the same with 2,100 against `serve --frontends 2`
+  lock-out       a wrong token every 2 s (and 4 threads guessing flat out for a third of
+                 the time) beside valid callers of the same address (60 s; short 15 s)
+  tampered       a live backup tampered with in 11 ways, each restored: each refused
+                 with its reason, no database left; the backup as taken restored whole
+  storm          a front-end killed -9 every 0.2-1.0 s under 8 submitters (40 kills;
+                 short 10): never no front-end for more than 5 s, never a stop
 
 The parts live in chaos_crashes.py (kills, the disk, the push), chaos_fuzz.py (fuzzing,
-poison) and chaos_auth.py; chaos_support.py runs collectors and submitters and prints
-the table.
+poison), chaos_auth.py and chaos_attacks.py (the flood, the lock-out, tampered backups,
+the kill storm); chaos_support.py runs collectors and submitters and prints the table.
 
 Every acknowledged run must be in the database (or its quarantine) afterwards, once;
 "wrong" counts answers a part does not allow (a valid run refused for good, a bad
-token let in, INTERNAL). Exit code 1 when any is lost, duplicated or wrong.
+token let in, INTERNAL, a legitimate client not answered within 2 s beside a flood, no
+front-end for more than 5 s, a tampered backup restored). Exit code 1 when any is lost,
+duplicated or wrong.
 """
 
 from __future__ import annotations
@@ -43,13 +54,15 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from chaos_attacks import flood_part, lockout_part, storm_part, tampered_part
 from chaos_auth import auth_part
 from chaos_crashes import agent_push_part, disk_full_part, kill_part
 from chaos_fuzz import fuzz_part, mutated_bytes, mutated_field, poison_part
 from chaos_support import Tally, table
 
 PARTS = ("kill-single", "kill-owner", "kill-frontend", "disk-full", "fuzz-bytes",
-         "fuzz-fields", "auth", "poison", "agent-push")
+         "fuzz-fields", "auth", "poison", "agent-push", "flood", "flood-frontends", "lock-out",
+         "tampered", "storm")
 
 
 # -- the campaign ----------------------------------------------------------------------------
@@ -100,6 +113,14 @@ def main(argv: list[str] | None = None) -> int:
             "poison": lambda: poison_part(folder, rounds=2 if short else 10),
             "agent-push": lambda: agent_push_part(folder, runs=60 if short else 300,
                                                   kills=2 if short else 5, rng=rng),
+            "flood": lambda: flood_part("flood", folder, frontends=1, connections=1100,
+                                        seconds=10 if short else 30),
+            "flood-frontends": lambda: flood_part("flood front-ends", folder, frontends=2,
+                                                  connections=2100,
+                                                  seconds=10 if short else 30),
+            "lock-out": lambda: lockout_part(folder, seconds=15 if short else 60),
+            "tampered": lambda: tampered_part(folder, runs=200 if short else 1000),
+            "storm": lambda: storm_part(folder, kills=10 if short else 40, rng=rng),
         }
         for part in parts:
             began = time.monotonic()

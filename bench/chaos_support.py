@@ -81,9 +81,11 @@ def free_port() -> int:
 class Collector:
     """`gpubench-collector serve` on 127.0.0.1:PORT over DB; started again after a kill."""
 
-    def __init__(self, db: Path, *, frontends: int = 1, port: int | None = None) -> None:
+    def __init__(self, db: Path, *, frontends: int = 1, port: int | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
         self.db = db
         self.frontends = frontends
+        self.extra = extra  # more options of serve
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen[str] | None = None
@@ -99,7 +101,7 @@ class Collector:
     def start(self, timeout: float = 60.0) -> None:
         self.process = subprocess.Popen(
             [*CLI, "serve", "--db", str(self.db), "--port", str(self.port), "--rate-limit", "0",
-             "--frontends", str(self.frontends)],
+             "--frontends", str(self.frontends), *self.extra],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
         deadline, seen = time.monotonic() + timeout, ""

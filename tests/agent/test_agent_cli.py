@@ -258,6 +258,33 @@ def test_push_with_a_wrong_token_exits_4(tmp_path, collector, make_run) -> None:
     assert len(list((tmp_path / "spool" / "pending").iterdir())) == 1
 
 
+def test_push_takes_the_token_from_a_file_or_stdin_not_argv(tmp_path, collector,
+                                                            make_run) -> None:
+    from gpubench.agent.spool import Spool
+
+    token = collector.make_token("lab")
+    secret_file = tmp_path / "token"
+    secret_file.write_text(token + "\n")
+    env = agent_env(tmp_path, None)
+    Spool(tmp_path / "spool").write(make_run())
+    done = agent(["push", "--collector", collector.address, "--token-file", str(secret_file)],
+                 env)
+    assert done.returncode == 0, done.stderr
+    assert "sent 1 run(s); 0 pending" in done.stderr
+    Spool(tmp_path / "spool").write(make_run())
+    done = subprocess.run([*AGENT, "push", "--collector", collector.address, "--token-file", "-"],
+                          input=token + "\n", env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert collector.store.count() == 2
+    both = agent(["push", "--collector", collector.address, "--token", token, "--token-file",
+                  str(secret_file)], env)
+    assert both.returncode == 2 and "give --token or --token-file, not both" in both.stderr
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    none = agent(["push", "--collector", collector.address, "--token-file", str(empty)], env)
+    assert none.returncode == 2 and "holds no token" in none.stderr
+
+
 def _lines(stream) -> queue.Queue:
     lines: queue.Queue = queue.Queue()
 

@@ -17,6 +17,7 @@ import grpc
 import pytest
 from factories import make_run
 from gpubench.collector.auth import TokenBook
+from gpubench.collector.backup import key_path
 from gpubench.collector.intake import journal_folder
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
@@ -156,7 +157,7 @@ def test_a_backup_taken_while_serving_restores_every_acknowledged_run_and_token(
     assert set(source_runs) == set(acknowledged)
 
     restored = tmp_path / "restored.duckdb"
-    cli("restore", str(folder), "--db", str(restored))
+    cli("restore", str(folder), "--db", str(restored), "--key", str(key_path(db)))
     runs, tokens = _everything(restored)
     assert set(before_backup) <= set(runs) <= set(acknowledged)
     assert {run_id: source_runs[run_id] for run_id in runs} == runs  # each run as stored
@@ -186,12 +187,15 @@ def test_restore_refuses_an_existing_database_and_an_unfinished_backup(tmp_path:
 
     again = cli("backup", str(folder), "--db", str(db), check=False)
     assert again.returncode == 6 and "not an empty folder" in again.stderr
-    over = cli("restore", str(folder), "--db", str(db), check=False)
+    key = str(key_path(db))
+    over = cli("restore", str(folder), "--db", str(db), "--key", key, check=False)
     assert over.returncode == 6 and "--force" in over.stderr
-    assert "restored 3 run(s)" in cli("restore", str(folder), "--db", str(db), "--force").stderr
+    assert "restored 3 run(s)" in cli("restore", str(folder), "--db", str(db), "--key", key,
+                                      "--force").stderr
 
     (folder / "gpubench-backup.json").unlink()
-    unfinished = cli("restore", str(folder), "--db", str(tmp_path / "new.duckdb"), check=False)
+    unfinished = cli("restore", str(folder), "--db", str(tmp_path / "new.duckdb"), "--key", key,
+                     check=False)
     assert unfinished.returncode == 6 and "unfinished" in unfinished.stderr
     assert not (tmp_path / "new.duckdb").exists()
 

@@ -199,3 +199,48 @@ def test_a_database_a_full_disk_broke_is_opened_again_once_space_is_back(
     later = make_run()
     stub.SubmitRun(pb.SubmitRunRequest(run=later), metadata=collector.metadata(), timeout=10)
     assert collector.store.count() == 4
+
+
+@pytest.mark.parametrize("frontends", [1, 2], ids=["1-process", "2-frontends"])
+def test_a_start_on_a_full_disk_exits_with_one_line_saying_what_to_do(
+    small_disk: Path, frontends: int
+) -> None:
+    """Not a traceback at every restart: a collector killed with runs in its journal,
+    started again once its disk is full."""
+    import json
+    import signal
+    import sys
+
+    from gpubench.collector import local_admin
+    from gpubench.collector.store import Store
+
+    from gpubench.v1 import collector_pb2_grpc
+
+    db = small_disk / "c.duckdb"
+    store = Store(db)
+    store.submit_many([make_run() for _ in range(20)], "lab")
+    store.close()
+    cli = [sys.executable, "-m", "gpubench.collector.cli"]
+    serving = subprocess.Popen([*cli, "serve", "--db", str(db), "--port", "0",
+                                "--frontends", str(frontends)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = serving.stdout.readline()
+    assert "collector serving" in line, serving.stderr.read() if not line else line
+    credential = json.loads(local_admin.credential_path(db).read_text())
+    channel = grpc.insecure_channel(credential["address"])
+    stub = collector_pb2_grpc.CollectorStub(channel)
+    for _ in range(5):  # acknowledged: in the journal, not yet all in DuckDB
+        stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), timeout=30,
+                       metadata=(("authorization", f"Bearer {credential['secret']}"),))
+    channel.close()
+    serving.send_signal(signal.SIGKILL)
+    serving.wait(30)
+    fill(small_disk)
+    done = subprocess.run([*cli, "serve", "--db", str(db), "--port", "0",
+                           "--frontends", str(frontends)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "cannot start the collector: no space left on device" in done.stderr
+    assert "free space on its disk" in done.stderr
+

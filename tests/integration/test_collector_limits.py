@@ -10,6 +10,7 @@ import time
 import grpc
 import pytest
 from factories import make_run
+from gpubench.collector.statuses import MAX_DETAILS_CHARS
 from gpubench.collector.transport import MAX_CONCURRENT_STREAMS
 
 from gpubench.v1 import collector_pb2 as pb
@@ -78,3 +79,19 @@ def test_calls_past_the_concurrent_limit_are_resource_exhausted(collector_factor
         refused = [c.exception().code() for c in calls if c.done()]
     assert refused == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 4
     assert sum(c.exception() is None for c in calls) == 4  # the others were stored
+
+
+@pytest.mark.parametrize("frontends", [1, 2], ids=["1-process", "2-frontends"])
+def test_a_huge_run_id_is_not_found_in_a_bounded_message(collector_factory, frontends) -> None:
+    """The message quotes what was asked for: a 512 KB run_id once came back whole, past
+    what a client takes in trailers (RESOURCE_EXHAUSTED instead of NOT_FOUND)."""
+    collector = collector_factory()
+    stub = collector.collector_stub()
+    with pytest.raises(grpc.RpcError) as missing:
+        stub.GetRun(pb.GetRunRequest(run_id="x" * (512 << 10)), metadata=collector.metadata(),
+                    timeout=30)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    details = missing.value.details()
+    assert len(details) <= MAX_DETAILS_CHARS
+    assert details.startswith("run_id xxx") and details.endswith(": no such run")
+    assert "characters ...]" in details

@@ -285,6 +285,24 @@ def test_frontends_exit_when_the_owner_is_killed(serve, tmp_path: Path) -> None:
     assert _gone(frontends, STOP_DEADLINE_S)
 
 
+def test_a_collector_killed_9_starts_again_on_the_same_port_at_once(serve, tmp_path: Path) -> None:
+    """Its orphaned front-ends used to hold the port for seconds ("address in use")."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    db = tmp_path / "c.duckdb"
+    admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
+    served = serve(db, "--frontends", "2", "--port", str(port))
+    os.kill(served.process.pid, signal.SIGKILL)
+    served.process.wait(10)
+    again = serve(db, "--frontends", "2", "--port", str(port))  # started again at once
+    assert again.address == f"127.0.0.1:{port}"
+    again.stub().SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin),
+                           timeout=30)
+
+
 # Enough calls in flight that some are still waiting when a front-end sees its owner gone.
 CRASH_CALLERS = 128
 

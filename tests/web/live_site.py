@@ -102,7 +102,7 @@ class LiveSite:
 
 
 def _start(tmp: Path, runs: list, public_read: bool, *, site_token: bool = False,
-           visitor_tokens: bool = False) -> Iterator[tuple]:
+           visitor_tokens: bool = False, auth_failures_per_minute: float = 0) -> Iterator[tuple]:
     """A collector holding `runs` and the site in front of it, reading with a token of
     its own if `site_token`; yields (site, address, admin token, the token book)."""
     from gpubench.collector.auth import TokenBook
@@ -114,7 +114,8 @@ def _start(tmp: Path, runs: list, public_read: bool, *, site_token: bool = False
     store = Store(tmp / "collector.duckdb")
     tokens = TokenBook(store)
     server, port = create_server(store, port=0, tokens=tokens, public_read=public_read,
-                                 rate_limit=0, auth_failures_per_minute=0)
+                                 rate_limit=0,
+                                 auth_failures_per_minute=auth_failures_per_minute)
     server.start()
     _, admin = tokens.create("admin", admin=True)
     address = f"127.0.0.1:{port}"

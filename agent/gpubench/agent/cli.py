@@ -118,17 +118,48 @@ RUNNER_OPTIONS = _options(
 
 
 def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--collector, --token, --ca."""
+    """--collector, --token or --token-file, --ca; the command gets `token` either way."""
+
+    @wraps(command)
+    def with_token(*args: Any, token_file: str | None = None, **kwargs: Any) -> Any:
+        kwargs["token"] = token_of(kwargs.get("token"), token_file)
+        return command(*args, **kwargs)
+
     for option in reversed((
         click.option("--collector", metavar="HOST:PORT", envvar="GPUBENCH_COLLECTOR",
                      help="The collector to send runs to [env: GPUBENCH_COLLECTOR]."),
         click.option("--token", metavar="TOKEN", envvar="GPUBENCH_TOKEN",
-                     help="Access token for the collector [env: GPUBENCH_TOKEN]."),
+                     help="Access token for the collector [env: GPUBENCH_TOKEN]; on a shared "
+                          "machine prefer --token-file or the environment, which other users "
+                          "cannot read from the process list."),
+        click.option("--token-file", metavar="FILE", envvar="GPUBENCH_TOKEN_FILE",
+                     type=click.Path(dir_okay=False, allow_dash=True),
+                     help="Read the access token from FILE ('-': the first line of stdin) "
+                          "[env: GPUBENCH_TOKEN_FILE]."),
         click.option("--ca", type=click.Path(dir_okay=False, exists=True, path_type=Path),
                      help="PEM certificate to trust: talk TLS to the collector."),
     )):
-        command = option(command)
-    return command
+        with_token = option(with_token)
+    return with_token
+
+
+def token_of(token: str | None, token_file: str | None) -> str | None:
+    """The access token: --token, or the one --token-file names ('-': stdin's first line)."""
+    if token_file is None:
+        return token
+    if token is not None and click.get_current_context().get_parameter_source(
+            "token") is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("give --token or --token-file, not both")
+    try:
+        text = sys.stdin.readline() if token_file == "-" else Path(token_file).read_text()
+    except OSError as exc:
+        raise click.BadParameter(f"{token_file}: cannot read it ({exc.strerror or exc})",
+                                 param_hint="--token-file") from None
+    found = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not found:
+        where = "stdin" if token_file == "-" else token_file
+        raise click.BadParameter(f"{where}: holds no token", param_hint="--token-file")
+    return found
 
 
 def compat_option(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -15,18 +15,16 @@ metadata. The interceptor decides per method:
 
 Missing, unknown or revoked tokens get UNAUTHENTICATED; a valid token that may
 not do something gets PERMISSION_DENIED (DeleteRun's "submitter or admin" rule
-is checked by the servicer, which knows the run). A peer address with more than
-DEFAULT_AUTH_FAILURES_PER_MINUTE failed authentications a minute gets
-RESOURCE_EXHAUSTED for every call needing a token until its count comes down.
+is checked by the servicer, which knows the run). Past
+DEFAULT_AUTH_FAILURES_PER_MINUTE failed authentications a minute from a peer address,
+the answers to its failing calls are held (AuthFailures); its valid calls are not.
 """
 
 from __future__ import annotations
 
 import contextvars
 import hashlib
-import ipaddress
 import logging
-import math
 import re
 import secrets
 import threading
@@ -39,13 +37,14 @@ from typing import Any
 
 import grpc
 from google.protobuf import message_factory
+from gpubench.collector.door import address_key
 from gpubench.collector.errors import ShuttingDown
 from gpubench.collector.rows import utc_now
 from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import Store
 from gpubench.collector.tokens import TokenRow
-from gpubench.collector.transport import Refusal, parse_request
+from gpubench.collector.transport import Refusal, held_for, parse_request
 
 from gpubench.errors import InvalidRecord
 from gpubench.v1 import collector_pb2
@@ -59,8 +58,14 @@ TOKEN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
 LOCAL_ADMIN = "local-admin"
 # How often a token's last_used_at is written back (not on every call).
 LAST_USED_INTERVAL_S = 60.0
-# Failed authentications a peer address may have a minute before its calls are refused.
+# Failed authentications a peer address may have a minute answered at once; past them
+# each failing answer is held (AuthFailures). Valid tokens are never held.
 DEFAULT_AUTH_FAILURES_PER_MINUTE = 30.0
+# The longest a failing answer is held (s), and how many are held at once: from one
+# address, and in all.
+MAX_HOLD_S = 5.0
+HELD_PER_PEER = 4
+HELD_TOTAL = 16
 # Peer addresses whose failures are counted at once, at most (memory).
 MAX_PEERS = 100_000
 
@@ -265,10 +270,18 @@ class RateLimiter:
 
 
 class AuthFailures:
-    """Failed authentications per peer address: `per_minute` a minute, bursts up to as
-    many; past that, every call from that peer is refused (RESOURCE_EXHAUSTED) until
-    its bucket refills, valid token or not (else the answers would still tell a right
-    guess from a wrong one).
+    """Failed authentications per peer address, and how long each failing answer is held.
+
+    A token has 256 random bits: no guesser finds one by trying. What guessing can do
+    is cost the collector work and, if the limit shut the address out, cost everyone
+    behind that address (a NAT, a proxy, the results site) their valid calls. So every
+    token is checked whatever its address did, a valid one is answered at once and a
+    public read never counts; only a failing call is slowed. Each address has
+    `per_minute` failures a minute (bursts of as many) answered at once; past them the
+    answer to each failure is held until the address has one again (at most
+    MAX_HOLD_S), which keeps a guesser waiting for its answers to that rate. Held
+    answers are bounded, HELD_PER_PEER from an address and HELD_TOTAL in all (each may
+    hold a server thread): past them a failure is answered at once.
 
     Peers are keyed by IP address (an IPv6 address by its /64, which one host usually
     holds whole), so that new connections do not start afresh.
@@ -279,20 +292,35 @@ class AuthFailures:
         self._rate = per_minute / 60.0
         self._lock = threading.Lock()
         self._buckets: dict[str, tuple[float, float]] = {}  # peer -> (tokens, at)
+        # Until when each held answer is held: per peer, and in all.
+        self._held: dict[str, list[float]] = {}
+        self._held_total: list[float] = []
+        self.held = 0  # failing answers held so far
+        self.answered_at_once = 0  # failures past the allowance answered unheld (caps)
 
-    def wait_s(self, peer: str) -> float:
-        """0 when `peer` may try; else how long until it may (s)."""
-        with self._lock:
-            tokens = self._tokens(peer, time.monotonic())
-        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self._rate
-
-    def failed(self, peer: str) -> None:
-        """Count one failed authentication of `peer`."""
+    def failed(self, peer: str) -> float:
+        """Count one failed authentication of `peer`; how long its answer is held (s;
+        0: answer it now)."""
         now = time.monotonic()
         with self._lock:
             if len(self._buckets) >= MAX_PEERS:
                 self._forget_full(now)
-            self._buckets[peer] = (max(self._tokens(peer, now) - 1.0, 0.0), now)
+            tokens = self._tokens(peer, now)
+            self._buckets[peer] = (max(tokens - 1.0, 0.0), now)
+            if tokens >= 1.0:
+                return 0.0
+            hold = min(MAX_HOLD_S, (1.0 - tokens) / self._rate)
+            held = [t for t in self._held.get(peer, ()) if t > now]
+            self._held_total = [t for t in self._held_total if t > now]
+            if len(held) >= HELD_PER_PEER or len(self._held_total) >= HELD_TOTAL:
+                self.answered_at_once += 1
+                self._held[peer] = held
+                return 0.0
+            held.append(now + hold)
+            self._held[peer] = held
+            self._held_total.append(now + hold)
+            self.held += 1
+            return hold
 
     def _tokens(self, peer: str, now: float) -> float:
         tokens, at = self._buckets.get(peer, (self.per_minute, now))
@@ -303,29 +331,23 @@ class AuthFailures:
         many addresses), drop them all and say so."""
         self._buckets = {p: b for p, b in self._buckets.items()
                          if self._tokens(p, now) < self.per_minute}
+        self._held = {p: h for p, h in self._held.items() if p in self._buckets}
         if len(self._buckets) >= MAX_PEERS:
             log.warning("failed authentications from more than %d addresses at once; "
                         "their counts start again", MAX_PEERS)
             self._buckets = {}
+            self._held = {}
 
 
 def peer_key(peer: str | None) -> str:
     """The key of a gRPC peer ("ipv4:1.2.3.4:567", "ipv6:[::1]:567", "unix:...") that
-    failed authentications are counted by: its IP address, an IPv6 one by its /64."""
+    failed authentications are counted by: its IP address, an IPv6 one by its /64
+    (collector.door.address_key, which the door counts connections by)."""
     if not peer:
         return "unknown"
     kind, _, rest = peer.partition(":")
-    if kind == "ipv4":
-        return rest.rpartition(":")[0]
-    if kind == "ipv6":
-        host = rest.rpartition(":")[0].strip("[]").split("%")[0]
-        try:
-            address = ipaddress.IPv6Address(host)
-        except ValueError:
-            return host
-        if address.is_loopback:
-            return str(address)
-        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    if kind in ("ipv4", "ipv6"):
+        return address_key(rest.rpartition(":")[0])
     return kind
 
 
@@ -371,19 +393,12 @@ class Gate:
     def _check_peer(self, access: Access, secret: str | None, peer: str | None) -> Caller | None:
         if self._failures is None or (secret and self.tokens.is_local(secret)):
             return self._check(access, secret)
-        key = peer_key(peer)
-        wait_s = self._failures.wait_s(key)
-        if wait_s > 0:
-            raise Refusal(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{key}: too many failed authentications (limit "
-                f"{self._failures.per_minute:g} a minute); retry in {math.ceil(wait_s)} s",
-            )
         try:
             return self._check(access, secret)
         except Refusal as refused:
             if refused.code == grpc.StatusCode.UNAUTHENTICATED:
-                self._failures.failed(key)
+                # Held by whoever answers the call: this thread may answer others.
+                refused.hold_s = self._failures.failed(peer_key(peer))
             raise
 
     def _check(self, access: Access, secret: str | None) -> Caller | None:
@@ -414,18 +429,22 @@ class Gate:
 
     def guarded(
         self, behavior: Callable[[Any, grpc.ServicerContext], Any], access: Access,
-        request_class: type,
+        request_class: type, peer_of: Callable[[str | None], str | None] = lambda p: p,
     ) -> Callable[[bytes, grpc.ServicerContext], Any]:
         """`behavior` (a servicer method) taking its request as bytes, with the token
         check in front and only then the request parsed (a `request_class`); the caller
-        set for it in `current_caller`. A refusal becomes `context.abort`."""
+        set for it in `current_caller`. A refusal becomes `context.abort`. `peer_of`
+        turns the call's peer into the client's (collector.door.Door.peer_of)."""
 
         def checked(data: bytes, context: grpc.ServicerContext) -> Any:
             secret = bearer_secret(context.invocation_metadata())
             try:
-                caller = self.check(access, secret, context.peer())
+                caller = self.check(access, secret, peer_of(context.peer()))
                 request = parse_request(request_class, data)
             except Exception as exc:  # a refusal, the store closing, or a bug (INTERNAL)
+                # A forwarded call's context (collector.owner) has the front-end hold it.
+                hold = getattr(context, "hold_answer", None) or time.sleep
+                hold(held_for(exc, context.time_remaining()))
                 context.abort(*answer_of(exc, "checking a token"))
             reset = current_caller.set(caller)
             try:
@@ -445,8 +464,11 @@ class AuthInterceptor(grpc.ServerInterceptor):
     after the token check (`Gate.guarded`).
     """
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(
+        self, gate: Gate, peer_of: Callable[[str | None], str | None] = lambda p: p
+    ) -> None:
         self._gate = gate
+        self._peer_of = peer_of  # the call's peer -> the client's (collector.door)
         self._checked: dict[str, grpc.RpcMethodHandler] = {}  # method -> wrapped handler
 
     def intercept_service(
@@ -464,7 +486,8 @@ class AuthInterceptor(grpc.ServerInterceptor):
             # Made once per method: the handler with the token check in front, and the
             # request left as bytes (no request_deserializer) until the check passed.
             checked = self._checked[method] = grpc.unary_unary_rpc_method_handler(
-                self._gate.guarded(handler.unary_unary, access, request_class_of(method)),
+                self._gate.guarded(handler.unary_unary, access, request_class_of(method),
+                                   self._peer_of),
                 response_serializer=handler.response_serializer,
             )
         return checked

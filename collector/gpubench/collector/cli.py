@@ -146,9 +146,10 @@ def serve(
                    "its own, not an admin token.")
 @click.option("--visitor-tokens", is_flag=True,
               help="Read with the token a request carries (Authorization: Bearer) when it "
-                   "carries one, for a site only token holders reach. Leave it off on a "
-                   "public site: wrong tokens count against the collector's limit of failed "
-                   "authentications for the site's address and would shut the site out.")
+                   "carries one, for a site only token holders reach. Wrong tokens count "
+                   "against the collector's limit of failed authentications for the site's "
+                   "address: past it the answers to wrong tokens are slowed, never the site's "
+                   "own reads or a visitor's valid token.")
 @click.option("--ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="PEM certificate to trust for a collector serving TLS.")
 @click.option("--tls", is_flag=True, help="Reach the collector over TLS with the system's roots.")
@@ -407,9 +408,11 @@ def import_runs(db_path: Path, files: tuple[Path, ...], submitter: str) -> None:
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 def backup_command(db_path: Path, folder: Path) -> None:
     """Copy the database into FOLDER (new, or empty): every run acknowledged so far,
-    the tokens and the quarantine, as DuckDB's export with a manifest. Works while the
-    collector serves: it then writes the copy itself, from one snapshot, while
-    submissions go on. Restore it with `restore`."""
+    the tokens and the quarantine, as Parquet files with a manifest of their SHA-256,
+    signed with the collector's backup key (PATH.backup-key beside the database, made
+    at the first backup: keep a copy of it apart from the backups, `restore` needs it).
+    Works while the collector serves: it then writes the copy itself, from one
+    snapshot, while submissions go on."""
     from gpubench.collector import backup
     from gpubench.collector.errors import DatabaseLocked
     from gpubench.collector.local_admin import LiveCollector
@@ -418,6 +421,7 @@ def backup_command(db_path: Path, folder: Path) -> None:
     folder = folder.resolve()  # the serving collector's working folder may differ
     if not db_path.exists():
         raise GpubenchError(f"{db_path}: no such database", exit_code=ExitCode.BAD_DATA)
+    had_key = backup.key_path(db_path).exists()
     try:
         store = Store(db_path)
     except DatabaseLocked:
@@ -432,6 +436,10 @@ def backup_command(db_path: Path, folder: Path) -> None:
         runs, tokens, held = manifest.runs, manifest.tokens, manifest.quarantined
     err.print(f"backed up {runs} run(s), {tokens} token(s) and {held} quarantined "
               f"run(s) into {folder}")
+    key = backup.key_path(db_path)
+    if not had_key:
+        err.print(f"signed with a new backup key, {key}: keep a copy of it apart from the "
+                  "backups; `restore --key` needs it")
 
 
 @cli.command("restore")
@@ -440,14 +448,21 @@ def backup_command(db_path: Path, folder: Path) -> None:
               type=click.Path(dir_okay=False, path_type=Path),
               help="The new database file to make from the backup; refused if a database "
                    "is there (its file, PATH.wal or PATH.intake), unless --force.")
+@click.option("--key", "key", required=True, envvar="GPUBENCH_BACKUP_KEY",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The backup key the backup was signed with: the file DB.backup-key beside "
+                   "the database of the collector that took it (env GPUBENCH_BACKUP_KEY).")
 @click.option("--force", is_flag=True,
-              help="Replace the database at --db (never one a running collector holds).")
-def restore_command(folder: Path, db_path: Path, force: bool) -> None:
-    """Make a database from the backup in FOLDER (written by `backup`), checked against
-    the backup's counts; then serve it with `serve --db PATH`."""
+              help="Replace the database at --db once the restore has succeeded (never one a "
+                   "running collector holds).")
+def restore_command(folder: Path, db_path: Path, key: Path, force: bool) -> None:
+    """Make a database from the backup in FOLDER (written by `backup`), once its signature
+    and every file's SHA-256 check out with --key; the schema comes from this gpubench,
+    each run again from its record, and the counts must match the backup's. A restore
+    that fails leaves no database. Then serve it with `serve --db PATH`."""
     from gpubench.collector import backup
 
-    manifest = backup.restore(folder, db_path, replace=force)
+    manifest = backup.restore(folder, db_path, key=key, replace=force)
     err.print(f"restored {manifest.runs} run(s), {manifest.tokens} token(s) and "
               f"{manifest.quarantined} quarantined run(s) into {db_path} (backup of "
               f"{manifest.created_at})")

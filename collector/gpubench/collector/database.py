@@ -241,20 +241,8 @@ def backup_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 def sql_text(text: str) -> str:
-    """`text` as an SQL string literal (EXPORT and IMPORT take no parameters)."""
+    """`text` as an SQL string literal (COPY ... TO takes no parameters)."""
     return "'" + text.replace("'", "''") + "'"
-
-
-def import_database(folder: Path, db_path: Path) -> dict[str, int]:
-    """Make a new database file `db_path` from a folder `Store.export_to` wrote; returns
-    how many runs, tokens and quarantined runs it holds. `db_path` must not exist."""
-    con = duckdb.connect(str(db_path))
-    try:
-        con.execute(f"IMPORT DATABASE {sql_text(str(folder))}")
-        con.execute("CHECKPOINT")
-        return backup_counts(con)
-    finally:
-        con.close()
 
 
 def database_in_use(db_path: Path) -> bool:

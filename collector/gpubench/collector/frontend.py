@@ -39,6 +39,7 @@ from typing import Any
 
 import grpc
 from gpubench.collector import ipc, validation
+from gpubench.collector.door import Door
 from gpubench.collector.rows import run_row
 from gpubench.collector.statuses import answer_of
 from gpubench.collector.transport import (
@@ -46,9 +47,13 @@ from gpubench.collector.transport import (
     MAX_CONCURRENT_CALLS,
     STOP_GRACE_S,
     Refusal,
+    Serving,
     TlsFiles,
     add_health_and_reflection_aio,
-    listen,
+    door_limits,
+    held_for,
+    listen_behind,
+    open_door,
     parse_request,
     server_options,
     set_serving_aio,
@@ -67,12 +72,11 @@ MAX_LINKS = DEFAULT_WORKERS
 # asks again (s), and how many such tokens it remembers.
 ACCEPTED_TTL_S = 10.0
 ACCEPTED_MOST = 4096
-# Once the owner is gone (s): calls are answered UNAVAILABLE until none has come for
-# OWNER_GONE_QUIET_S, at most OWNER_GONE_DRAIN_S; then the calls still in flight get
-# OWNER_GONE_GRACE_S to end (each does as soon as its link to the owner reads the end).
+# Once the owner is gone (s): no new connection is taken, and calls are answered
+# UNAVAILABLE until none has come for OWNER_GONE_QUIET_S, at most OWNER_GONE_DRAIN_S;
+# then every connection is closed.
 OWNER_GONE_QUIET_S = 0.25
 OWNER_GONE_DRAIN_S = 3.0
-OWNER_GONE_GRACE_S = 5.0
 
 
 class OwnerClient:
@@ -204,9 +208,11 @@ class Handlers:
     token check.
     """
 
-    def __init__(self, owner: OwnerClient) -> None:
+    def __init__(self, owner: OwnerClient,
+                 peer_of: Callable[[str | None], str | None] = lambda p: p) -> None:
         self._owner = owner
         self._accepted = AcceptedTokens()
+        self._peer_of = peer_of  # a call's peer -> the door's client (collector.door)
         self.last_call = time.monotonic()  # when the latest call came in
 
     async def submit_run(
@@ -215,7 +221,7 @@ class Handlers:
         """Check the token, then parse, validate and make the row; the owner checks the
         token (and the rate limit) again and stores it."""
         self.last_call = time.monotonic()
-        authorization, peer = _authorization(context), context.peer()
+        authorization, peer = _authorization(context), self._peer_of(context.peer())
         try:
             if authorization not in self._accepted:
                 await self._owner.ask(ipc.auth_request(authorization, peer))
@@ -226,6 +232,7 @@ class Handlers:
             row = None if problems else run_row(request.run, "")
             ack = await self._owner.ask(ipc.submit_request(authorization, peer, row, problems))
         except Exception as exc:  # a refusal with its code; a bug INTERNAL, logged
+            await asyncio.sleep(held_for(exc, context.time_remaining()))
             await context.abort(*answer_of(exc, "SubmitRun"))
         return ack
 
@@ -238,8 +245,9 @@ class Handlers:
             self.last_call = time.monotonic()
             try:
                 return await self._owner.ask(ipc.call_request(
-                    method, request, _authorization(context), context.peer()))
+                    method, request, _authorization(context), self._peer_of(context.peer())))
             except Exception as exc:  # the owner's status; a bug INTERNAL, logged
+                await asyncio.sleep(held_for(exc, context.time_remaining()))
                 await context.abort(*answer_of(exc, method))
 
         return forward
@@ -278,56 +286,79 @@ async def serve(config: dict[str, Any]) -> int:
     tls = None
     if config["tls_cert"]:
         tls = TlsFiles(Path(config["tls_cert"]), Path(config["tls_key"]))
-    handlers = Handlers(owner)
+    try:
+        door = open_door(config["host"], config["port"], tls=tls is not None,
+                         limits=door_limits(), share_port=True)
+    except GpubenchError as exc:
+        owner.tell(collector_ipc_pb2.FrontendMessage(
+            failed=collector_ipc_pb2.Failed(message=str(exc))))
+        return 1
+    handlers = Handlers(owner, door.peer_of)
     server = grpc.aio.server(
         handlers=handlers.generic_handlers(),
-        options=server_options(config["max_message_bytes"], share_port=True),
+        options=server_options(config["max_message_bytes"]),
         maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
     )
     health = await add_health_and_reflection_aio(server)
+    serving = Serving(_teller(health, loop))
+    door.on_refusing = lambda refusing: serving.room(not refusing)
     try:
-        port = listen(server, config["host"], config["port"], tls)
+        listen_behind(server, door, tls)
     except GpubenchError as exc:
         owner.tell(collector_ipc_pb2.FrontendMessage(
             failed=collector_ipc_pb2.Failed(message=str(exc))))
         return 1
     await server.start()
-    owner.tell(collector_ipc_pb2.FrontendMessage(ready=collector_ipc_pb2.Ready(port=port)))
-    owner.watch(loop, gone, lambda serving: asyncio.run_coroutine_threadsafe(
-        set_serving_aio(health, serving), loop))
+    await door.start()
+    owner.tell(collector_ipc_pb2.FrontendMessage(ready=collector_ipc_pb2.Ready(port=door.port)))
+    owner.watch(loop, gone, serving.durable)
     # Wake on a signal or on the owner's connection closing, whichever comes first.
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(gone.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for waiting in waits:
         waiting.cancel()
     if gone.is_set():
-        await _drain(server, owner, handlers, health)
+        await _drain(door, owner, handlers, health)
         # The owner died without removing its socket's private folder; nothing else will.
         shutil.rmtree(os.path.dirname(config["owner_address"]), ignore_errors=True)
         return 1
+    await door.stop_accepting()
     await server.stop(STOP_GRACE_S)
+    await door.close()
     return 0
 
 
-async def _drain(
-    server: grpc.aio.Server, owner: OwnerClient, handlers: Handlers,
-    health: Any,
-) -> None:
+def _teller(health: Any, loop: asyncio.AbstractEventLoop) -> Callable[[bool], None]:
+    """What `Serving` tells, from any thread: the health servicer's status, set in
+    `loop` one change after the other."""
+    lock = asyncio.Lock()
+
+    async def tell(serving: bool) -> None:
+        async with lock:
+            await set_serving_aio(health, serving)
+
+    return lambda serving: asyncio.run_coroutine_threadsafe(tell(serving), loop)
+
+
+async def _drain(door: Door, owner: OwnerClient, handlers: Handlers, health: Any) -> None:
     """Stop serving once the owner is gone, every call answered UNAVAILABLE (retryable).
 
-    Nothing can be stored any more. A stop cancels the calls gRPC has taken in but not
-    yet handed to a handler, and CANCELLED is not retried: so first every call is
-    answered UNAVAILABLE at once, until none has come for OWNER_GONE_QUIET_S (at most
-    OWNER_GONE_DRAIN_S), and then the calls still in flight get a grace period to end.
+    Nothing can be stored any more. The door stops taking connections at once, so that
+    a collector started again on the port can listen there. Calls are answered
+    UNAVAILABLE until none has come for OWNER_GONE_QUIET_S (at most OWNER_GONE_DRAIN_S),
+    then the door closes every connection, which a client sees as UNAVAILABLE too: a
+    gRPC stop would cancel the calls it has taken in but not yet handed to a handler,
+    and CANCELLED is not every client's to retry.
     """
     owner.gone = True
+    await door.stop_accepting()
     await set_serving_aio(health, False)
     loop = asyncio.get_running_loop()
     began = loop.time()
     while (loop.time() - began < OWNER_GONE_DRAIN_S
            and time.monotonic() - handlers.last_call < OWNER_GONE_QUIET_S):
         await asyncio.sleep(0.02)
-    await server.stop(OWNER_GONE_GRACE_S)
+    await door.close()
 
 
 def run(config: dict[str, Any]) -> int:

@@ -64,7 +64,7 @@ def frame_limit(max_message_bytes: int) -> int:
     """The largest frame either side accepts once connected: a request of up to
     `max_message_bytes` (the collector's --max-message-bytes) or a response of up to the
     send limit the front-ends' gRPC servers have, plus FRAME_SLACK."""
-    options = dict(server_options(max_message_bytes, share_port=True))
+    options = dict(server_options(max_message_bytes))
     return max(max_message_bytes, options["grpc.max_send_message_length"]) + FRAME_SLACK
 
 
@@ -310,11 +310,13 @@ def response(data: bytes, limit: int) -> bytes:
     return framed(message, limit)
 
 
-def refused(code: grpc.StatusCode, details: str, limit: int) -> bytes:
-    """The framed Reply ending a call with a status."""
+def refused(code: grpc.StatusCode, details: str, limit: int, hold_s: float = 0.0) -> bytes:
+    """The framed Reply ending a call with a status, its answer held `hold_s` seconds
+    by the front-end (collector.auth.AuthFailures)."""
     message = ipc_pb2.OwnerMessage()
     refusal = message.reply.refused
     refusal.code = code.value[0]
+    refusal.hold_seconds = hold_s
     try:
         refusal.details = details
     except ValueError:  # text protobuf cannot carry (a lone surrogate): replaced
@@ -337,7 +339,7 @@ def outcome(reply: ipc_pb2.Reply) -> Any:
         return reply.response
     if kind == "refused":
         code = _STATUS_OF_NUMBER.get(reply.refused.code, grpc.StatusCode.UNKNOWN)
-        raise Refusal(code, reply.refused.details)
+        raise Refusal(code, reply.refused.details, reply.refused.hold_seconds)
     if kind == "accepted":
         return None
     raise FrameError("a reply without an outcome")

@@ -69,15 +69,18 @@ log = logging.getLogger(__name__)
 
 # How long a front-end may take to start and listen (s).
 START_TIMEOUT_S = 60.0
-# A front-end that dies is restarted: at once the first time, then after a delay that
-# doubles with each death in a row, up to RESTART_BACKOFF_MAX_S; the others serve on
-# meanwhile (the owner and the data are fine). A death after STABLE_S of serving
-# starts the count again. Only after GIVE_UP_AFTER deaths in a row (about a quarter of
-# an hour of trying) does the collector stop, saying so.
+# Front-ends that die are restarted, with one backoff for the collector as a whole: the
+# first death at once, then after a delay that doubles with each front-end death in a
+# row (whichever front-end it is), up to RESTART_BACKOFF_MAX_S. But never while no
+# front-end serves: then one starts at once, whatever the backoff says (the owner and the
+# data are fine, and nobody could reach them). A collector that has had no death for
+# STABLE_S starts the count again. It stops only when front-ends cannot even start:
+# GIVE_UP_AFTER starts in a row that never reached listening (a port taken, a TLS file
+# gone), saying so; deaths of front-ends that served never stop it.
 RESTART_BACKOFF_FIRST_S = 1.0
-RESTART_BACKOFF_MAX_S = 60.0
+RESTART_BACKOFF_MAX_S = 30.0
 STABLE_S = 60.0
-GIVE_UP_AFTER = 20
+GIVE_UP_AFTER = 10
 # Threads answering forwarded calls other than SubmitRun (reads may take a while).
 CALL_WORKERS = 8
 
@@ -88,6 +91,15 @@ class ForwardedContext:
     def __init__(self, authorization: str | None, peer: str | None) -> None:
         self._metadata = () if authorization is None else (("authorization", authorization),)
         self._peer = peer
+        self._hold_s = 0.0
+
+    def time_remaining(self) -> None:
+        """Unknown here: the front-end holds an answer within its call's deadline."""
+        return None
+
+    def hold_answer(self, seconds: float) -> None:
+        """Have the front-end hold the answer for `seconds` (a thread here must not)."""
+        self._hold_s = seconds
 
     def peer(self) -> str | None:
         """The caller's address, as the front-end saw it."""
@@ -99,7 +111,7 @@ class ForwardedContext:
 
     def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
         """End the call with a status: raised to the dispatcher, sent back as is."""
-        raise Refusal(code, details)
+        raise Refusal(code, details, self._hold_s)
 
 
 class Dispatcher:
@@ -191,7 +203,7 @@ class _Link:
         """Answer the link's request with the status `exc` ends it with (a bug: INTERNAL,
         logged, as in one process)."""
         code, details = answer_of(exc, "a forwarded call")
-        self.send(ipc.refused(code, details, self.limit))
+        self.send(ipc.refused(code, details, self.limit, getattr(exc, "hold_s", 0.0)))
 
 
 class _Hub:
@@ -384,14 +396,22 @@ def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
 class _Frontend:
     index: int
     process: subprocess.Popen
+    state: str = "starting"  # starting (spawned, not yet listening), serving, waiting
     started_at: float = field(default_factory=time.monotonic)
-    failures: int = 0  # deaths in a row, each before STABLE_S of serving
-    restart_at: float | None = None  # set while it waits to be restarted
+    restart_at: float = 0.0  # while waiting: when it starts again
     last_exit: str = ""
 
 
 class Frontends:
-    """The owner's front-end processes: started, watched, restarted, stopped."""
+    """The owner's front-end processes: started, watched, restarted, stopped.
+
+    A restart never blocks the thread that calls `watch` (the serve loop's): `watch`
+    looks in on each front-end, and one that is starting is seen listening at a later
+    look.
+    """
+
+    # How a front-end process is started (its settings come on stdin).
+    command = (sys.executable, "-m", "gpubench.collector.frontend")
 
     def __init__(
         self, dispatcher: Dispatcher, *, count: int, host: str, port: int,
@@ -404,6 +424,9 @@ class Frontends:
         self._backoff_first_s, self._backoff_max_s = restart_backoff_s
         self._stable_s = stable_s
         self._give_up_after = give_up_after
+        self._deaths = 0  # front-end deaths in a row, of any front-end (the one backoff)
+        self._last_death = 0.0
+        self._failed_starts = 0  # starts in a row that never reached listening
         self._host = host
         self._port = port
         self._tls = tls
@@ -434,63 +457,105 @@ class Frontends:
         """The front-ends' process ids."""
         return [f.process.pid for f in self._frontends]
 
+    @property
+    def serving_pids(self) -> list[int]:
+        """The process ids of the front-ends that listen now (as last seen by `watch`)."""
+        return [f.process.pid for f in self._frontends if f.state == "serving"]
+
     def start(self) -> int:
         """Start every front-end and wait until each listens; the port they share."""
         self._held, self._port = reserve_port(self._host, self._port)
         self._frontends = [_Frontend(i, self._spawn(i)) for i in range(self._count)]
         for frontend in self._frontends:
             self._await_ready(frontend)
+            frontend.state = "serving"
         return self._port
 
     def watch(self) -> None:
-        """Restart front-ends that died, with backoff when they keep dying (see
-        RESTART_BACKOFF_FIRST_S); raise GpubenchError after `give_up_after` deaths in a
-        row. Called every WATCH_INTERVAL_S."""
+        """Look in on every front-end: one that died is restarted (see
+        RESTART_BACKOFF_FIRST_S), one that started is serving; raise GpubenchError after
+        `give_up_after` starts in a row that failed. Called every WATCH_INTERVAL_S."""
+        now = time.monotonic()
+        if self._deaths and now - self._last_death >= self._stable_s:
+            self._deaths = 0  # no death for a good while: a new run of them
         for frontend in self._frontends:
             if self._stopping:
                 return
-            now = time.monotonic()
-            if frontend.restart_at is not None:
-                if now >= frontend.restart_at:
-                    self._restart(frontend)
-                continue
-            code = frontend.process.poll()
-            if code is not None:
-                self._died(frontend, _exit_text(code), now)
+            if frontend.state == "starting":
+                self._look_at_start(frontend)
+            elif frontend.state == "serving":
+                code = frontend.process.poll()
+                if code is not None:
+                    self._died(frontend, _exit_text(code))
+        waiting = sorted((f for f in self._frontends if f.state == "waiting"),
+                         key=lambda f: f.restart_at)
+        if waiting and not any(f.state in ("serving", "starting") for f in self._frontends):
+            waiting[0].restart_at = now  # nothing serves: one starts now, whatever the backoff
+        for frontend in waiting:
+            if not self._stopping and time.monotonic() >= frontend.restart_at:
+                self._restart(frontend)
 
-    def _died(self, frontend: _Frontend, how: str, now: float) -> None:
-        """Count a death and schedule the restart, or give up."""
-        if now - frontend.started_at >= self._stable_s:
-            frontend.failures = 0  # it served a good while: a new run of failures
-        frontend.failures += 1
+    def _died(self, frontend: _Frontend, how: str) -> None:
+        """Count a serving front-end's death and schedule its restart."""
+        now = time.monotonic()
+        self._deaths += 1
+        self._last_death = now
         frontend.last_exit = how
-        if frontend.failures > self._give_up_after:
-            raise GpubenchError(
-                f"front-end {frontend.index} exited {frontend.failures} times in a row, each "
-                f"within {self._stable_s:g} s of its start (last: {how}); giving up: "
-                "stopping the collector (its log says why the front-end exits)"
-            )
-        delay = 0.0 if frontend.failures == 1 else min(
-            self._backoff_max_s, self._backoff_first_s * 2 ** (frontend.failures - 2)
-        )
+        others = sum(f.state == "serving" for f in self._frontends if f is not frontend)
+        delay = 0.0 if self._deaths == 1 or not others else min(
+            self._backoff_max_s, self._backoff_first_s * 2 ** (self._deaths - 2))
+        meanwhile = (f"{others} other front-end(s) serve meanwhile" if others else
+                     "no other front-end serves: restarting one now")
         log.warning("front-end %d (pid %d) exited with %s; restarting it in %.3g s (%d "
-                    "exit(s) in a row; the collector stops after %d); the other front-ends "
-                    "serve meanwhile", frontend.index, frontend.process.pid, how, delay,
-                    frontend.failures, self._give_up_after + 1)
-        frontend.restart_at = now + delay
+                    "front-end exit(s) in a row); %s", frontend.index, frontend.process.pid,
+                    how, delay, self._deaths, meanwhile)
+        frontend.state, frontend.restart_at = "waiting", now + delay
 
     def _restart(self, frontend: _Frontend) -> None:
-        """Start a front-end again; a failed start counts as a death."""
-        frontend.restart_at = None
+        """Start a front-end again (without waiting for it to listen)."""
+        frontend.state = "starting"
         frontend.started_at = time.monotonic()
         frontend.process = self._spawn(frontend.index)
-        try:
-            self._await_ready(frontend)
-        except GpubenchError as exc:
-            if frontend.process.poll() is None:
-                frontend.process.kill()
-                frontend.process.wait()
-            self._died(frontend, f"a failed start ({exc})", time.monotonic())
+
+    def _look_at_start(self, frontend: _Frontend) -> None:
+        """A starting front-end that listens now is serving; one that exited or is past
+        START_TIMEOUT_S is a failed start."""
+        started = self._hub.started[frontend.index]
+        failure = None
+        if started.done():
+            try:
+                started.result()
+            except GpubenchError as exc:
+                failure = str(exc)
+            else:
+                frontend.state = "serving"
+                self._failed_starts = 0
+                log.warning("front-end %d (pid %d) serves again, %.1f s after its start",
+                            frontend.index, frontend.process.pid,
+                            time.monotonic() - frontend.started_at)
+                return
+        elif frontend.process.poll() is not None:
+            failure = f"it exited before listening ({_exit_text(frontend.process.poll())})"
+        elif time.monotonic() - frontend.started_at > START_TIMEOUT_S:
+            failure = f"it did not listen within {START_TIMEOUT_S:g} s"
+        if failure is None:
+            return
+        if frontend.process.poll() is None:
+            frontend.process.kill()
+            frontend.process.wait()
+        self._failed_starts += 1
+        if self._failed_starts >= self._give_up_after:
+            raise GpubenchError(
+                f"front-ends failed to start {self._failed_starts} times in a row (last: "
+                f"front-end {frontend.index}: {failure}); giving up: stopping the collector")
+        now = time.monotonic()
+        others = any(f.state == "serving" for f in self._frontends if f is not frontend)
+        delay = min(self._backoff_max_s, self._backoff_first_s * 2 ** (self._failed_starts - 1))
+        log.warning("front-end %d failed to start: %s; trying again in %.3g s (%d failed "
+                    "start(s) in a row; the collector stops after %d)%s", frontend.index,
+                    failure, delay, self._failed_starts, self._give_up_after,
+                    "" if others else "; no front-end serves meanwhile")
+        frontend.state, frontend.restart_at = "waiting", now + delay
 
     def stop(self) -> None:
         """Stop the front-ends gracefully (they finish in-flight calls), then the links."""
@@ -523,8 +588,7 @@ class Frontends:
         }
         self._hub.expect(index)
         process = subprocess.Popen(
-            [sys.executable, "-m", "gpubench.collector.frontend"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            list(self.command), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         )
         process.stdin.write(json.dumps(config))  # the secret never shows in argv
         process.stdin.close()

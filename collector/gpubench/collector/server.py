@@ -7,10 +7,11 @@ process that owns the database plus front-end processes sharing the port
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from gpubench.collector.auth import (
     TokenBook,
     new_secret,
 )
+from gpubench.collector.door import Door
+from gpubench.collector.durability import storage_error
+from gpubench.collector.errors import StorageFull
 from gpubench.collector.service import AdminService, CollectorService
 from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.store import Store
@@ -35,23 +39,27 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
     MAX_CONCURRENT_STREAMS,
     MAX_CONNECTIONS,
     STOP_GRACE_S,
+    Serving,
     TlsFiles,
     add_health_and_reflection,
     bind_address,
     check_plaintext,
     check_port,
+    door_limits,
     is_loopback,
-    listen,
+    listen_behind,
+    open_door,
     server_options,
     set_serving,
 )
 
 from gpubench.client import DEFAULT_PORT
+from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2_grpc
 
 DEFAULT_RATE_LIMIT = 50.0  # submissions per second per token
 # How often the owner of a multi-process collector checks on its front-ends (s).
-WATCH_INTERVAL_S = 0.5
+WATCH_INTERVAL_S = 0.25
 # --frontends auto never starts more than this many: the owner's one writer is the
 # next limit, and more processes than that only cost memory.
 MAX_AUTO_FRONTENDS = 4
@@ -71,6 +79,39 @@ def make_gate(
                 counts=counts)
 
 
+class CollectorServer:
+    """A single-process collector's gRPC server and the door in front of it
+    (collector.door): started, stopped and given more ports together."""
+
+    def __init__(self, server: grpc.Server, door: Door) -> None:
+        self.grpc = server
+        self.door = door
+
+    def start(self) -> None:
+        """Serve: gRPC, then the door lets connections in."""
+        self.grpc.start()
+        self.door.start_thread()
+
+    def add_insecure_port(self, address: str) -> int:
+        """A plaintext port straight to gRPC, past the door (the loopback admin port)."""
+        return self.grpc.add_insecure_port(address)
+
+    def stop(self, grace: float | None) -> threading.Event:
+        """Stop taking connections at once, let calls in flight finish for `grace`
+        seconds (None: cancel them), then close the rest; the event is set when done."""
+        self.door.stop_thread_accepting()
+        stopped = self.grpc.stop(grace)
+        done = threading.Event()
+
+        def finish() -> None:
+            stopped.wait()
+            self.door.close_thread()
+            done.set()
+
+        threading.Thread(target=finish, name="collector-stop", daemon=True).start()
+        return done
+
+
 def create_server(
     store: Store,
     *,
@@ -88,35 +129,38 @@ def create_server(
     max_concurrent_streams: int = MAX_CONCURRENT_STREAMS,
     max_connections: int = MAX_CONNECTIONS,
     max_concurrent_calls: int = MAX_CONCURRENT_CALLS,
-) -> tuple[grpc.Server, int]:
-    """A collector server bound to host:port (0: any free port), not yet started.
+) -> tuple[CollectorServer, int]:
+    """A collector server listening on host:port (0: any free port), not yet started.
 
     Registers the Collector and Admin services behind the token interceptor, the
-    standard health service and server reflection. Plaintext is refused on any
-    address but loopback unless `insecure`. `gate` (default: one made of `tokens`,
-    `public_read`, `rate_limit` and `auth_failures_per_minute`) lets other callers
-    share its limits. The max_ arguments limit what one process takes at once
-    (collector.transport).
+    standard health service and server reflection, behind the door that admits
+    connections (collector.door). Plaintext is refused on any address but loopback
+    unless `insecure`. `gate` (default: one made of `tokens`, `public_read`,
+    `rate_limit` and `auth_failures_per_minute`) lets other callers share its limits.
+    The max_ arguments limit what one process takes at once (collector.transport).
     """
     check_plaintext(host, tls, insecure)
     tokens = tokens or TokenBook(store)
     gate = gate or make_gate(tokens, public_read=public_read, rate_limit=rate_limit,
                              auth_failures_per_minute=auth_failures_per_minute,
                              counts=store.submissions)
+    door = open_door(host, port, tls=tls is not None, limits=door_limits(max_connections))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[AuthInterceptor(gate)],
-        options=server_options(max_message_bytes, share_port=False,
-                               max_concurrent_streams=max_concurrent_streams,
+        interceptors=[AuthInterceptor(gate, peer_of=door.peer_of)],
+        options=server_options(max_message_bytes, max_concurrent_streams=max_concurrent_streams,
                                max_connections=max_connections),
         maximum_concurrent_rpcs=max_concurrent_calls,
     )
     collector_pb2_grpc.add_CollectorServicer_to_server(CollectorService(store), server)
     collector_pb2_grpc.add_AdminServicer_to_server(AdminService(tokens, store), server)
     health = add_health_and_reflection(server)
+    serving = Serving(lambda now: set_serving(health, now))
+    door.on_refusing = lambda refusing: serving.room(not refusing)
+    listen_behind(server, door, tls)
     # NOT_SERVING while runs cannot be stored durably (a full disk), SERVING again after.
-    store.durability.listen(lambda trouble: set_serving(health, trouble is None))
-    return server, listen(server, host, port, tls)
+    store.durability.listen(lambda trouble: serving.durable(trouble is None))
+    return CollectorServer(server, door), door.port
 
 
 def default_frontends() -> int:
@@ -161,7 +205,8 @@ def serve(
     check_port(host, port)
     if tls is not None:
         tls.credentials()  # unreadable files fail here, before anything starts
-    store = Store(db_path)
+    with _starting(db_path, "opening the database"):
+        store = Store(db_path)
     credential = local_admin.credential_path(db_path)
     exporter = None
     try:
@@ -192,7 +237,8 @@ def serve(
             admin_port = server.add_insecure_port("127.0.0.1:0")
             admin_address = f"127.0.0.1:{admin_port}"
         server.start()
-        local_admin.write(credential, address=admin_address, secret=secret)
+        with _starting(db_path, f"writing {credential}"):
+            local_admin.write(credential, address=admin_address, secret=secret)
         _on_signals(stop)
         if on_ready:
             on_ready(bind_address(host, bound))
@@ -230,17 +276,36 @@ def _serve_with_frontends(
             max_message_bytes=max_message_bytes,
         )
         bound = pool.start()
-        local_admin.write(credential, address=f"127.0.0.1:{admin_port}", secret=secret)
+        with _starting(store.path, f"writing {credential}"):
+            local_admin.write(credential, address=f"127.0.0.1:{admin_port}", secret=secret)
         if on_ready:
             on_ready(bind_address(host, bound))
         while not stop.wait(WATCH_INTERVAL_S):
-            pool.watch()  # restarts a front-end that died; raises when they keep dying
+            pool.watch()  # restarts a front-end that died; raises when starts keep failing
     finally:
         # Front-ends first (they finish their in-flight calls through us), then the rest.
         if pool is not None:
             pool.stop()
         admin_server.stop(STOP_GRACE_S).wait()
         gate.tokens.flush()
+
+
+@contextlib.contextmanager
+def _starting(db_path: Path, doing: str) -> Iterator[None]:
+    """A failure of the storage while the collector starts (a full disk) as one line
+    that says what to do, rather than a traceback at every restart."""
+    try:
+        yield
+    except Exception as exc:  # the storage's (collector.durability tells), or raised again
+        trouble = storage_error(exc, doing)
+        if trouble is None:
+            raise
+        reason = "no space left on device" if isinstance(trouble, StorageFull) \
+            else str(exc).splitlines()[0]
+        raise GpubenchError(
+            f"{db_path}: cannot start the collector: {reason} ({doing}); free space on "
+            "its disk (or repair it), then start it again: every acknowledged run is kept"
+        ) from None
 
 
 def _on_signals(stop: threading.Event) -> None:

@@ -28,6 +28,11 @@ from gpubench.errors import AccessDenied, GpubenchError, InvalidRecord, NotFound
 
 log = logging.getLogger(__name__)
 
+# The longest status message a call is answered with: it travels in the response's
+# trailers, which clients cap (gRPC's default 8 KiB of metadata: past it a client sees
+# RESOURCE_EXHAUSTED, not the answer). Messages quote what was sent, which may be long.
+MAX_DETAILS_CHARS = 1000
+
 # Most specific first: the first class an error is an instance of decides its code.
 STATUS_OF_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (InvalidRecord, grpc.StatusCode.INVALID_ARGUMENT),
@@ -45,12 +50,28 @@ STATUS_OF_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
 
 
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
-    """The gRPC status code and message `exc` is answered with; None: not one of ours."""
+    """The gRPC status code and message `exc` is answered with (at most
+    MAX_DETAILS_CHARS); None: not one of ours."""
     if isinstance(exc, Refusal):
-        return exc.code, exc.details
+        return exc.code, bounded(exc.details)
     if isinstance(exc, GpubenchError):
-        return next(c for cls, c in STATUS_OF_ERROR if isinstance(exc, cls)), str(exc)
+        code = next(c for cls, c in STATUS_OF_ERROR if isinstance(exc, cls))
+        return code, bounded(str(exc))
     return None
+
+
+def bounded(details: str) -> str:
+    """`details` at most MAX_DETAILS_CHARS long: a longer one keeps its start and its end
+    (where a message says what is wrong) and says how much of the middle it left out."""
+    if len(details) <= MAX_DETAILS_CHARS:
+        return details
+    end = MAX_DETAILS_CHARS // 4
+    middle = ""
+    for _ in range(2):  # the count's own length changes how much is left out
+        head = MAX_DETAILS_CHARS - end - len(middle)
+        middle = f" [... {len(details) - head - end:,} characters ...] "
+    head = MAX_DETAILS_CHARS - end - len(middle)
+    return details[:head] + middle + details[-end:]
 
 
 def answer_of(exc: BaseException, what: str) -> tuple[grpc.StatusCode, str]:

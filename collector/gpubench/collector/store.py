@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from gpubench.collector import visible
+from gpubench.collector import backup_tables, visible
 from gpubench.collector.aggregates import (
     Aggregates,
     CompareQuery,
@@ -35,8 +35,9 @@ from gpubench.collector.aggregates import (
     LeaderboardRow,
 )
 from gpubench.collector.backlog import Backlog
+from gpubench.collector.columns import RUN_COLUMNS
 from gpubench.collector.compare import GroupFigures
-from gpubench.collector.database import Database, backup_counts, sql_text
+from gpubench.collector.database import Database, backup_counts, registered, transaction
 from gpubench.collector.durability import Durability
 from gpubench.collector.flusher import Flusher
 from gpubench.collector.group_commit import GroupCommit
@@ -149,10 +150,10 @@ class Store:
         """Recompute the outlier flags of every group (after a bulk load)."""
         self.flusher.rescore_all()
 
-    def export_to(self, folder: Path) -> dict[str, int]:
-        """Write a consistent copy of the database into `folder` (DuckDB's EXPORT
-        DATABASE, as Parquet) and return how many runs, tokens and quarantined runs it
-        holds.
+    def export_to(self, folder: Path, tables: Sequence[str]) -> dict[str, int]:
+        """Write a consistent copy of `tables` into `folder`, one Parquet file each
+        (collector.backup_tables), and return how many runs, tokens and quarantined runs
+        it holds.
 
         Every run acknowledged before the call is in it: the journal's pending runs are
         stored first. The copy reads one snapshot, taken right after, in a transaction
@@ -165,9 +166,26 @@ class Store:
                 # The first read fixes the snapshot, before any later run is stored.
                 counts = backup_counts(con)
             with self.backlog.writing("database", f"writing a backup into {folder}"):
-                con.execute(f"EXPORT DATABASE {sql_text(str(folder))} (FORMAT PARQUET)")
+                backup_tables.export(con, folder, tables)
             con.execute("COMMIT")
             return counts
+
+    def load_backup(self, files: dict[str, Path]) -> dict[str, int]:
+        """Load a backup's tables (table -> its Parquet file) into this store, new and
+        empty, and score the outliers; how many runs, tokens and quarantined runs it holds
+        then. Raises backup_tables.DamagedBackup naming what is wrong."""
+        with self.database.write_lock:
+            con = self.database.cursor()
+            with transaction(con):
+                backup_tables.load(con, files, self._insert_loaded)
+        self.rescore_all()
+        return backup_counts(self.database.cursor())
+
+    def _insert_loaded(self, table: pa.Table) -> None:
+        # Within load_backup's transaction and write lock.
+        con = self.database.cursor()
+        with registered(con, "loaded_runs", table.cast(RUN_COLUMNS)):
+            con.execute("INSERT INTO runs SELECT * FROM loaded_runs")
 
     # -- reads (none takes the write lock: collector.visible) --------------------------------
 

@@ -25,7 +25,9 @@ import jinja2
 from gpubench.collector.web import lists, metrics, reads, text, views
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -35,6 +37,7 @@ from starlette.responses import (
     Response,
 )
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpubench import __version__, figures, frames, record
 from gpubench.errors import (
@@ -125,8 +128,11 @@ class Site:
                 Route("/healthz", self._healthz),
                 Route("/metrics", self._metrics),
             ],
-            exception_handlers={404: self._not_found},
             lifespan=self._lifespan,
+            # Every answer carries the security headers, Starlette's own (404, 405) too;
+            # a bug's 500 is answered by the handler, past the middleware.
+            middleware=[Middleware(SecurityHeaders)],
+            exception_handlers={404: self._not_found, Exception: self._failed},
         )
 
     # -- pages ------------------------------------------------------------------------
@@ -245,9 +251,16 @@ class Site:
             return "compare.html", context, status
         return "error.html", context, status
 
+    def _failed(self, request: Request, exc: Exception) -> Response:
+        """A bug's answer: a page saying so (its traceback goes to the log)."""
+        context = {"title": "The site failed", "status": 500, "differences": [],
+                   "detail": "Something went wrong on the site's side; the site's log has "
+                             "the details."}
+        return self._render("error.html", context, request, "error", 500)
+
     def _css(self, request: Request) -> Response:
         return Response((HERE / "templates" / "site.css").read_bytes(), media_type="text/css",
-                        headers={"Cache-Control": "max-age=300", **SECURITY_HEADERS})
+                        headers={"Cache-Control": "max-age=300"})
 
     # -- operators --------------------------------------------------------------------
 
@@ -309,6 +322,28 @@ def _redirect(target: str) -> Callable[[Request], Response]:
         return RedirectResponse(target + (f"?{query}" if query else ""), 307)
 
     return endpoint
+
+
+class SecurityHeaders:
+    """ASGI middleware: SECURITY_HEADERS on every answer that does not set them itself."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    if name not in headers:
+                        headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 def create_app(config: reads.SiteConfig) -> Starlette:

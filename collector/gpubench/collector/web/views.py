@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
+from gpubench.collector.validation import MAX_GPUS
 from gpubench.collector.web import charts, lists, reads
 from gpubench.collector.web.lists import Column
 
@@ -189,8 +190,9 @@ def baseline_of(query: Mapping[str, str]) -> tuple[str, int]:
     text = record.normalize_gpu_name(query.get("baseline", ""))
     count_text = query.get("count", "")
     if count_text:
-        if not count_text.isdigit() or not 0 < int(count_text) < 1000:
-            raise InvalidRecord("count", "must be a whole number of GPUs, 1 or more")
+        if not count_text.isdigit() or not 0 < int(count_text) <= MAX_GPUS:
+            raise InvalidRecord("count", f"must be a whole number of GPUs from 1 to {MAX_GPUS}, "
+                                         f"got {count_text[:32]!r}")
         return text, int(count_text)
     found = BASELINE.fullmatch(text)
     if found and int(found.group(1)) > 0:

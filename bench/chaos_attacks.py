@@ -1,0 +1,366 @@
+"""Fault campaign parts that attack the collector, each telling what a legitimate client
+saw meanwhile: a flood of idle connections, a token guesser beside valid callers of its
+address, tampered backups, and a storm of front-end kills.
+
+Every attack goes to 127.0.0.1 only, is bounded in count and in time, and stops by
+itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import random
+import selectors
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from chaos_support import (
+    CLI,
+    Collector,
+    Submitters,
+    Tally,
+    bearer,
+    check_database,
+    make_run,
+)
+from tampering import TAMPERED
+
+from gpubench.v1 import collector_pb2 as pb
+from gpubench.v1 import collector_pb2_grpc
+
+# What the issue asks of the collector, and what these parts count as wrong past it (s).
+ANSWER_WITHIN_S = 2.0
+NO_FRONTEND_AT_MOST_S = 5.0
+
+
+# -- a flood of idle connections -------------------------------------------------------------
+
+class Flood:
+    """`count` TCP connections to 127.0.0.1:`port` that never send a byte; those the
+    collector closed are opened again every `reopen_s`, until `stop` (or `most` openings
+    in all)."""
+
+    def __init__(self, port: int, count: int, *, most: int, reopen_s: float = 1.0) -> None:
+        self.port, self.count, self.most, self.reopen_s = port, count, most, reopen_s
+        self.opened = 0
+        self.closed_by_collector = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while self.opened < self.count and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _open(self, selector: selectors.BaseSelector) -> None:
+        sock = socket.socket()
+        sock.setblocking(False)
+        code = sock.connect_ex(("127.0.0.1", self.port))
+        if code not in (0, errno.EINPROGRESS):
+            sock.close()
+            return
+        selector.register(sock, selectors.EVENT_READ)
+        self.opened += 1
+
+    def _run(self) -> None:
+        selector = selectors.DefaultSelector()
+        reopen_at = 0.0
+        try:
+            while not self._stop.is_set():
+                if time.monotonic() >= reopen_at:
+                    reopen_at = time.monotonic() + self.reopen_s
+                    while (len(selector.get_map()) < self.count and self.opened < self.most
+                           and not self._stop.is_set()):
+                        self._open(selector)
+                for key, _ in selector.select(timeout=0.05):
+                    try:
+                        data = key.fileobj.recv(65536)  # type: ignore[union-attr]
+                    except OSError:
+                        data = b""
+                    if not data:  # closed by the collector: open another
+                        selector.unregister(key.fileobj)
+                        key.fileobj.close()  # type: ignore[union-attr]
+                        self.closed_by_collector += 1
+        finally:
+            for key in list(selector.get_map().values()):
+                key.fileobj.close()  # type: ignore[union-attr]
+            selector.close()
+
+
+def flood_part(name: str, folder: Path, *, frontends: int, connections: int,
+               seconds: float) -> Tally:
+    """`connections` idle connections from 127.0.0.1, those closed reopened every second,
+    for `seconds`; meanwhile a new client from the same address (a fresh connection
+    each time) calls CheckAccess every quarter second and must be answered within
+    ANSWER_WITHIN_S."""
+    tally = Tally(name)
+    collector = Collector(folder / f"{name}.duckdb", frontends=frontends)
+    token = collector.token("lab")
+    collector.start()
+    flood = Flood(collector.port, connections, most=connections * 200)
+    latencies: list[float] = []
+    try:
+        flood.start()
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            channel = grpc.insecure_channel(collector.address,
+                                            options=[("grpc.use_local_subchannel_pool", 1)])
+            began = time.monotonic()
+            tally.tried += 1
+            try:
+                collector_pb2_grpc.CollectorStub(channel).CheckAccess(
+                    pb.CheckAccessRequest(), metadata=bearer(token), timeout=10)
+                took = time.monotonic() - began
+                latencies.append(took)
+                tally.code("OK")
+                if took > ANSWER_WITHIN_S:
+                    tally.wrong += 1
+            except grpc.RpcError as exc:
+                tally.code(exc.code().name)
+                tally.wrong += 1
+            finally:
+                channel.close()
+            time.sleep(0.25)
+    finally:
+        flood.stop()
+        collector.stop()
+    if latencies:
+        tally.recovered(max(latencies))
+    tally.note = (f"a new client beside {connections:,} idle connections of its own address, "
+                  f"reopened every second ({flood.opened:,} opened, "
+                  f"{flood.closed_by_collector:,} closed by the collector): "
+                  f"{len(latencies)} of {tally.tried} calls answered, median "
+                  f"{_median(latencies):.3f} s, slowest {max(latencies, default=0):.2f} s")
+    return tally
+
+
+# -- a guesser beside valid callers of its address -------------------------------------------
+
+def lockout_part(folder: Path, *, seconds: float) -> Tally:
+    """A wrong token every 2 s for `seconds`, and four threads guessing flat out in the
+    middle third, all from 127.0.0.1; meanwhile valid callers of the same address
+    submit, read with an admin token and read without one (--public-read): each of their
+    calls must be answered, each guess UNAUTHENTICATED."""
+    tally = Tally("lock-out")
+    collector = Collector(folder / "lockout.duckdb", extra=("--public-read",))
+    user = collector.token("lab")
+    admin = collector.token("root", admin=True)
+    collector.start()
+    stop = threading.Event()
+    began = time.monotonic()
+    valid: list[float] = []
+    guesses: list[float] = []
+    lock = threading.Lock()
+
+    def call(kind: str, pause: float, make, until: threading.Event = stop) -> None:
+        channel = grpc.insecure_channel(collector.address)
+        stub = collector_pb2_grpc.CollectorStub(channel)
+        while not until.is_set():
+            method, request, metadata, expected = make(stub)
+            started = time.monotonic()
+            try:
+                method(request, metadata=metadata, timeout=30)
+                code = "OK"
+            except grpc.RpcError as exc:
+                code = exc.code().name
+            took = time.monotonic() - started
+            tally.code(code)
+            with lock:
+                tally.tried += 1
+                (valid if kind == "valid" else guesses).append(took)
+                if code != expected:
+                    tally.wrong += 1
+                    tally.note = f"a {kind} call answered {code}"
+            until.wait(pause)
+        channel.close()
+
+    def guess(stub):
+        return (stub.CheckAccess, pb.CheckAccessRequest(),
+                bearer(f"gpb_guess-{random.getrandbits(64):x}"), "UNAUTHENTICATED")
+
+    def burst() -> None:
+        over = threading.Event()
+        if stop.wait(seconds / 3):
+            return
+        workers = [threading.Thread(target=call, args=("guess", 0.0, guess, over), daemon=True)
+                   for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        stop.wait(seconds / 3)
+        over.set()
+        for worker in workers:
+            worker.join(60)
+
+    callers = [
+        ("guess", 2.0, guess),
+        ("valid", 0.1, lambda s: (s.SubmitRun, pb.SubmitRunRequest(run=make_run()),
+                                  bearer(user), "OK")),
+        ("valid", 0.2, lambda s: (s.ListRuns, pb.ListRunsRequest(), bearer(admin), "OK")),
+        ("valid", 0.2, lambda s: (s.ListRuns, pb.ListRunsRequest(), None, "OK")),
+    ]
+    threads = [threading.Thread(target=call, args=c, daemon=True) for c in callers]
+    threads.append(threading.Thread(target=burst, daemon=True))
+    try:
+        for thread in threads:
+            thread.start()
+        stop.wait(seconds)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+        collector.stop()
+    tally.recovered(max(valid, default=0.0))
+    if not tally.note:
+        tally.note = (f"valid calls from the guesser's address (submissions, admin and "
+                      f"tokenless reads): {len(valid)} of {len(valid)} answered, slowest "
+                      f"{max(valid, default=0):.2f} s; {len(guesses)} guesses over "
+                      f"{time.monotonic() - began:.0f} s, each UNAUTHENTICATED, the slowest "
+                      f"answered after {max(guesses, default=0):.1f} s")
+    return tally
+
+
+# -- tampered backups ------------------------------------------------------------------------
+
+def tampered_part(folder: Path, *, runs: int) -> Tally:
+    """A live backup of a collector holding `runs` runs, tampered with in every way of
+    tests/tampering.py, each copy restored with the right key: each must be refused
+    (exit 6) with its reason and leave no database; the backup as taken must restore
+    every acknowledged run."""
+    tally = Tally("tampered backups")
+    collector = Collector(folder / "backed-up.duckdb")
+    token = collector.token("lab")
+    collector.token("root", admin=True)
+    collector.start()
+    submitters = Submitters(collector.address, token, tally, target=runs)
+    taken = folder / "backup"
+    try:
+        submitters.start()
+        submitters.wait()
+        done = subprocess.run([*CLI, "backup", str(taken), "--db", str(collector.db)],
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"the backup failed: {done.stderr.strip()}")
+    finally:
+        submitters.stop()
+        collector.stop()
+    key = collector.db.with_name(collector.db.name + ".backup-key")
+    refused = 0
+    for case, (tamper, reason) in TAMPERED.items():
+        copy = folder / f"tampered-{refused}"
+        shutil.copytree(taken, copy, symlinks=True)
+        tamper(copy, key.read_bytes().strip())
+        target = folder / f"restored-{refused}.duckdb"
+        tally.tried += 1
+        done = subprocess.run([*CLI, "restore", str(copy), "--db", str(target), "--key",
+                               str(key)], capture_output=True, text=True, timeout=300)
+        left = [p.name for p in folder.iterdir() if p.name.startswith(target.name)
+                and not p.name.endswith(".backup-key")]
+        if done.returncode == 6 and reason in done.stderr and not left:
+            tally.code("refused")
+            refused += 1
+        else:
+            tally.code("restored" if done.returncode == 0 else f"exit {done.returncode}")
+            tally.wrong += 1
+            tally.note = f"{case}: exit {done.returncode}, left {left}: {done.stderr[-200:]}"
+    whole = folder / "restored.duckdb"
+    tally.tried += 1
+    began = time.monotonic()
+    done = subprocess.run([*CLI, "restore", str(taken), "--db", str(whole), "--key", str(key)],
+                          capture_output=True, text=True, timeout=600)
+    tally.recovered(time.monotonic() - began)
+    if done.returncode != 0:
+        tally.wrong += 1
+        tally.note = f"the untouched backup was refused: {done.stderr.strip()[-200:]}"
+        return tally
+    tally.code("OK")
+    check_database(tally, whole, submitters.acknowledged, submitters.submitted)
+    if not tally.note:
+        tally.note = (f"{refused} tampered copies refused, each naming why, none leaving a "
+                      f"database; the backup as taken restored all "
+                      f"{len(submitters.acknowledged)} acknowledged runs")
+    return tally
+
+
+# -- a storm of front-end kills --------------------------------------------------------------
+
+def storm_part(folder: Path, *, kills: int, rng: random.Random) -> Tally:
+    """`serve --frontends 2` under 8 submitters while a random front-end is killed -9
+    every 0.2-1.0 s, `kills` times; a prober connects every 50 ms: there must never be
+    no front-end for more than NO_FRONTEND_AT_MOST_S, and the collector must never stop."""
+    tally = Tally("front-end storm")
+    collector = Collector(folder / "storm.duckdb", frontends=2)
+    token = collector.token("lab")
+    collector.start()
+    submitters = Submitters(collector.address, token, tally, target=10**9, deadline_s=600)
+    stop = threading.Event()
+    gaps = {"longest": 0.0}
+
+    def probe() -> None:
+        down_since = None
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", collector.port), timeout=1):
+                    up = True
+            except OSError:
+                up = False
+            now = time.monotonic()
+            if up:
+                down_since = None
+            else:
+                down_since = down_since or now
+                gaps["longest"] = max(gaps["longest"], now - down_since)
+            stop.wait(0.05)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    try:
+        submitters.start()
+        prober.start()
+        for _ in range(kills):
+            time.sleep(rng.uniform(0.2, 1.0))
+            pids = collector.children()
+            if collector.process.poll() is not None:
+                break
+            if pids:
+                submitters.fault()
+                with contextlib.suppress(ProcessLookupError):  # gone already
+                    os.kill(rng.choice(pids), signal.SIGKILL)
+                tally.code("kill-9")
+        time.sleep(2.0)
+        gave_up = collector.process.poll() is not None
+    finally:
+        stop.set()
+        prober.join(10)
+        submitters.stop()
+        collector.stop()
+    tally.tried = len(submitters.submitted)
+    check_database(tally, collector.db, submitters.acknowledged, submitters.submitted)
+    tally.recovered(gaps["longest"])
+    if gave_up:
+        tally.wrong += 1
+        tally.note = "the collector stopped under the kills"
+    elif gaps["longest"] > NO_FRONTEND_AT_MOST_S:
+        tally.wrong += 1
+    if not tally.note:
+        tally.note = (f"{tally.codes['kill-9']} kills of a front-end every 0.2-1.0 s: the "
+                      f"longest with no front-end listening {gaps['longest']:.2f} s; "
+                      f"{len(submitters.acknowledged)} submissions acknowledged meanwhile, "
+                      "the collector serving throughout")
+    return tally
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
