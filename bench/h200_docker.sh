@@ -15,7 +15,7 @@
 #   quick-container    docker/README.md's gpu-agent-devices block with --quick
 #   default-host       the default run in-process (B0, B3, B7, searched batches)
 #   default-container  docker/README.md's gpu-agent-devices block as written
-#   gpu-tests          tests/gpu/test_containers.py (docker stop mid-epoch, no toolkit and
+#   gpu-tests          tests/gpu/test_gpu_containers.py (docker stop mid-epoch, no toolkit and
 #                      no device nodes: exit 2)
 #   sizes              the images' sizes
 # Every step's console goes to $OUT/evidence.tar.gz with the records (the host's spool,
@@ -129,7 +129,7 @@ for step in "$@"; do
     default-host) host_run default-host ;;
     default-container) container_run default-container ;;
     gpu-tests) timed gpu-tests python3 -m pytest -q -p no:cacheprovider --rootdir "$ROOT" \
-                 -c "$ROOT/pyproject.toml" -m gpu "$ROOT/tests/gpu/test_containers.py" ;;
+                 -c "$ROOT/pyproject.toml" -m gpu "$ROOT/tests/gpu/test_gpu_containers.py" ;;
     sizes) {  # each image's size, and what it adds to the base it was built FROM
              base_size=$(docker image inspect --format '{{.Size}}' "$BASE")
              echo "$BASE $((base_size / 1000000)) MB"

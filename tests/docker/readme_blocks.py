@@ -42,7 +42,7 @@ NOT_RUN = {
     "gpu-agent": "needs an NVIDIA GPU and its toolkit; checked without docker "
                  "(test_readme_blocks.py)",
     "gpu-agent-devices": "needs an NVIDIA GPU: bench/h200_docker.sh runs it as written on "
-                         "a GPU machine without the toolkit (tests/gpu/test_containers.py)",
+                         "a GPU machine without the toolkit (tests/gpu/test_gpu_containers.py)",
 }
 
 

@@ -192,7 +192,9 @@ def test_import_validates_and_is_idempotent(serve, tmp_path: Path) -> None:
     bad.write_text(record.to_json(broken))
     refused = cli("import", str(bad), "--db", str(db), check=False)
     assert refused.returncode == 6
-    assert "bad.json: run.config.batch_per_gpu: must be >= 1, got 0" in refused.stderr
+    # One message, wrapped at 80 columns: the file and the field that is wrong.
+    assert "bad.json: run.config.batch_per_gpu: must be >= 1, got 0" in \
+        " ".join(refused.stderr.split())
 
     # While a collector holds the database, import goes through it.
     later = tmp_path / "later.json"
@@ -372,7 +374,7 @@ def test_serve_refuses_plaintext_off_loopback(tmp_path: Path) -> None:
     done = cli("serve", "--db", str(tmp_path / "c.duckdb"), "--host", "0.0.0.0", "--port", "0",
                check=False)
     assert done.returncode == 1
-    assert "plaintext is only allowed on a loopback address" in done.stderr
+    assert "plaintext is only allowed on a loopback address" in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
     assert not local_admin.credential_path(tmp_path / "c.duckdb").exists()
 
@@ -404,7 +406,8 @@ def test_quarantine_commands_list_retry_and_drop(tmp_path: Path) -> None:
 
     retried = cli("quarantine", "retry", "--db", str(db), check=False)
     assert retried.returncode == 1
-    assert f"still refused {poisoned}" in retried.stdout and "stay in quarantine" in retried.stderr
+    assert f"still refused {poisoned}" in retried.stdout
+    assert "stay in quarantine" in " ".join(retried.stderr.split())
 
     nothing = cli("quarantine", "drop", "--db", str(db), check=False)
     assert nothing.returncode == 2  # a run_id is required: there is no "drop all"
