@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpubench import __version__, record
+from gpubench import DISTRIBUTION, __version__, record
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
 
 err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
@@ -175,7 +175,7 @@ def web(address: str, token_file: Path | None, visitor_tokens: bool, ca: Path | 
             raise
         raise GpubenchError(
             f"the results site needs the web extra, which is not installed (no module "
-            f"{exc.name!r}): pip install 'gpubench[web]'", exit_code=ExitCode.USAGE) from None
+            f"{exc.name!r}): pip install '{DISTRIBUTION}[web]'", exit_code=ExitCode.USAGE) from None
 
     token = token_file.read_text().strip() if token_file else os.environ.get("GPUBENCH_TOKEN")
     config = SiteConfig(address=address, token=token or None, visitor_tokens=visitor_tokens,

@@ -74,7 +74,7 @@ class RunReads:
             if reason is not None:
                 raise NotFound(f"run_id {run_id}: acknowledged but held in quarantine, not "
                                f"stored (the database refused it: {reason})")
-            raise NotFound(f"run_id {run_id[:64]}: " + ("no such run" if whole else
+            raise NotFound(f"run_id {run_id}: " + ("no such run" if whole else
                                                        "no stored run id starts with it"))
         if len(rows) > 1:
             many = "more than 3" if len(rows) > 3 else str(len(rows))
