@@ -28,6 +28,7 @@ from chaos_support import (
     Collector,
     Submitters,
     Tally,
+    answer_code,
     bearer,
     check_database,
     make_run,
@@ -37,7 +38,8 @@ from tampering import TAMPERED
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc
 
-# What the issue asks of the collector, and what these parts count as wrong past it (s).
+# What the collector promises a legitimate client, and what these parts count as wrong
+# past it (s): an answer beside a flood, a front-end always back soon.
 ANSWER_WITHIN_S = 2.0
 NO_FRONTEND_AT_MOST_S = 5.0
 
@@ -172,11 +174,7 @@ def lockout_part(folder: Path, *, seconds: float) -> Tally:
         while not until.is_set():
             method, request, metadata, expected = make(stub)
             started = time.monotonic()
-            try:
-                method(request, metadata=metadata, timeout=30)
-                code = "OK"
-            except grpc.RpcError as exc:
-                code = exc.code().name
+            code = answer_code(method, request, metadata=metadata, timeout=30)
             took = time.monotonic() - started
             tally.code(code)
             with lock:

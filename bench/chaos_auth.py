@@ -11,6 +11,7 @@ import grpc
 from chaos_support import (
     Collector,
     Tally,
+    answer_code,
     bearer,
     make_run,
 )
@@ -89,12 +90,8 @@ def auth_part(folder: Path, *, rounds: int, racers: int = 8) -> Tally:
         # through, and a wrong token is still told so.
         for secret, expected in ((admin, "OK"), ("gpb_not-a-token", "UNAUTHENTICATED")):
             tally.tried += 1
-            try:
-                channel.unary_unary("/gpubench.v1.Collector/ListRuns")(
-                    b"", metadata=bearer(secret), timeout=30)
-                code = "OK"
-            except grpc.RpcError as exc:
-                code = exc.code().name
+            code = answer_code(channel.unary_unary("/gpubench.v1.Collector/ListRuns"), b"",
+                               metadata=bearer(secret), timeout=30)
             tally.code(code)
             if code != expected:
                 tally.wrong += 1

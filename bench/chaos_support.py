@@ -166,6 +166,16 @@ def code_name(code: grpc.StatusCode) -> str:
     return code.name
 
 
+def answer_code(call: Callable, *args, **kwargs) -> str:
+    """The name of the status code `call(*args, **kwargs)` ends with ("OK" when it
+    returns)."""
+    try:
+        call(*args, **kwargs)
+    except grpc.RpcError as exc:
+        return exc.code().name
+    return "OK"
+
+
 class Submitters:
     """Threads submitting fresh runs, each retried (the same run_id) until acknowledged,
     until `target` runs are acknowledged in all or `deadline_s` passes."""

@@ -288,7 +288,8 @@ def test_frontends_exit_when_the_owner_is_killed(serve, tmp_path: Path) -> None:
 
 
 def test_a_collector_killed_9_starts_again_on_the_same_port_at_once(serve, tmp_path: Path) -> None:
-    """Its orphaned front-ends used to hold the port for seconds ("address in use")."""
+    """Its orphaned front-ends, answering the calls that kept coming, used to hold the
+    port for seconds ("address in use")."""
     import socket
 
     with socket.socket() as probe:
@@ -296,10 +297,32 @@ def test_a_collector_killed_9_starts_again_on_the_same_port_at_once(serve, tmp_p
         port = probe.getsockname()[1]
     db = tmp_path / "c.duckdb"
     admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
-    served = serve(db, "--frontends", "2", "--port", str(port))
-    os.kill(served.process.pid, signal.SIGKILL)
-    served.process.wait(10)
-    again = serve(db, "--frontends", "2", "--port", str(port))  # started again at once
+    served = serve(db, "--frontends", "2", "--port", str(port), "--rate-limit", "0")
+    stop = threading.Event()
+
+    def submitter() -> None:  # calls keep coming, as from agents, retried on any error
+        channel = grpc.insecure_channel(served.address)
+        stub = collector_pb2_grpc.CollectorStub(channel)
+        while not stop.is_set():
+            try:
+                stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin),
+                               timeout=10)
+            except grpc.RpcError:
+                stop.wait(0.01)
+        channel.close()
+
+    threads = [threading.Thread(target=submitter) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(1.0)
+        os.kill(served.process.pid, signal.SIGKILL)
+        served.process.wait(10)
+        again = serve(db, "--frontends", "2", "--port", str(port))  # started again at once
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
     assert again.address == f"127.0.0.1:{port}"
     again.stub().SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin),
                            timeout=30)

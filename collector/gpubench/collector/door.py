@@ -160,6 +160,7 @@ class Door:
         # gRPC's peer of a link -> the client's peer (read from gRPC's threads).
         self._peers: dict[str, str] = {}
         self._refusing: asyncio.TimerHandle | None = None
+        self._joins: set[asyncio.Task] = set()
         self.refused = 0  # connections refused for want of room (no waiting one to close)
         self.refused_peer = 0  # connections refused past their peer's share
         self.closed_waiting = 0  # waiting connections closed: silent, not gRPC, displaced
@@ -295,7 +296,7 @@ class Door:
         self.closed_waiting += 1
         connection.close()
 
-    def _proven(self, connection: _Connection) -> None:
+    def _not_waiting(self, connection: _Connection) -> None:
         self._waiting.pop(connection, None)
         waiting = self._waiting_of.get(connection.key)
         if waiting is not None:
@@ -307,7 +308,7 @@ class Door:
         if connection not in self._open:
             return
         self._open.discard(connection)
-        self._proven(connection)
+        self._not_waiting(connection)
         left = self._per_peer[connection.key] - 1
         if left:
             self._per_peer[connection.key] = left
@@ -354,6 +355,11 @@ class Door:
             sock.close()
             raise
         return sock, text
+
+    def _joining_soon(self, connection: _Connection) -> None:
+        task = asyncio.ensure_future(self._join(connection))
+        self._joins.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._joins.discard)
 
     async def _join(self, connection: _Connection) -> None:
         """Join a proven connection to gRPC."""
@@ -469,10 +475,10 @@ class _Client(asyncio.Protocol):
             return  # more to come; or already joining
         connection.timer.cancel()
         connection.timer = None
-        self._door._proven(connection)  # noqa: SLF001
+        self._door._not_waiting(connection)  # noqa: SLF001 - proven
         # Reading waits for the link, which gets what came so far first.
         connection.client.pause_reading()
-        asyncio.ensure_future(self._door._join(connection))  # noqa: SLF001
+        self._door._joining_soon(connection)  # noqa: SLF001
 
     def eof_received(self) -> bool:
         if self._connection is not None and self._connection.server is not None \
