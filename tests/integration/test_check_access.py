@@ -51,7 +51,7 @@ def test_the_raw_call_answers_the_same(collector) -> None:
 
 def test_a_wrong_a_missing_and_a_revoked_token_are_refused(collector) -> None:
     assert "token unknown or revoked" in str(refused(collector.address, "gpb_not-a-token"))
-    assert "no token" in str(refused(collector.address, ""))
+    assert "none was given" in str(refused(collector.address, ""))
     secret = collector.make_token("leaving")
     with Client(collector.address, secret) as client:
         assert client.check_access().token_name == "leaving"
@@ -66,7 +66,7 @@ def test_public_reads_do_not_open_it(collector_factory) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         stub.CheckAccess(pb.CheckAccessRequest(), timeout=10)
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert "no token" in str(refused(collector.address, ""))
+    assert "none was given" in str(refused(collector.address, ""))
     refused(collector.address, "gpb_wrong")
 
 

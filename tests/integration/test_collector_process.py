@@ -436,11 +436,11 @@ def test_quarantine_commands_list_retry_and_drop(tmp_path: Path) -> None:
     assert nothing.returncode == 2  # a run_id is required: there is no "drop all"
     unknown = cli("quarantine", "drop", "00000000-0000-4000-8000-000000000000", "--db", str(db),
                   check=False)
-    assert unknown.returncode == 5 and "not in quarantine" in unknown.stderr
+    assert unknown.returncode == 5 and "not in quarantine" in " ".join(unknown.stderr.split())
 
     dropped = cli("quarantine", "drop", poisoned, "--db", str(db))
     assert f"dropped {poisoned} (submitter old-agent" in dropped.stdout
-    assert "not stored anywhere" in dropped.stderr
+    assert "not stored anywhere" in " ".join(dropped.stderr.split())
     assert "no runs in quarantine" in cli("quarantine", "list", "--db", str(db)).stderr
     store = Store(db)
     try:
