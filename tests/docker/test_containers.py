@@ -317,7 +317,8 @@ def test_the_agent_container_run_arrives(
     assert len(runs) == 1, f"expected the one run, the collector has {len(runs)}: {runs}"
     stored = runs[0]
     assert stored["status"] == "ok", stored.get("error_message")
-    assert (stored["model"], stored["image_size"], stored["batch_per_gpu"]) == ("B0", 32, 128)
+    timed = (stored["model"], stored["image_size"], stored["timed_batch_per_gpu"])
+    assert timed == ("B0", 32, 128), stored
     assert stored["submitter"] == "alice"
     assert stored["container_image"] == images.workload
     workload_id = images.id(images.workload)
