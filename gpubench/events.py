@@ -38,7 +38,7 @@ Kinds and their fields (all optional fields may be absent):
   memory_notes [str],
   warnings [str], epochs [{epoch, wall_seconds, train_images_per_second, ...}],
   batch_per_gpu, global_batch, pipeline_mode, cuda_graphs (whether graphs ran),
-  decode_seconds, weights,
+  jit_compile (whether Keras compiled the step), decode_seconds, weights,
   parameters {total, trainable, non_trainable}
 - warning: message
 - log: message

@@ -167,11 +167,13 @@ class RunSettings:
         DEFAULT_SEED, flag="--seed", kind="int", commands=TRIAL,
         help="Seed of the train/validation split, the shuffles and the weights' "
              "initialisation (the protocol's split uses 12).")
-    jit_compile: bool = _setting(
-        False, flag="--jit-compile", off_flag="--no-jit-compile", commands=TRIAL,
-        agent=AGENT_RUN,
+    # Compile the training step (None: on with JAX, where Keras otherwise runs the network
+    # one operation at a time: docs/results/h200-jax.md).
+    jit_compile: bool | None = _setting(
+        None, flag="--jit-compile", off_flag="--no-jit-compile", commands=TRIAL,
+        agent=AGENT_RUN, agent_default="on with jax",
         help="Compile the training step (XLA on TensorFlow and JAX, torch.compile on "
-             "torch); the protocol did not.")
+             "torch); the protocol's TensorFlow did not. JAX on a GPU needs it.")
     # Replay each step as a CUDA graph (None: on where it applies: torch on one GPU,
     # float32 or mixed_bfloat16, no jit_compile).
     cuda_graphs: bool | None = _setting(
@@ -238,6 +240,7 @@ class RunSettings:
         if self.batch is None and self.batch_rule not in (RULE_STEPS, RULE_LARGEST):
             raise BadSettings(f"--batch-rule {self.batch_rule} needs a batch size")
         self._check_memory_limit()
+        self._check_jit_compile()
         for name in TORCH_KERNELS:
             value = getattr(self, name)
             if value and self.backend != "torch":
@@ -261,6 +264,12 @@ class RunSettings:
         if self.memory_limit_bytes < 1 << 30:
             raise BadSettings(f"--memory-limit must be at least 1 GiB, not "
                               f"{self.memory_limit_bytes} bytes")
+
+    def _check_jit_compile(self) -> None:
+        if self.jit_compile is None:  # frozen: settle the default once, here
+            object.__setattr__(self, "jit_compile", self.backend == "jax")
+        if self.backend == "jax" and self.gpus and not self.jit_compile:
+            raise BadSettings(JAX_UNCOMPILED)
 
     def _check_cuda_graphs(self) -> None:
         if self.cuda_graphs is None:  # frozen: settle the default once, here
@@ -287,6 +296,15 @@ class RunSettings:
     def devices(self) -> int:
         """How many replicas train: the GPUs, or the one CPU."""
         return self.replicas_on_cpu or max(1, self.gpus)
+
+
+# Why JAX on a GPU trains compiled: uncompiled, Keras dispatches and compiles each operation
+# of the network from Python, and the GPU mostly waits (measured on an H200).
+JAX_UNCOMPILED = (
+    "--backend jax --no-jit-compile on a GPU measures Python's dispatch of single operations, "
+    "not the GPU (an H200 was busy 3.6% of epoch 2, 40x slower than torch: "
+    "docs/results/h200-jax.md); leave --jit-compile on with JAX, or train on the CPU "
+    "(--gpus 0)")
 
 
 def parse_size(text: str) -> int:

@@ -27,6 +27,7 @@ from gpubench.settings import BadSettings, RunSettings
         ({"cuda_graphs": True, "backend": "torch", "jit_compile": True}, "--jit-compile"),
         ({"cuda_graphs": True, "backend": "torch", "precision": "mixed_float16"},
          "mixed_float16"),
+        ({"backend": "jax", "jit_compile": False}, "--no-jit-compile on a GPU"),
     ],
 )
 def test_bad_settings_name_their_flag(change: dict, flag: str) -> None:
@@ -45,6 +46,18 @@ def test_cuda_graphs_on_one_gpu_with_torch() -> None:
         assert not RunSettings(backend="torch", **off).cuda_graphs, off
     assert not RunSettings(backend="tensorflow").cuda_graphs
     assert not RunSettings(backend="torch", cuda_graphs=False).cuda_graphs
+
+
+def test_jax_compiles_its_training_step_by_default() -> None:
+    assert RunSettings(backend="jax").jit_compile
+    assert RunSettings(backend="jax", gpus=0).jit_compile
+    # Uncompiled JAX is refused on a GPU (it measures Python's dispatch), kept on the CPU.
+    assert not RunSettings(backend="jax", gpus=0, jit_compile=False).jit_compile
+    with pytest.raises(BadSettings, match="h200-jax.md"):
+        RunSettings(backend="jax", gpus=2, jit_compile=False)
+    for backend in ("torch", "tensorflow"):
+        assert not RunSettings(backend=backend).jit_compile, backend
+        assert RunSettings(backend=backend, jit_compile=True, cuda_graphs=False).jit_compile
 
 
 def test_the_batch_rule_follows_the_batch() -> None:

@@ -307,8 +307,9 @@ class RunBuilder:
         config.weights = str(started.get("weights") or request.setting("weights") or "")
         for name in switches():
             setattr(config, name, bool(started.get(name, False)))
-        if self.result is not None and self.result.get("cuda_graphs") is not None:
-            config.cuda_graphs = bool(self.result.get("cuda_graphs"))  # what ran
+        for name in ("cuda_graphs", "jit_compile"):  # what ran, which may not be as asked
+            if self.result is not None and self.result.get(name) is not None:
+                setattr(config, name, bool(self.result.get(name)))
         dataset = started.get("dataset") or {}
         config.dataset_name = str(dataset.get("name") or "")
         config.image_count = int(dataset.get("image_count") or 0)

@@ -25,7 +25,9 @@ def prepare_network(settings: RunSettings, *, weights: str = "none",
     net.set_precision(settings.precision)
     net.set_data_format(settings.channels_first)
     network = net.build(settings.model, settings.size, weights, classes=classes)
-    net.compile_for_training(network, jit_compile=settings.jit_compile)
+    if settings.jit_compile:
+        frameworks.get(settings.backend).allow_compiling(network)
+    net.compile_for_training(network, jit_compile=bool(settings.jit_compile))
     _fast_kernels(settings, network)
     graphs = frameworks.get(settings.backend).prepare_steps(
         network, gpus=settings.gpus, cuda_graphs=bool(settings.cuda_graphs))

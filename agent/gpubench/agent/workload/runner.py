@@ -382,6 +382,8 @@ def train(
         # What ran: asked-for graphs are not used where the Keras internals they patch
         # differ (agent/gpubench/agent/workload/keras_internals.py).
         cuda_graphs=graphs is not None,
+        # Keras compiles the step only where every layer allows it (it warns otherwise).
+        jit_compile=bool(network.jit_compile),
         decode_seconds=round(feed.decode_seconds, 3),
         weights=net.weights_label(settings.weights),
         parameters=counts,

@@ -133,6 +133,12 @@ class Framework(ABC):
         (--data-on-device): a pipeline.Source whose batches copy nothing from the host."""
         raise GpubenchError(f"--data-on-device is not available on {self.name}")
 
+    def allow_compiling(self, network: Any) -> list[str]:
+        """Before a compile with jit_compile: let the layers of `network` that this
+        framework can compile say so, where Keras declares them uncompilable for every
+        framework. Returns the names of the layers changed (none by default)."""
+        return []
+
     def prepare_steps(self, network: Any, *, gpus: int, cuda_graphs: bool) -> Any:
         """Make the compiled `network`'s training and validation steps run faster
         without changing what they compute. Returns the CUDA graphs' statistics

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from gpubench.agent.workload.frameworks.base import (
     Framework,
@@ -72,6 +73,25 @@ class Jax(Framework):
             "JAX cannot reset its peak: it covers the whole run, not only the measured epoch",
             "memory_total_bytes is JAX's allocator limit on the card",
         ])
+
+    def allow_compiling(self, network: Any) -> list[str]:
+        """The protocol's RandomRotation and RandomZoom declare that they cannot be
+        compiled (`supports_jit = False`, whatever the backend), and one such layer keeps
+        Keras from compiling the whole model: it then runs every operation from Python,
+        each compiled on its own, and the GPU mostly waits (docs/results/h200-jax.md).
+        On JAX both compute with jax.numpy, jax.scipy.ndimage.map_coordinates and Keras's
+        seeded random numbers, which compile: they are marked so."""
+        import keras
+
+        from gpubench.agent.workload.augment import all_layers
+
+        compilable = (keras.layers.RandomRotation, keras.layers.RandomZoom)
+        changed = []
+        for layer in all_layers(network):
+            if isinstance(layer, compilable) and not layer.supports_jit:
+                layer.supports_jit = True
+                changed.append(layer.name)
+        return changed
 
     @contextlib.contextmanager
     def data_parallel(self, gpus: int) -> Iterator[None]:
