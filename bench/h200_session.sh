@@ -9,6 +9,8 @@
 #
 # Steps (the case list below says what each runs): the default run as a person types
 # it: default (B0, B3 and B7), quick (--quick), repeat-b0 (the default B0 three times),
+# jax-quick, jax-repeat (--quick --backend jax, once and twice more), jax-eager (the same
+# uncompiled: refused), keras-quick (--quick on Keras's own torch code path),
 # largest-limits (largest-batch under 8, 16 and 48 GiB); inventory; b0-128 (Keras's own
 # code path); the protocol's batches with the workload's defaults (torch's kernels)
 # protocol-b0, protocol-b3, protocol-b7, auto-b0, bf16-b0-128; the same kernels named
@@ -30,6 +32,8 @@ OUT=${OUT:?set OUT to the output folder}
 WORK=/tmp/gpubench-evidence
 mkdir -p "$WORK/spool" "$WORK/logs" /tmp/site
 export PYTHONUNBUFFERED=1 KERAS_BACKEND=torch GPUBENCH_CACHE=/tmp/gpubench-cache
+# JAX takes the memory it uses, not 75% of the card up front: honest peak figures.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 # Wheels for what the machine lacks; gpubench itself straight from the checkout (its
@@ -122,6 +126,13 @@ for step in "$@"; do
     # refuse the machine (exit 2), the same run with the backend named.
     default)     bare default; [ $? -eq 2 ] && bare default-torch --backend torch ;;
     quick)       bare quick --quick ;;
+    # Keras on JAX, compiled (its default), beside torch's --quick; uncompiled is refused
+    # on a GPU (exit 2); Keras's own torch code path, whose GPU mostly waits.
+    jax-quick)   bare jax-quick --quick --backend jax ;;
+    jax-repeat)  for i in 2 3; do bare "jax-quick-$i" --quick --backend jax; done ;;
+    jax-eager)   bare jax-eager --quick --backend jax --no-jit-compile
+                 echo "   (exit 2 expected: refused)" ;;
+    keras-quick) bare keras-quick --quick --backend torch $KERAS --no-cuda-graphs ;;
     # The default run at the fast settings, one model a step (evidence after each).
     fast-default-b0) bare fast-default --models B0 --precision mixed_bfloat16 --data-on-device ;;
     fast-default-b3) bare fast-default --models B3 --precision mixed_bfloat16 --data-on-device ;;

@@ -454,8 +454,45 @@ def test_a_run_is_compared_with_the_others_like_it_not_itself(
     second = agent(args, env)
     assert second.returncode == 0, second.stderr
     text = " ".join(second.stderr.split())
-    assert "B0: this run beside the collector's others like it" in text
+    assert "B0: this run beside the collector's others like it" in text, second.stderr
     assert "1x NVIDIA H200 (this run) 1" in text
     assert "nothing to compare with" not in text and "Tesla T4" not in text
     rows = [line for line in second.stderr.splitlines() if line.startswith("1x NVIDIA H200")]
     assert len(rows) == 2 and rows[1].split()[3] == "1"  # the first run alone, not itself
+
+
+def test_a_run_whose_gpu_waited_is_warned_flagged_and_left_out(
+        tmp_path, fake_workload_command, collector, trace_path) -> None:
+    # The recorded H200 replayed from its first, idle seconds (no "train" phase to skip
+    # to): the live workload's epochs see a GPU that waited, as a host-bound run's do.
+    idle = json.loads(trace_path.read_text())
+    idle.pop("phases")
+    idle_trace = tmp_path / "idle-trace.json"
+    idle_trace.write_text(json.dumps(idle))
+    env = agent_env(tmp_path, fake_workload_command, GPUBENCH_NVML_TRACE=str(idle_trace),
+                    FAKE_WORKLOAD_EPOCH_SECONDS="0.8")
+    token = collector.make_token("lab")
+    done = agent(["run", "--models", "B0", "--batch", "8", "--collector", collector.address,
+                  "--token", token], env)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "measures the host and the framework, not the GPU" in said, done.stderr
+
+    [sent] = list((tmp_path / "spool" / "sent").iterdir())
+    with Client(collector.address, collector.admin_token) as client:
+        stored = client.get_run(sent.stem)
+    [warning] = [w for w in stored.run.result.warnings if "not the GPU" in w]
+    assert warning.startswith("the GPU was busy 0% of epoch 2 (")
+    assert stored.flagged and f"host-bound: {warning}" in stored.flag_reasons
+
+    gpubench = [str(Path(sys.executable).with_name("gpubench")), "--collector",
+                collector.address, "--token", token, "compare", "--model", "B0",
+                "--format", "json"]
+    left_out = subprocess.run(gpubench, capture_output=True, text=True, env=env, timeout=60)
+    shown = subprocess.run([*gpubench, "--include-flagged"], capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert [g["runs"] for g in json.loads(shown.stdout)["groups"]] == [1]
+    assert sent.stem not in left_out.stdout
+    assert left_out.returncode != 0 or json.loads(left_out.stdout)["groups"] == [], (
+        left_out.stdout + left_out.stderr)

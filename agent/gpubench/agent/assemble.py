@@ -15,7 +15,7 @@ from gpubench.agent.inventory import Inventory
 from gpubench.agent.runners.base import Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick, WindowTelemetry, aggregate
 
-from gpubench import record
+from gpubench import gpu_busy, record
 from gpubench.events import Event, plain_text
 from gpubench.settings import EXIT_OUT_OF_MEMORY, MEASURED_EPOCH, switches
 from gpubench.v1 import run_pb2
@@ -87,6 +87,9 @@ class RunBuilder:
         self.chosen: Event | None = None  # the workload's batch_chosen event
         self.failed_runs: list[run_pb2.BatchTrial] = []  # real runs that ran out of memory
         self.warnings: list[str] = []
+        # What the record's telemetry says of the measured epoch (gpubench.gpu_busy), for
+        # the console: set by build.
+        self.telemetry_notes: list[str] = []
 
     @property
     def run_id(self) -> str:
@@ -226,6 +229,11 @@ class RunBuilder:
         if idle is not None:
             result.idle_temperature_c = idle.temperature_c
             result.idle_wait_seconds = idle.waited_seconds
+        # A GPU that mostly waited through the measured epoch: the figure times the host.
+        self.telemetry_notes = [note for note in (gpu_busy.idle_gpu_warning(run),
+                                                  gpu_busy.few_samples_note(run)) if note]
+        for note in self.telemetry_notes:
+            self.warn(note)
         seen: set[str] = set()
         for warning in self.warnings:
             if warning not in seen and len(result.warnings) < record.MAX_WARNINGS:

@@ -221,6 +221,8 @@ class Benchmark:
                           + (f" ({run.result.error_message.splitlines()[0]})"
                              if run.result.error_message else "")
                           + f"; saved {path}", style=style)
+        for note in builder.telemetry_notes:
+            self.display.note(f"{request.model}: warning: {note}", style="yellow")
         if ended.log_path is not None and status != "ok":
             self.display.note(f"{request.model}: the workload's output is in {ended.log_path}")
         return run, interrupted

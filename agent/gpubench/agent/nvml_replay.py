@@ -16,6 +16,11 @@ from typing import Any
 from gpubench.agent.nvml import GpuSample, Nvml, read_trace
 
 
+# A recorded GPU this busy is running the recorded training's steps (its first seconds
+# in the "train" phase import the framework and build the model on the host).
+STEPS_BUSY_PERCENT = 50.0
+
+
 class FakeNvml(Nvml):
     """Replays a recorded trace: what the GPU reported `speed` x (now - start) into it.
 
@@ -54,8 +59,26 @@ class FakeNvml(Nvml):
         return cls(read_trace(path), **options)
 
     def follow_workload(self, pid: int) -> None:
-        """Report the recorded workload's GPU memory under this live process id."""
+        """Report the recorded workload's GPU memory under this live process id, and
+        replay the recorded workload's steps from now on (where the trace has a "train"
+        phase): the live workload stands for the recorded one, so its epochs see the GPU
+        it kept busy, not the idle seconds recorded before its steps began."""
         self._workload_pid = pid
+        steps = self._steps_start()
+        elapsed = self._start_at + (self._clock() - self._start) * self._speed
+        if steps is not None and elapsed < steps:
+            self._start_at += steps - elapsed
+
+    def _steps_start(self) -> float | None:
+        """Seconds into the trace at which the recorded training's steps kept the GPU
+        busy (STEPS_BUSY_PERCENT) for the first time; None without a "train" phase."""
+        try:
+            start, end = self.phase("train")
+        except KeyError:
+            return None
+        return next((float(s["t"]) for s in self.trace["samples"]
+                     if start <= float(s["t"]) <= end
+                     and (s.get("gpu_utilization") or 0) >= STEPS_BUSY_PERCENT), None)
 
     def system(self) -> dict[str, Any]:
         return {"missing": [], **self.trace["system"]}

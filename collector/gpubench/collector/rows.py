@@ -15,7 +15,7 @@ from typing import Any
 
 from gpubench.collector import plausibility
 
-from gpubench import record
+from gpubench import gpu_busy, record
 from gpubench.v1 import collector_pb2, run_pb2
 
 # How the flag reasons of a run are joined in the runs table's one text column.
@@ -66,9 +66,11 @@ def largest_batch_per_gpu(run: run_pb2.Run) -> int:
 
 
 def flag_reasons(run: run_pb2.Run) -> list[str]:
-    """Why a run is flagged (empty: it is not): it is implausible, or (a run stored
-    before the checks existed) it contradicts itself."""
-    return plausibility.implausibilities(run) + [
+    """Why a run is flagged (empty: it is not): it is implausible, its GPU mostly waited
+    through the measured epoch (gpubench.gpu_busy), or (a run stored before the checks
+    existed) it contradicts itself."""
+    idle = gpu_busy.idle_gpu_warning(run)
+    return plausibility.implausibilities(run) + ([f"host-bound: {idle}"] if idle else []) + [
         f"inconsistent: {name}: {why}" for name, why in plausibility.inconsistencies(run)
     ]
 
