@@ -109,6 +109,9 @@ UNPROVEN_ON_GPU = {
     "tensorflow": "TensorFlow on a GPU has not been run by gpubench itself (its GPU "
                   "figures are torch's: docs/results/h200-containers.md); its runs are "
                   "compared only with TensorFlow's",
+    "jax": "Keras on JAX compiled, as gpubench runs it, has not been timed on a GPU by "
+           "gpubench itself (uncompiled, an H200 was busy 3.6% of epoch 2: "
+           "docs/results/h200-jax.md); a run whose GPU mostly waited is flagged",
 }
 
 
