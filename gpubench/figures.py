@@ -23,6 +23,13 @@ LARGEST_BATCH = "largest batch"
 LARGEST_BATCH_MEANS = "the largest batch per GPU that fits in memory, as a batch search found it"
 TIMED_BATCH = "timed batch"
 TIMED_BATCH_MEANS = "the batch per GPU that epoch 2 was timed at"
+# The epoch's training rate and the steady rate of its median step, named apart: an epoch of
+# a few steps and a partial one trains more slowly than its steps do (record.py).
+EPOCH_RATE = "img/s"
+EPOCH_RATE_MEANS = "training images a second in epoch 2, after its first step"
+STEP_RATE = "img/s, median step"
+STEP_RATE_MEANS = ("training images a second at epoch 2's median step (its global batch over "
+                   "the median step time): the steady rate")
 # The one ratio of "how many times faster", and how it is computed.
 SPEEDUP = "speedup"
 SPEEDUP_MEANS = ("how many times faster than the baseline: the baseline's median epoch-2 "

@@ -205,6 +205,14 @@ def batch_choice_name(choice: int) -> str:
     return BatchChoice.Name(choice).removeprefix("BATCH_CHOICE_").lower()
 
 
+def step_images_per_second(run: Run) -> float:
+    """Training images a second at the measured epoch's median step (its global batch over
+    the median step time): the steady rate, without the first step's set-up or the last,
+    partial batch that the epoch's images/s carries; 0 where the record has no step time."""
+    step, batch = run.result.step_time_median_seconds, run.config.global_batch
+    return batch / step if step > 0 and batch else 0.0
+
+
 def gpu_config_name(gpu_name: str, gpu_count: int, memory_limit_bytes: int = 0) -> str:
     """How a GPU configuration is shown: '1x Tesla T4', '2x NVIDIA RTX 6000 Ada', 'CPU',
     and for a run with --memory-limit '1x NVIDIA H200 as 16 GiB'."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +46,16 @@ def test_names() -> None:
     assert record.status_name(record.RunStatus.RUN_STATUS_OUT_OF_MEMORY) == "out_of_memory"
     assert record.gpu_config_name("Tesla T4", 1) == "1x Tesla T4"
     assert record.gpu_config_name("", 0) == "CPU"
+
+
+def test_the_median_step_rate_stands_beside_the_epoch_rate() -> None:
+    # The H200's fastest B0 (bf16, batch 512, CUDA graphs): 1709 images are 3 full steps
+    # and a partial one, so the epoch trains more slowly than its median step.
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
+    data = json.loads((results / "h200-agent-runs" / "call6-graphs-b0.json").read_text())
+    run = record.from_dict(data[0] if isinstance(data, list) else data)
+    step = record.step_images_per_second(run)
+    assert step == run.config.global_batch / run.result.step_time_median_seconds
+    assert step > 1.4 * run.result.train_images_per_second
+    run.result.step_time_median_seconds = 0
+    assert record.step_images_per_second(run) == 0.0

@@ -15,7 +15,6 @@ from typing import Any
 
 from gpubench.agent.nvml import GpuSample, Nvml, read_trace
 
-
 # A recorded GPU this busy is running the recorded training's steps (its first seconds
 # in the "train" phase import the framework and build the model on the host).
 STEPS_BUSY_PERCENT = 50.0

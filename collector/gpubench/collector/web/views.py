@@ -504,6 +504,7 @@ def run(client: Client, run_id: str, query: Mapping[str, str], path: str) -> Ans
     return Answer("run.html", {
         "stored": stored, "run": r, "facts": facts, "facts_map": dict(facts),
         "short_id": stored.short_id or r.run_id,
+        "step_rate": record.step_images_per_second(r),
         "config_name": record.gpu_config_name(
             record.normalize_gpu_name(r.gpus[0].name) if r.gpus else "",
             r.config.gpu_count, r.config.memory_limit_bytes),
