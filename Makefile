@@ -7,6 +7,8 @@ STAMP := $(VENV)/.installed
 LOG := $(VENV)/install.log
 SHOW_LOG = { tail -n 40 $(LOG); echo "install failed: the whole log is $(LOG)"; exit 1; }
 PYTEST_ARGS ?=
+# apt-get waits for another apt-get (a second `make test` beside this one) instead of failing.
+APT_GET := apt-get -o DPkg::Lock::Timeout=600
 
 .PHONY: help install proto test test-docker test-gpu demo bench chaos lint clean
 
@@ -54,8 +56,8 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing chromium for the results site's browser test (apt-get)"; \
-	    apt-get install -y chromium >>$(LOG) 2>&1 \
-	      || { apt-get update >>$(LOG) 2>&1 && apt-get install -y chromium >>$(LOG) 2>&1; } \
+	    $(APT_GET) install -y chromium >>$(LOG) 2>&1 \
+	      || { $(APT_GET) update >>$(LOG) 2>&1 && $(APT_GET) install -y chromium >>$(LOG) 2>&1; } \
 	      || echo "could not install chromium (see $(LOG)): the browser test will be skipped"; \
 	  else \
 	    echo "chromium is missing and this is not root: the results site's browser test" \
@@ -69,8 +71,8 @@ promtool:
 	@command -v promtool >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing promtool for the monitoring test (apt-get install prometheus)"; \
-	    apt-get install -y --no-install-recommends prometheus >>$(LOG) 2>&1 \
-	      || { apt-get update >>$(LOG) 2>&1 && apt-get install -y --no-install-recommends prometheus >>$(LOG) 2>&1; } \
+	    $(APT_GET) install -y --no-install-recommends prometheus >>$(LOG) 2>&1 \
+	      || { $(APT_GET) update >>$(LOG) 2>&1 && $(APT_GET) install -y --no-install-recommends prometheus >>$(LOG) 2>&1; } \
 	      || echo "could not install promtool (see $(LOG)): its checks will be skipped"; \
 	  else \
 	    echo "promtool is missing and this is not root: the rules' checks will be skipped" \

@@ -28,7 +28,7 @@ if ((${#missing[@]})); then
     fi
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+    if ! { apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
         say "cannot install ${missing[*]} with apt-get"
         exit 78
     fi
