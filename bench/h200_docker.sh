@@ -8,21 +8,21 @@
 #   OUT=$OUT bench/h200_docker.sh STEP [STEP ...]
 #
 # Steps:
-#   setup              the engine (.gpu/up.sh .gpu/engine.tar.xz), the base image, the
+#   setup              the engine (bench/h200_engine_up.sh .gpu/engine.tar.xz), the base image, the
 #                      agent, workload and collector images (docker/build.sh --base
 #                      --wheels --no-index), the collector container and its token
 #   quick-host         gpubench-agent run --quick --offline, in-process (this checkout)
 #   quick-container    docker/README.md's gpu-agent-devices block with --quick
 #   default-host       the default run in-process (B0, B3, B7, searched batches)
 #   default-container  docker/README.md's gpu-agent-devices block as written
-#   gpu-tests          tests/gpu/test_gpu_containers.py (docker stop mid-epoch, no toolkit and
-#                      no device nodes: exit 2)
+#   gpu-tests          tests/gpu/test_gpu_containers.py (README's command with --quick,
+#                      docker stop mid-epoch, --gpu-access toolkit without a toolkit: exit 2)
 #   sizes              the images' sizes
 # Every step's console goes to $OUT/evidence.tar.gz with the records (the host's spool,
 # the spool volume, the collector's runs as JSON) and $OUT/summary.txt.
 #
 # Needs, carried with the working tree: .gpu/engine.tar.xz (../shared/tools/gpu-docker/
-# pack.sh), .gpu/up.sh, .gpu/wheels.tar.xz (bench/wheelhouse.py pack: keras, namex, optree,
+# pack.sh), .gpu/wheels.tar.xz (bench/wheelhouse.py pack: keras, namex, optree,
 # protobuf, grpcio, grpcio-health-checking, grpcio-reflection, grpcio-tools, setuptools,
 # wheel, packaging, typing-extensions, docker, duckdb, and starlette and uvicorn for the
 # collector image's site, for the machine's Python; more
@@ -76,7 +76,7 @@ setup() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
     "$WORK"/wheels/{keras,namex,optree,protobuf,grpcio,grpcio_health_checking,grpcio_reflection,docker}-*.whl \
     || return 1
-  timed engine bash .gpu/up.sh .gpu/engine.tar.xz "$BASE" || return 1
+  timed engine bash bench/h200_engine_up.sh .gpu/engine.tar.xz "$BASE" || return 1
   # The wheels where the builds find them (what `build.sh --wheels` does), then the three
   # builds at once: each is mostly waiting on pip and the layer export.
   ln -f "$WORK"/wheels/*.whl docker/wheels/ || return 1
