@@ -20,6 +20,7 @@ import grpc
 import pytest
 from factories import make_run
 from gpubench.collector import local_admin
+from gpubench.collector.frontend import OWNER_GONE
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
 from waiting import STOP_DEADLINE_S
@@ -324,8 +325,21 @@ def test_a_collector_killed_9_starts_again_on_the_same_port_at_once(serve, tmp_p
         for thread in threads:
             thread.join(30)
     assert again.address == f"127.0.0.1:{port}"
-    again.stub().SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin),
+    # Until the killed collector's front-ends see their owner gone (longer on a loaded
+    # machine), the port's new connections may still reach one of them, which answers
+    # UNAVAILABLE (OWNER_GONE): retryable, as agents retry it. Nothing else is allowed.
+    stub = again.stub()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin),
                            timeout=30)
+            break
+        except grpc.RpcError as exc:
+            orphan = exc.code() == grpc.StatusCode.UNAVAILABLE and OWNER_GONE in exc.details()
+            if not orphan or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 # Enough calls in flight that some are still waiting when a front-end sees its owner gone.

@@ -136,7 +136,11 @@ def test_result_reports_the_second_epoch(tiny_run) -> None:
     assert result.get("timed_steps") == expected.steps - 1  # the first step is warm-up
     rate, median = result.get("train_images_per_second"), result.get("step_time_median_seconds")
     assert rate > 0 and median > 0 and result.get("step_time_cv") >= 0
-    assert 0.5 * 8 / median < rate < 2 * 8 / median  # the rate and the step times agree
+    # The rate and the step times agree: the rate is the timed images over the timed steps'
+    # sum, so it sits at the batch over the median step, below it by as much as a few slow
+    # steps of a loaded machine lengthen the mean (hence the wide lower bound).
+    batch = expected.batch_per_gpu
+    assert 0.2 * batch / median < rate < 2 * batch / median
     assert not [w for w in result.get("warnings") if "replicas" in w]  # one model trained
     assert [e["epoch"] for e in result.get("epochs")] == [1, 2]
     assert tuple(result.get("parameters").values()) == PROTOCOL_PARAMETERS["B0"]
