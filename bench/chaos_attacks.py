@@ -257,17 +257,18 @@ def tampered_part(folder: Path, *, runs: int) -> Tally:
         collector.stop()
     key = collector.db.with_name(collector.db.name + ".backup-key")
     refused = 0
-    for case, (tamper, reason) in TAMPERED.items():
-        copy = folder / f"tampered-{refused}"
+    for number, (case, (tamper, reason)) in enumerate(TAMPERED.items()):
+        copy = folder / f"tampered-{number}"
         shutil.copytree(taken, copy, symlinks=True)
         tamper(copy, key.read_bytes().strip())
-        target = folder / f"restored-{refused}.duckdb"
+        target = folder / f"restored-{number}.duckdb"
         tally.tried += 1
         done = subprocess.run([*CLI, "restore", str(copy), "--db", str(target), "--key",
                                str(key)], capture_output=True, text=True, timeout=300)
         left = [p.name for p in folder.iterdir() if p.name.startswith(target.name)
                 and not p.name.endswith(".backup-key")]
-        if done.returncode == 6 and reason in done.stderr and not left:
+        said = " ".join(done.stderr.split())  # the message as one line, its wrapping folded
+        if done.returncode == 6 and reason in said and not left:
             tally.code("refused")
             refused += 1
         else:
