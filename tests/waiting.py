@@ -12,6 +12,9 @@ from collections.abc import Callable
 # A graceful stop (in-flight calls finished, the database checkpointed), a run stopped
 # by Ctrl-C: seconds when idle, and several times that beside a second test suite.
 STOP_DEADLINE_S = 120.0
+# A whole CPU run of the real workload that searches, runs out of memory and runs again
+# (tests/agent/test_retry.py): 3-5 minutes when idle, over 10 beside a second test suite.
+WORKLOAD_RUN_DEADLINE_S = 1800.0
 
 
 def until(reached: Callable[[], bool], within_s: float = STOP_DEADLINE_S,

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import WORKLOAD_RUN_DEADLINE_S
 
 from gpubench import record
 
@@ -72,6 +73,7 @@ def peaks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(WORKLOAD_RUN_DEADLINE_S)
 def test_out_of_memory_in_the_run_runs_again_at_the_next_smaller_batch(tmp_path, peaks) -> None:
     cache, at_8, at_16 = peaks
     cap = (at_8 + at_16) // 2
@@ -79,7 +81,7 @@ def test_out_of_memory_in_the_run_runs_again_at_the_next_smaller_batch(tmp_path,
         [sys.executable, "-m", "gpubench.agent.cli", "run", "--offline", *TINY, "--json"],
         env=_environment(tmp_path, GPUBENCH_RUN_ADDRESS_SPACE=str(cap),
                          GPUBENCH_CACHE=str(cache)),
-        capture_output=True, text=True, timeout=600, check=False)
+        capture_output=True, text=True, timeout=WORKLOAD_RUN_DEADLINE_S, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "batch 16 ran out of memory in the run; running again at batch 8" in done.stderr
     [data] = json.loads(done.stdout)
@@ -99,6 +101,7 @@ def test_out_of_memory_in_the_run_runs_again_at_the_next_smaller_batch(tmp_path,
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(WORKLOAD_RUN_DEADLINE_S)
 def test_a_given_batch_that_runs_out_of_memory_ends_so(tmp_path, peaks) -> None:
     cache, at_8, _ = peaks
     done = subprocess.run(
@@ -106,7 +109,7 @@ def test_a_given_batch_that_runs_out_of_memory_ends_so(tmp_path, peaks) -> None:
          "--json"],
         env=_environment(tmp_path, GPUBENCH_RUN_ADDRESS_SPACE=str(at_8),
                          GPUBENCH_CACHE=str(cache)),
-        capture_output=True, text=True, timeout=600, check=False)
+        capture_output=True, text=True, timeout=WORKLOAD_RUN_DEADLINE_S, check=False)
     assert done.returncode == 1, done.stderr[-4000:]
     assert "running again" not in done.stderr
     [data] = json.loads(done.stdout)
