@@ -1,7 +1,8 @@
 """Outlier flags and the per-group figures Compare reads, as SQL over the runs table.
 
 Runs are scored within their outlier group (OUTLIER_GROUP: the same GPU configuration
-and everything that changes what was timed) by a robust z-score of their epoch-2 time.
+and everything that changes what was timed) by a robust z-score of their epoch-2 time
+about the median of the group's submitters' medians (one submitter, one voice).
 The flusher stores the flags in runs.outlier and runs.outlier_score and each group's
 figures in the table group_figures (`rescore`), for the groups a change touched.
 Between a change and that rescore, readers compute the same flags and figures for the
@@ -75,19 +76,26 @@ def _scores_sql(source: str, where: str = "") -> str:
     """Per scored run of `source` (matching `where`, " AND ..."): run_id, x (its epoch-2
     time), med (its group's median) and z (its robust z-score).
 
-    Per group the median and the median absolute deviation (MAD) of epoch2_seconds;
-    z = 0.6745 * (x - median) / MAD. Where the MAD is 0 (half the runs identical) the
-    mean absolute deviation stands in, scaled to the MAD's consistency constant
+    One submitter, one voice: a group's median is the median of its submitters' medians
+    of epoch2_seconds, so that a flood of runs from one token cannot move it to its side
+    and make the others' runs outliers. The median absolute deviation (MAD) about that
+    median is taken the same way, submitter first: the median of each submitter's
+    runs' absolute deviations, then across submitters (with one submitter, the runs'
+    MAD); z = 0.6745 * (x - median) / MAD. Where the MAD is 0 (half the runs identical)
+    the mean absolute deviation stands in, scaled to the MAD's consistency constant
     (Iglewicz and Hoaglin).
     """
     cols = ", ".join(OUTLIER_GROUP)
     return f"""
-        WITH g AS (SELECT run_id, {cols}, epoch2_seconds AS x FROM {source}
+        WITH g AS (SELECT run_id, {cols}, submitter, epoch2_seconds AS x FROM {source}
                    WHERE {SCORED_RUNS}{where}),
-             m AS (SELECT {cols}, median(x) AS med FROM g GROUP BY ALL),
-             d AS (SELECT {cols}, median(abs(x - med)) AS mad,
-                          avg(abs(x - med)) AS meanad
-                   FROM g JOIN m USING ({cols}) GROUP BY ALL)
+             v AS (SELECT {cols}, submitter, median(x) AS voice FROM g GROUP BY ALL),
+             m AS (SELECT {cols}, median(voice) AS med FROM v GROUP BY ALL),
+             e AS (SELECT {cols}, submitter, median(abs(x - med)) AS dev,
+                          avg(abs(x - med)) AS meandev
+                   FROM g JOIN m USING ({cols}) GROUP BY {cols}, submitter),
+             d AS (SELECT {cols}, median(dev) AS mad, median(meandev) AS meanad
+                   FROM e GROUP BY {cols})
         SELECT g.run_id, g.x, m.med,
             CASE WHEN d.mad > 0 THEN 0.6745 * (g.x - m.med) / d.mad
                  WHEN d.meanad > 0 THEN (g.x - m.med) / (1.253314 * d.meanad)
