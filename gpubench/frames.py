@@ -71,7 +71,8 @@ PUBLISHED_COLUMNS = [
 ]  # fmt: skip
 
 LEADERBOARD_COLUMNS = [
-    "rank", "gpu_config", "gpu_name", "gpu_count", "runs", "best_epoch2_s",
+    "rank", "gpu_config", "gpu_name", "gpu_count", "runs", "submitters", "one_source",
+    "corroborated", "corroborated_by", "best_epoch2_s",
     "epoch2_median_s", "images_per_s_median", "timed_batch_per_gpu", "largest_batch_per_gpu",
     *SHARED,
 ]  # fmt: skip
@@ -323,6 +324,10 @@ def leaderboard_frame(response: collector_pb2.LeaderboardResponse) -> pd.DataFra
             "gpu_name": e.gpu_name,
             "gpu_count": e.gpu_count,
             "runs": e.runs,
+            "submitters": e.submitters,
+            "one_source": e.submitters <= 1 and not e.corroborated,
+            "corroborated": e.corroborated,
+            "corroborated_by": e.corroborated_by,
             "best_epoch2_s": measured(e.best_epoch2_seconds),
             "epoch2_median_s": measured(e.epoch2_median_seconds),
             "images_per_s_median": measured(e.train_images_per_second_median),

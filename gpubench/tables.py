@@ -333,12 +333,15 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
     varies = any(frame[c].nunique() > 1 for c in AS_RUN) if not frame.empty else False
     table = narrow_table(
         leaderboard_title(frame),
-        "ranked by the median epoch-2 time of each configuration's runs; best: its fastest "
+        "ranked by the median epoch-2 time of each configuration's runs (the median of "
+        "its submitters' medians); runs/src: its runs and submitters; "
+        f"{CORROBORATED_MARK}: corroborated (a reference run or several submitters "
+        "agree); one source: a single submitter; best: its fastest "
         f"run; img/s: training images a second; {BATCH_LEGEND}; {PRECISION_LEGEND}",
     )
     table.add_column("#", justify="right")
     table.add_column("GPU config")
-    table.add_column("runs", justify="right")
+    table.add_column("runs/src", justify="right")
     table.add_column("best epoch 2 (s)", justify="right")
     table.add_column("median epoch 2 (s)", justify="right")
     table.add_column("img/s", justify="right")
@@ -351,8 +354,8 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
     for row in frame.to_dict("records"):
         cells = [
             str(_int(row["rank"])),
-            Text(row["gpu_config"]),
-            str(_int(row["runs"])),
+            Text(row["gpu_config"] + _standing(row)),
+            f"{_int(row['runs'])}/{_int(row['submitters'])}",
             figures.seconds(row["best_epoch2_s"], unit=False),
             figures.seconds(row["epoch2_median_s"], unit=False),
             figures.three_digits(row["images_per_s_median"]),
@@ -366,6 +369,18 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
                               f"{_int(row['epochs'])} epochs"))
         table.add_row(*cells)
     return table
+
+
+# How a corroborated leaderboard entry is marked in the terminal.
+CORROBORATED_MARK = "✓"
+
+
+def _standing(row: dict[str, Any]) -> str:
+    """What stands behind a leaderboard entry, after its GPU configuration: the mark of a
+    corroborated figure, "one source", or nothing."""
+    if row["corroborated"]:
+        return f" {CORROBORATED_MARK}"
+    return " (one source)" if row["one_source"] else ""
 
 
 def run_facts(stored: collector_pb2.StoredRun) -> list[tuple[str, str]]:

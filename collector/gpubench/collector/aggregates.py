@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench.collector import compare, outliers
+from gpubench.collector import ceilings, compare, corroboration, outliers
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.queries import equal_where_set
 from gpubench.collector.visible import Snapshot, Snapshots
@@ -60,6 +60,7 @@ class LeaderboardQuery:
     batch_rule: str = record.DEFAULT_BATCH_RULE
     benchmark_version: str = ""  # empty: the newest (numerically) with such runs
     include_flagged: bool = False
+    corroborated_only: bool = False
     limit: int = 20
 
 
@@ -83,6 +84,7 @@ class LeaderboardRow:
     train_images_per_second_median: float | None
     max_batch_per_gpu: int  # the largest batch per GPU its runs were timed at
     largest_batch_per_gpu_max: int  # the largest batch per GPU a search confirmed (0: none)
+    corroboration: corroboration.Corroboration  # its submitters, and what agrees with it
 
 
 class Aggregates:
@@ -153,6 +155,12 @@ class Aggregates:
         weights, data and epochs each configuration ran with. Returns the entries and the
         benchmark version they are of.
 
+        One submitter, one voice: an entry's medians are the median of its submitters'
+        medians (each token's runs first), so that a flood from one token weighs as one
+        run; each entry says how many submitters stand behind it and whether its figure
+        is corroborated (collector.corroboration), and `corroborated_only` keeps only
+        those that are.
+
         Only runs of the standard benchmark count: at the model's native image size (not
         a smoke run at --image-size), on the protocol's STANDARD_TRAIN_IMAGES training
         images (not a smoke run with --limit-images), on the whole card (no
@@ -174,8 +182,6 @@ class Aggregates:
                 clauses.append(f"{column} = ?")
                 params.append(getattr(query, column))
         where = " AND ".join(clauses)
-        keys = "gpu_name, gpu_count, backend, precision, settings, pipeline, weights, data, " \
-               "epochs, batch_rule"
         with self._snapshot() as read:
             version = query.benchmark_version
             if not version:
@@ -185,18 +191,77 @@ class Aggregates:
                 version = versions[0]
             rows = read.con.execute(
                 f"""
-                SELECT {keys}, count(*), min(epoch2_seconds), median(epoch2_seconds),
-                    median(train_images_per_second), max(batch_per_gpu),
-                    coalesce(max(largest_batch_per_gpu), 0)
-                FROM {read.runs}
-                WHERE {where} AND benchmark_version = ?
-                GROUP BY {keys}
-                ORDER BY median(epoch2_seconds), min(epoch2_seconds), gpu_name, gpu_count
-                LIMIT ?
+                WITH voices AS (
+                    SELECT {_BOARD_KEYS}, submitter, count(*) AS runs,
+                        min(epoch2_seconds) AS best, median(epoch2_seconds) AS epoch2,
+                        median(train_images_per_second) AS rate, max(batch_per_gpu) AS batch,
+                        max(largest_batch_per_gpu) AS largest
+                    FROM {read.runs}
+                    WHERE {where} AND benchmark_version = ?
+                    GROUP BY {_BOARD_KEYS}, submitter)
+                SELECT {_BOARD_KEYS}, sum(runs)::INTEGER, min(best), median(epoch2),
+                    median(rate), max(batch), coalesce(max(largest), 0), list(epoch2)
+                FROM voices
+                GROUP BY {_BOARD_KEYS}
+                ORDER BY median(epoch2), min(best), gpu_name, gpu_count
                 """,
-                [*params, version, query.limit],
+                [*params, version],
             ).fetchall()
-        return [LeaderboardRow(*r) for r in rows], version
+            published = _published_medians(read, query.model, version)
+        found = []
+        for r in rows:
+            row = LeaderboardRow(*r[:-1], corroboration=_corroboration(
+                r, r[-1], published.get(_reference_key(r), ()), query.model))
+            if row.corroboration.corroborated or not query.corroborated_only:
+                found.append(row)
+        return found[: query.limit], version
+
+
+# A leaderboard entry's columns (LeaderboardRow's first ones), and those a reference run
+# must share with it to corroborate it.
+_BOARD_KEYS = ("gpu_name, gpu_count, backend, precision, settings, pipeline, weights, data, "
+               "epochs, batch_rule")
+_REFERENCE_KEYS = ("gpu_name", "gpu_count", "backend", "precision", "settings", "batch_rule")
+
+
+def _reference_key(row: Sequence[Any]) -> tuple:
+    names = [k.strip() for k in _BOARD_KEYS.split(",")]
+    return tuple(row[names.index(k)] for k in _REFERENCE_KEYS)
+
+
+def _published_medians(read: Snapshot, model: str, version: str) -> dict[tuple, list]:
+    """The median epoch-2 time of the unflagged published runs of a model at its native
+    size, per _REFERENCE_KEYS, each as (what it is, seconds)."""
+    rows = read.con.execute(
+        f"""
+        SELECT {", ".join(_REFERENCE_KEYS)}, median(epoch2_seconds), any_value(run_id)
+        FROM {read.rows}
+        WHERE published AND NOT flagged AND status = 'ok' AND epoch2_seconds IS NOT NULL
+          AND model = ? AND image_size = ? AND benchmark_version = ?
+        GROUP BY ALL
+        """,
+        [model, record.NATIVE_IMAGE_SIZE.get(model, 0), version],
+    ).fetchall()
+    found: dict[tuple, list] = {}
+    for r in rows:
+        found.setdefault(tuple(r[:-2]), []).append((f"published run {r[-1][:8]}", r[-2]))
+    return found
+
+
+def _corroboration(row: Sequence[Any], submitter_medians: Sequence[float],
+                   published: Sequence[tuple[str, float]],
+                   model: str) -> corroboration.Corroboration:
+    """What stands behind a leaderboard row (r: _BOARD_KEYS, then the figures): its
+    submitters' medians and the published runs of its configuration (epoch-2 seconds),
+    and the operator's verified run (training images/s)."""
+    figure, rate = row[12], row[13]
+    references = [(what, corroboration.agrees(seconds, figure)) for what, seconds in published]
+    gpu_name, gpu_count, _, precision, settings = row[:5]
+    verified = corroboration.verified_reference(
+        ceilings.specs(), gpu_name, gpu_count, model, settings, precision, row[9])
+    if verified is not None and rate:
+        references.append((verified[0], corroboration.agrees(rate, verified[1])))
+    return corroboration.corroborate(figure, submitter_medians, references)
 
 
 def _benchmark_versions(read: Snapshot, where: str, params: Sequence[Any]) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
+from gpubench.collector import gpu_names
 from gpubench.collector.validation import MAX_GPUS
 from gpubench.collector.web import charts, lists, reads
 from gpubench.collector.web.lists import Column
@@ -107,6 +108,7 @@ class Filters:
     pipeline: str = ""
     include_flagged: bool = False
     allow_mixed: bool = False
+    corroborated_only: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -128,6 +130,7 @@ class Filters:
             pipeline=one_of("pipeline", record.PIPELINE_MODES, ""),
             include_flagged=query.get("flagged", "") in ("1", "on", "true"),
             allow_mixed=query.get("allow_mixed", "") in ("1", "on", "true"),
+            corroborated_only=query.get("corroborated", "") in ("1", "on", "true"),
         )
 
     def choices(self, *, any_rule: bool, pipeline: bool) -> list[Choice]:
@@ -243,6 +246,7 @@ def leaderboard(client: Client, model: str, query: Mapping[str, str], path: str)
     board = reads.leaderboard(client, model, settings=filters.settings,
                               batch_rule=filters.batch_rule, precision=filters.precision,
                               backend=filters.backend, include_flagged=filters.include_flagged,
+                              corroborated_only=filters.corroborated_only,
                               limit=LEADERBOARD_ENTRIES)
     # Entries that ran differently from one another say how (the collector ranks them
     # apart); one line above the table when they all ran alike.
@@ -533,4 +537,6 @@ def summary_of(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "images_per_second": r.result.train_images_per_second,
         "status": record.status_name(r.result.status), "label": r.label,
         "flagged": stored.flagged, "outlier": stored.outlier, "published": r.published,
+        "unrecognised": any(reason.startswith(gpu_names.UNRECOGNISED)
+                            for reason in stored.flag_reasons),
     }
