@@ -39,6 +39,9 @@ class Voices:
         return self.stub.Leaderboard(pb.LeaderboardRequest(model="B0", **fields),
                                      metadata=self.md)
 
+    def compare(self, **fields: Any) -> pb.CompareResponse:
+        return self.stub.Compare(pb.CompareRequest(model="B0", **fields), metadata=self.md)
+
     def stored(self, run: run_pb2.Run) -> pb.StoredRun:
         return self.stub.GetRun(pb.GetRunRequest(run_id=run.run_id), metadata=self.md)
 
@@ -83,6 +86,15 @@ def test_a_flood_under_the_ceiling_is_one_voice(voices: Voices) -> None:
     assert after.epoch2_median_seconds == pytest.approx(before.epoch2_median_seconds,
                                                         rel=0.02)
     assert not any(voices.stored(run).outlier for run in honest)
+    # Compare's figures are taken the same way: its group holds every run, one voice each.
+    [group] = voices.compare().groups
+    assert group.runs == 35
+    assert group.epoch2_median_seconds == pytest.approx(before.epoch2_median_seconds,
+                                                        rel=0.02)
+    assert group.train_images_per_second_median == pytest.approx(
+        before.train_images_per_second_median, rel=0.02)
+    [mixed] = voices.compare(allow_mixed=True, include_flagged=True).groups
+    assert mixed.epoch2_median_seconds == pytest.approx(group.epoch2_median_seconds)
 
 
 def test_a_faster_flood_is_outliers_beside_agreeing_submitters(voices: Voices) -> None:

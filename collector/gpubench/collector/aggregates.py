@@ -128,13 +128,14 @@ class Aggregates:
         published runs are left out like measured ones."""
         clauses, params = _compare_filter(CompareQuery(model=model, gpu_names=tuple(gpu_names)))
         with self._snapshot() as read:
+            published = f"""(SELECT *, true AS keep FROM {read.rows}
+                             WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND published
+                               AND NOT flagged AND {' AND '.join(clauses)})"""
             rows = read.con.execute(
                 f"""
                 SELECT {_CONFIG}, {outliers.FIGURES},
                     {", ".join(f"[{c}]" for c in KEY_COLUMNS)}, 0, any_value(record)
-                FROM (SELECT *, true AS keep FROM {read.rows}
-                      WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND published
-                        AND NOT flagged AND {' AND '.join(clauses)})
+                FROM {outliers.voiced(published, f"{_CONFIG}, {', '.join(KEY_COLUMNS)}")}
                 GROUP BY {_CONFIG}, {", ".join(KEY_COLUMNS)}
                 ORDER BY median(epoch2_seconds), gpu_name
                 """,
@@ -273,14 +274,15 @@ def _benchmark_versions(read: Snapshot, where: str, params: Sequence[Any]) -> li
 
 def _compare_rows_from_runs(read: Snapshot, query: CompareQuery) -> list[tuple]:
     clauses, params = _compare_filter(query)
+    kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {read.runs}
+                WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
+                  AND (? OR NOT flagged) AND {' AND '.join(clauses)})"""
     return read.con.execute(
         f"""
         SELECT {_CONFIG}, {outliers.FIGURES},
             {", ".join(f"list(DISTINCT {c}) FILTER (WHERE keep)" for c in KEY_COLUMNS)},
             count(*) FILTER (WHERE keep AND flagged)
-        FROM (SELECT *, (? OR NOT outlier) AS keep FROM {read.runs}
-              WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
-                AND (? OR NOT flagged) AND {' AND '.join(clauses)})
+        FROM {outliers.voiced(kept, _CONFIG)}
         GROUP BY {_CONFIG}
         """,
         [query.include_outliers, query.include_flagged, *params],

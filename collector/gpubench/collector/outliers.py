@@ -46,22 +46,43 @@ OUTLIER_GROUP = (
 # not flagged as implausible.
 SCORED_RUNS = ("status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published "
                "AND NOT flagged")
-# The figures of a set of runs (those with `keep` true), in GroupFigures' order.
+# The figures whose medians are taken submitter first (one submitter, one voice): each
+# submitter's median of its runs, then the median of those (`voiced` computes the
+# first, as voice_<figure>, on the runs of a relation).
+VOICED = ("epoch2_seconds", "train_images_per_second", "peak_memory_bytes",
+          "memory_total_bytes", "energy_per_epoch_joules", "images_per_joule")
+# The figures of a set of runs (those with `keep` true, from a relation `voiced` made),
+# in GroupFigures' order.
 FIGURES = """
     count(*) FILTER (WHERE keep),
     count(*) FILTER (WHERE NOT keep),
-    median(epoch2_seconds) FILTER (WHERE keep),
+    median(voice_epoch2_seconds) FILTER (WHERE keep AND first_voice),
     min(epoch2_seconds) FILTER (WHERE keep),
     max(epoch2_seconds) FILTER (WHERE keep),
-    median(train_images_per_second) FILTER (WHERE keep),
+    median(voice_train_images_per_second) FILTER (WHERE keep AND first_voice),
     max(batch_per_gpu) FILTER (WHERE keep),
     max(global_batch) FILTER (WHERE keep),
-    median(peak_memory_bytes) FILTER (WHERE keep),
-    median(memory_total_bytes) FILTER (WHERE keep),
-    median(energy_per_epoch_joules) FILTER (WHERE keep),
-    median(images_per_joule) FILTER (WHERE keep),
+    median(voice_peak_memory_bytes) FILTER (WHERE keep AND first_voice),
+    median(voice_memory_total_bytes) FILTER (WHERE keep AND first_voice),
+    median(voice_energy_per_epoch_joules) FILTER (WHERE keep AND first_voice),
+    median(voice_images_per_joule) FILTER (WHERE keep AND first_voice),
     max(largest_batch_per_gpu) FILTER (WHERE keep)
 """
+
+
+def voiced(relation: str, partition: str) -> str:
+    """The rows of `relation` (which has `keep` and `submitter`) with, per submitter of
+    each set of rows alike in `partition` (SQL columns) and `keep`, the submitter's
+    median of each VOICED figure (voice_<figure>) and `first_voice`, true on one row of
+    each submitter: what FIGURES takes its medians from."""
+    window = f"PARTITION BY {partition}, keep, submitter"
+    medians = ", ".join(f"median({c}) OVER (voices) AS voice_{c}" for c in VOICED)
+    return f"""
+        (SELECT *, {medians},
+            row_number() OVER (voices ORDER BY run_id) = 1 AS first_voice
+         FROM {relation}
+         WINDOW voices AS ({window}))
+    """
 
 
 def group_of(row: dict[str, Any]) -> tuple | None:
@@ -115,11 +136,12 @@ def figures_sql(source: str, where: str = "") -> str:
     """group_figures' rows (two a group: with and without its outliers) of the scored
     runs of `source` matching `where` (" AND ...")."""
     cols = ", ".join(OUTLIER_GROUP)
+    kept = f"""(SELECT *, with_outliers OR NOT outlier AS keep
+                FROM {source}, (VALUES (true), (false)) AS v(with_outliers)
+                WHERE {SCORED_RUNS}{where})"""
     return f"""
         SELECT {cols}, with_outliers, {FIGURES}
-        FROM (SELECT *, with_outliers OR NOT outlier AS keep
-              FROM {source}, (VALUES (true), (false)) AS v(with_outliers)
-              WHERE {SCORED_RUNS}{where})
+        FROM {voiced(kept, f"{cols}, with_outliers")}
         GROUP BY {cols}, with_outliers
         HAVING count(*) FILTER (WHERE keep) > 0
     """
