@@ -56,8 +56,9 @@ SHARED = ("benchmark_version", "backend", "precision", "image_size", "train_imag
 # One row per GPU configuration of a comparison, fastest first; "differences": how the
 # group ran where the compared groups differ (a comparison of unlike runs only).
 COMPARE_COLUMNS = [
-    "gpu_config", "gpu_name", "gpu_count", "memory_limit_gib", "runs", "outliers_excluded",
-    "flagged_included", "epoch2_median_s", "epoch2_min_s", "epoch2_max_s", "images_per_s_median",
+    "gpu_config", "gpu_name", "gpu_count", "memory_limit_gib", "runs", "submitters",
+    "outliers_excluded", "flagged_included", "epoch2_median_s", "epoch2_min_s", "epoch2_max_s",
+    "images_per_s_median",
     "timed_batch_per_gpu", "timed_global_batch", "largest_batch_per_gpu",
     "peak_memory_median_gib", "memory_total_gib", "peak_memory_share", "energy_per_epoch_j",
     "images_per_joule", "speedup", "is_baseline", *SHARED, "differences",
@@ -241,6 +242,7 @@ def _group_row(g: collector_pb2.CompareGroup) -> dict[str, Any]:
         "gpu_count": g.gpu_count,
         "memory_limit_gib": to_gib(g.memory_limit_bytes),
         "runs": g.runs,
+        "submitters": g.submitters,
         "outliers_excluded": g.outliers_excluded,
         "flagged_included": g.flagged_included,
         "epoch2_median_s": measured(g.epoch2_median_seconds),

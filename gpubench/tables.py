@@ -168,7 +168,8 @@ def compare_table(frame: pd.DataFrame) -> Table:
     and the legend saying in what they differ, and how each configuration ran."""
     baseline = frame.attrs.get("baseline", "")
     mixed = mixed_dimensions(frame)
-    legend = ["img/s: training images a second; img/J: training images a joule", BATCH_LEGEND]
+    legend = ["runs: runs/submitters (medians: each submitter's, then theirs); "
+              "img/s: training images a second; img/J: training images a joule", BATCH_LEGEND]
     if _limited(frame):
         legend.append(LIMIT_LEGEND)
     if baseline:
@@ -192,7 +193,7 @@ def compare_table(frame: pd.DataFrame) -> Table:
     table.add_column(figures.SPEEDUP, justify="right")
     for row in frame.to_dict("records"):
         config = row["gpu_config"] + ("  (baseline)" if row["is_baseline"] else "")
-        runs = str(_int(row["runs"]))
+        runs = f"{_int(row['runs'])}/{_int(row['submitters'])}"
         if _int(row["outliers_excluded"]):
             runs += f" (+{_int(row['outliers_excluded'])} outlier)"
         if _int(row["flagged_included"]):

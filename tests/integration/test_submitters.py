@@ -88,7 +88,7 @@ def test_a_flood_under_the_ceiling_is_one_voice(voices: Voices) -> None:
     assert not any(voices.stored(run).outlier for run in honest)
     # Compare's figures are taken the same way: its group holds every run, one voice each.
     [group] = voices.compare().groups
-    assert group.runs == 35
+    assert (group.runs, group.submitters) == (35, 4)
     assert group.epoch2_median_seconds == pytest.approx(before.epoch2_median_seconds,
                                                         rel=0.02)
     assert group.train_images_per_second_median == pytest.approx(

@@ -111,7 +111,7 @@ class Aggregates:
                     epoch2_min_seconds, epoch2_max_seconds, train_images_per_second_median,
                     max_batch_per_gpu, max_global_batch, peak_memory_median_bytes,
                     memory_total_bytes, energy_per_epoch_median_joules, images_per_joule_median,
-                    largest_batch_per_gpu_max,
+                    largest_batch_per_gpu_max, submitters,
                     {", ".join(f"[{c}]" for c in KEY_COLUMNS)}
                 FROM {read.group_figures()} WHERE with_outliers = ? AND {' AND '.join(clauses)}
                 """,
@@ -302,9 +302,9 @@ def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
 
 
 def _group_figures(r: Sequence[Any], *, source: str = "") -> GroupFigures:
-    """GroupFigures from a row: the configuration (3 columns), FIGURES (13), the
+    """GroupFigures from a row: the configuration (3 columns), FIGURES (14), the
     dimensions' value lists (KEY_COLUMNS) and, from the runs, the flagged runs kept."""
-    lists = [tuple(sorted(v or ())) for v in r[16:16 + len(KEY_COLUMNS)]]
+    lists = [tuple(sorted(v or ())) for v in r[17:17 + len(KEY_COLUMNS)]]
     return GroupFigures(
         gpu_name=r[0], gpu_count=r[1], memory_limit_bytes=r[2] or 0, runs=r[3],
         outliers_excluded=r[4], epoch2_median_seconds=r[5], epoch2_min_seconds=r[6],
@@ -312,8 +312,8 @@ def _group_figures(r: Sequence[Any], *, source: str = "") -> GroupFigures:
         max_batch_per_gpu=r[9] or 0, max_global_batch=r[10] or 0,
         peak_memory_median_bytes=r[11], memory_total_bytes=r[12],
         energy_per_epoch_median_joules=r[13], images_per_joule_median=r[14],
-        largest_batch_per_gpu_max=r[15] or 0,
+        largest_batch_per_gpu_max=r[15] or 0, submitters=r[16] or 0,
         **dict(zip(compare.DIMENSION_ATTRIBUTES, lists, strict=True)),
-        flagged_included=r[16 + len(KEY_COLUMNS)] if len(r) > 16 + len(KEY_COLUMNS) else 0,
+        flagged_included=r[17 + len(KEY_COLUMNS)] if len(r) > 17 + len(KEY_COLUMNS) else 0,
         source=source,
     )

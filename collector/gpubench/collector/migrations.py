@@ -466,6 +466,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         refill_group_figures=True,
         backfill=backfill_flags,
     ),
+    Migration(
+        "0010_group_submitters",
+        # How many submitters stand behind each group's figures (one submitter, one
+        # voice: the figures are the medians of the submitters' medians).
+        ("ALTER TABLE group_figures ADD COLUMN submitters INTEGER NOT NULL DEFAULT 0",),
+        refill_group_figures=True,
+    ),
 )
 
 

@@ -66,7 +66,8 @@ FIGURES = """
     median(voice_memory_total_bytes) FILTER (WHERE keep AND first_voice),
     median(voice_energy_per_epoch_joules) FILTER (WHERE keep AND first_voice),
     median(voice_images_per_joule) FILTER (WHERE keep AND first_voice),
-    max(largest_batch_per_gpu) FILTER (WHERE keep)
+    max(largest_batch_per_gpu) FILTER (WHERE keep),
+    count(DISTINCT submitter) FILTER (WHERE keep)
 """
 
 

@@ -273,6 +273,7 @@ def _group_message(f: compare.GroupFigures) -> collector_pb2.CompareGroup:
         largest_batch_per_gpu_max=f.largest_batch_per_gpu_max,
         memory_limit_bytes=f.memory_limit_bytes,
         flagged_included=f.flagged_included,
+        submitters=f.submitters,
         source=f.source,
     )
 
