@@ -27,8 +27,8 @@ GIB = 1024**3
 # One row per stored run; the flattened record in the user's words, units in the names.
 RUN_COLUMNS = [
     "run_id", "short_id", "created_at", "received_at", "submitter", "label", "status",
-    "error_message", "outlier", "outlier_score", "flagged", "flag_reasons", "published",
-    "source", "benchmark_version", "schema_version",
+    "error_message", "outlier", "outlier_score", "flagged", "gpu_unrecognised", "flag_reasons",
+    "published", "source", "benchmark_version", "schema_version",
     "gpu_config", "gpu_name", "gpu_count", "memory_total_gib", "driver_version",
     "cuda_version", "compute_capability", "power_limit_w",
     "model", "image_size", "timed_batch_per_gpu", "timed_global_batch", "batch_choice",
@@ -137,6 +137,7 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "outlier": stored.outlier,
         "outlier_score": float(stored.outlier_score),
         "flagged": stored.flagged,
+        "gpu_unrecognised": stored.gpu_unrecognised,
         "flag_reasons": "; ".join(stored.flag_reasons),
         "published": run.published,
         "source": run.source,

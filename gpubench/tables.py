@@ -290,7 +290,8 @@ def runs_table(frame: pd.DataFrame, *, title: str | None = None,
     table.add_column("submitter", overflow="fold")
     for row in frame.to_dict("records"):
         status = row["status"] + (" (outlier)" if row["outlier"] else "")
-        status += " (flagged)" if row["flagged"] else ""
+        status += (" (unrecognised GPU)" if row["gpu_unrecognised"]
+                   else " (flagged)" if row["flagged"] else "")
         backend = SHORT_BACKEND.get(row["backend"], row["backend"])
         peak = figures.gib(row["peak_memory_gib"]).removesuffix(" GiB")
         if peak != MISSING and not is_missing(row["peak_memory_share"]):

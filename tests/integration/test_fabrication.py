@@ -57,6 +57,12 @@ def test_every_fabricated_case_is_flagged_and_leads_nothing(live: Submitters) ->
     for case in cases:
         stored = live.stored(case.run)
         assert stored.flagged and stored.flag_reasons, case.name
+    assert not live.stored(real).gpu_unrecognised
+    # Listed apart: the runs list says which were flagged for their GPU's name.
+    listed = live.stub.ListRuns(pb.ListRunsRequest(page_size=100), metadata=live.md).runs
+    apart = {r.run.gpus[0].name for r in listed if r.gpu_unrecognised}
+    assert apart == {"NVIDIA H300", "Quantum Accelerator Q1", "NVIDIA-H200", "NVIDIA H2OO",
+                     "NVIDlA H200", "nvidia h200", "NVIDIA H200 NVL"}
     board = live.leaderboard()
     assert [(e.gpu_name, e.runs) for e in board.entries] == [(H200, 1)]
     assert [(g.gpu_name, g.runs) for g in live.compare().groups] == [(H200, 1)]
@@ -74,7 +80,7 @@ def test_a_look_alike_is_flagged_naming_the_card_it_imitates(live: Submitters, n
     run = fabrication.scaled(1.0, gpu_name=name)
     live.submit(run, live.stranger)
     stored = live.stored(run)
-    assert stored.flagged
+    assert stored.flagged and stored.gpu_unrecognised
     assert f"unrecognised GPU {name!r}: looks like the catalogued {card}" in \
         stored.flag_reasons[0]
 

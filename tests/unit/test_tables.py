@@ -201,3 +201,11 @@ def test_the_python_client_loads_no_rendering() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_run_of_an_unrecognised_gpu_is_listed_as_such() -> None:
+    stored = _stored_run()
+    stored.flagged = stored.gpu_unrecognised = True
+    stored.flag_reasons.append("unrecognised GPU 'NVIDIA H2OO': looks like the catalogued H200")
+    text = _render(tables.runs_table(frames.runs_frame([stored])))
+    assert "(unrecognised GPU)" in " ".join(text.split())

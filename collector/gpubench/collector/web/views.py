@@ -15,7 +15,6 @@ from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
-from gpubench.collector import gpu_names
 from gpubench.collector.validation import MAX_GPUS
 from gpubench.collector.web import charts, lists, reads
 from gpubench.collector.web.lists import Column
@@ -537,6 +536,5 @@ def summary_of(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "images_per_second": r.result.train_images_per_second,
         "status": record.status_name(r.result.status), "label": r.label,
         "flagged": stored.flagged, "outlier": stored.outlier, "published": r.published,
-        "unrecognised": any(reason.startswith(gpu_names.UNRECOGNISED)
-                            for reason in stored.flag_reasons),
+        "unrecognised": stored.gpu_unrecognised,
     }
