@@ -81,7 +81,8 @@ TIB = 1 << 40
 
 def cases() -> list[Case]:
     """Every fabrication that once led or passed: the H200 at 1.3x-5.7x, made-up names,
-    look-alikes, a suffix of no catalogued card, and energy of nothing at no power."""
+    look-alikes, a suffix of no catalogued card, energy of nothing at no power, and the
+    run claimed on the CPU alone."""
     found = [Case(f"NVIDIA H200 at {f:g}x", scaled(f)) for f in SCALED_H200]
     found += [
         Case("NVIDIA H300 at 10x", scaled(10.0, gpu_name="NVIDIA H300")),
@@ -94,8 +95,21 @@ def cases() -> list[Case]:
         Case("nvidia h200 at 20x", scaled(20.0, gpu_name="nvidia h200")),
         Case("NVIDIA H200 NVL at 5.5x", scaled(5.5, gpu_name="NVIDIA H200 NVL")),
         Case("1e-300 J at 0 W", scaled(1.0, energy_joules=1e-300, power_watts=0.0)),
+        Case("CPU (no GPU) at 10x", on_the_cpu(scaled(10.0))),
     ]
     return found
+
+
+def on_the_cpu(run: run_pb2.Run) -> run_pb2.Run:
+    """The run as a CPU run: no GPU listed, none used, no GPU memory or energy."""
+    del run.gpus[:]
+    del run.result.memory[:]
+    run.config.gpu_count = 0
+    res = run.result
+    res.energy_per_epoch_joules = res.mean_power_watts = res.max_power_watts = 0.0
+    for epoch in res.epochs:
+        epoch.energy_joules = epoch.mean_power_watts = epoch.max_power_watts = 0.0
+    return run
 
 
 def flood() -> list[run_pb2.Run]:

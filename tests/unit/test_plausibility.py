@@ -162,3 +162,16 @@ def test_the_step_checks_hold_epochs_of_enough_steps_only() -> None:
     # 13 full steps: images/s 3.5x apart is a contradiction, named.
     fields = [field for field, _ in plausibility.inconsistencies(run(1709, 128))]
     assert fields == ["run.result.train_images_per_second"]
+
+
+def test_a_cpu_run_is_held_to_its_cores() -> None:
+    # 32 cores x 256 GFLOP/s / 2.3 GFLOP an image: 3,562 img/s at most.
+    honest = make_run(gpu_count=0)
+    assert plausibility.implausibilities(honest) == []
+    fast = make_run(gpu_count=0, train_images_per_second=4000.0,
+                    epoch2_seconds=1709 / 4000.0 / 0.82)
+    [reason] = plausibility.implausibilities(fast)
+    assert reason.startswith("B0 at 4,000 training images/s on the CPU is more than 32 cores "
+                             "can compute (256 GFLOP/s a core")
+    many = make_run(gpu_count=0, host__cpu_cores=5000)
+    assert plausibility.implausibilities(many)[0].startswith("a host of 5,000 CPU cores")

@@ -63,6 +63,11 @@ POWER_LIMIT_FACTOR = 1.5
 # reports a little less or more than the datasheet's round figure).
 MEMORY_FACTOR = 1.05
 POWER_FACTOR = 1.25
+# A CPU run's ceiling: a core's peak float32 rate, two AVX-512 FMA units of 16 lanes at
+# 4 GHz (no CPU core does more; training reaches a fraction of it), and the most
+# (logical) cores a host has: eight sockets of 64 cores, two threads each.
+CPU_GFLOPS_PER_CORE = 256.0
+MOST_CPU_CORES = 1024
 
 
 def inconsistencies(run: run_pb2.Run) -> list[tuple[str, str]]:
@@ -215,8 +220,9 @@ def implausibilities(run: run_pb2.Run, specs: ceilings.Specs | None = None) -> l
     specs = specs or ceilings.specs()
     cfg = run.config
     used = list(run.gpus[: cfg.gpu_count])
-    if not used:
-        return []  # a CPU run: no GPU to hold it to
+    if not used:  # a CPU run: held to its host's cores
+        ok = run.result.status == run_pb2.RUN_STATUS_OK
+        return _cpu_too_fast(run, specs) if ok else []
     reasons: list[str] = []
     cards = []
     for gpu in used:
@@ -278,6 +284,30 @@ def _too_fast(run: run_pb2.Run, specs: ceilings.Specs,
                                f"{cards[0][0]} run of {bound.alike} "
                                f"({_rate_text(best.images_per_second)} img/s a GPU, "
                                f"{best.record})")
+    return reasons
+
+
+def _cpu_too_fast(run: run_pb2.Run, specs: ceilings.Specs) -> list[str]:
+    """Why a CPU run (no GPU) is not believable: more cores than any host has, or a
+    training rate past its cores' peak FLOP/s (CPU_GFLOPS_PER_CORE each)."""
+    cfg = run.config
+    cost = specs.models.get(cfg.model)
+    native = record.NATIVE_IMAGE_SIZE.get(cfg.model, 0)
+    rate = claimed_rate(run)
+    reasons = []
+    cores = run.host.cpu_cores or MOST_CPU_CORES  # not said: the most any host has
+    if cores > MOST_CPU_CORES:
+        reasons.append(f"a host of {cores:,} CPU cores (run.host.cpu_cores): no host has "
+                       f"more than {MOST_CPU_CORES:,}")
+        cores = MOST_CPU_CORES
+    if cost is None or not native or not cfg.image_size or not rate:
+        return reasons
+    gflop = cost.gflop_per_image * (cfg.image_size / native) ** 2
+    most = cores * CPU_GFLOPS_PER_CORE / gflop
+    if rate > most:
+        reasons.append(f"{cfg.model} at {_rate_text(rate)} training images/s on the CPU is more "
+                       f"than {cores:,} cores can compute ({CPU_GFLOPS_PER_CORE:g} GFLOP/s a "
+                       f"core at {gflop:.3g} GFLOP an image: at most {_rate_text(most)} img/s)")
     return reasons
 
 
