@@ -29,10 +29,16 @@ Parts (--parts, comma-separated; all by default):
                  with its reason, no database left; the backup as taken restored whole
   storm          a front-end killed -9 every 0.2-1.0 s under 8 submitters (40 kills;
                  short 10): never no front-end for more than 5 s, never a stop
+  fabrication    a stranger's token submits what once led the leaderboard, made from the
+                 real H200 default run scaled consistently (1.3x-5.7x, made-up and
+                 look-alike names, a blank name, energy of nothing), then ten runs at
+                 1.5x: each refused or flagged, none leads the default leaderboard or
+                 enters Compare, the honest median moves by at most 2%
 
 The parts live in chaos_crashes.py (kills, the disk, the push), chaos_fuzz.py (fuzzing,
-poison), chaos_auth.py and chaos_attacks.py (the flood, the lock-out, tampered backups,
-the kill storm); chaos_support.py runs collectors and submitters and prints the table.
+poison), chaos_auth.py, chaos_attacks.py (the flood, the lock-out, tampered backups,
+the kill storm) and chaos_fabrication.py; chaos_support.py runs collectors and
+submitters and prints the table.
 
 Every acknowledged run must be in the database (or its quarantine) afterwards, once;
 "wrong" counts answers a part does not allow (a valid run refused for good, a bad
@@ -57,12 +63,13 @@ from pathlib import Path
 from chaos_attacks import flood_part, lockout_part, storm_part, tampered_part
 from chaos_auth import auth_part
 from chaos_crashes import agent_push_part, disk_full_part, kill_part
+from chaos_fabrication import fabrication_part
 from chaos_fuzz import fuzz_part, mutated_bytes, mutated_field, poison_part
 from chaos_support import Tally, table
 
 PARTS = ("kill-single", "kill-owner", "kill-frontend", "disk-full", "fuzz-bytes",
          "fuzz-fields", "auth", "poison", "agent-push", "flood", "flood-frontends", "lock-out",
-         "tampered", "storm")
+         "tampered", "storm", "fabrication")
 
 
 # -- the campaign ----------------------------------------------------------------------------
@@ -121,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             "lock-out": lambda: lockout_part(folder, seconds=15 if short else 60),
             "tampered": lambda: tampered_part(folder, runs=200 if short else 1000),
             "storm": lambda: storm_part(folder, kills=10 if short else 40, rng=rng),
+            "fabrication": lambda: fabrication_part(folder),
         }
         for part in parts:
             began = time.monotonic()

@@ -320,10 +320,11 @@ def table(tallies: list[Tally]) -> str:
 
 
 def _pack(items: list[str], width: int) -> list[str]:
-    """`items` joined with ", " into lines of at most `width` (an item is never split)."""
+    """`items` joined with ", " into lines of at most `width` (an item is never split;
+    a line that another follows ends with the comma, which counts)."""
     lines: list[str] = []
     for item in items:
-        if lines and len(lines[-1]) + 2 + len(item) <= width:
+        if lines and len(lines[-1]) + 2 + len(item) + 1 <= width:
             lines[-1] += ", " + item
         else:
             if lines:

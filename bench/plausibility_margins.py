@@ -29,7 +29,8 @@ WHAT = {
     "power": "mean power over the run's GPUs' power limit",
     "flops": "claimed images/s over the peak-FLOP/s ceiling",
     "bandwidth": "claimed images/s over the memory-bandwidth ceiling",
-    "verified": "claimed images/s over the fastest verified run's (same GPU and model)",
+    "verified": "claimed images/s over the verified ceiling (the fastest verified run of the "
+                "same GPU, model and configuration, times its margin)",
 }
 
 
@@ -73,9 +74,11 @@ def ratios(run: object) -> dict[str, float | None]:
         found["flops"] = rate / (flops / (cost.gflop_per_image * 1e9 * pixels))
         written = cost.mb_per_image * 1e6 * pixels * ceilings.written_share(cfg.precision)
         found["bandwidth"] = rate / (sum(c.bandwidth_gb_s for c in cards) * 1e9 / written)
-        best = specs.verified_of(cards[0], cfg.model)
-        if best is not None:
-            found["verified"] = rate / (best.images_per_second * len(cards) / pixels)
+        bound = specs.bound_of(cards[0], cfg.model, record.settings_label(cfg),
+                               cfg.precision, record.batch_rule(cfg))
+        if bound is not None:
+            most = bound.verified.images_per_second * len(cards) / pixels * bound.margin
+            found["verified"] = rate / most
     return found
 
 

@@ -430,7 +430,11 @@ def runs_delete(ctx: click.Context, run_id: str) -> None:
               help="Rank the runs of this benchmark version (default: the newest with runs, in "
               "numeric order).")
 @click.option("--include-flagged", is_flag=True,
-              help="Rank runs the collector flagged as implausible too.")
+              help="Rank runs the collector flagged as implausible too (unrecognised GPU "
+              "names among them).")
+@click.option("--corroborated", "corroborated_only", is_flag=True,
+              help="Only the configurations whose figure a reference run or several "
+              "submitters corroborate.")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Entries to show."
 )
@@ -438,7 +442,8 @@ def runs_delete(ctx: click.Context, run_id: str) -> None:
 @click.pass_context
 def leaderboard(
     ctx: click.Context, model: str, precision: str | None, backend: str | None, settings: str,
-    batch_rule: str, benchmark_version: str | None, include_flagged: bool, limit: int, fmt: str
+    batch_rule: str, benchmark_version: str | None, include_flagged: bool,
+    corroborated_only: bool, limit: int, fmt: str
 ) -> None:
     """The GPU configurations of one model ranked by the median epoch-2 time of their runs,
     fastest first, with each one's best (fastest) run beside it.
@@ -446,11 +451,15 @@ def leaderboard(
     Only runs of the standard benchmark (the model's native image size, 1709 training
     images, the whole card), of the newest benchmark version, one settings label and one
     batch rule at a time (the default run's unless asked). Outliers, runs flagged as
-    implausible and published figures are left out."""
+    implausible and published figures are left out.
+
+    One submitter, one voice: a configuration's medians are the median of its submitters'
+    medians. Each says how many submitters stand behind it, and whether it is
+    corroborated (a reference run or several submitters agree) or "one source"."""
     frame = query_client(ctx).leaderboard(
         model.upper(), precision=precision, limit=limit, backend=backend, settings=settings,
         batch_rule=batch_rule, benchmark_version=benchmark_version,
-        include_flagged=include_flagged)
+        include_flagged=include_flagged, corroborated_only=corroborated_only)
     if fmt == "table" and frame.empty:
         click.echo(f"no runs of {model.upper()} with settings {settings} and batch rule "
                    f"{batch_rule} yet (--settings and --batch-rule choose others)", err=True)

@@ -600,12 +600,14 @@ class Client:
         batch_rule: str | None = None,
         benchmark_version: str | None = None,
         include_flagged: bool = False,
+        corroborated_only: bool = False,
     ) -> collector_pb2.LeaderboardResponse:
         """The collector's raw leaderboard; see `leaderboard`."""
         request = collector_pb2.LeaderboardRequest(
             model=model, precision=precision or "", limit=max(limit, 0), backend=backend or "",
             settings=settings or "", batch_rule=batch_rule or "",
             benchmark_version=benchmark_version or "", include_flagged=include_flagged,
+            corroborated_only=corroborated_only,
         )
         return self._call(self._collector.Leaderboard, request, f"the {model} leaderboard",
                           reading=True)
@@ -622,7 +624,10 @@ class Client:
         batch rule at a time: `settings` (default: the default run's,
         "kernels+cuda-graphs") and `batch_rule` (default "steps"); `backend`,
         `benchmark_version` (default: the newest, in numeric order) and `include_flagged`
-        as in `compare`."""
+        as in `compare`. One submitter, one voice: each entry's medians are the median of
+        its submitters' medians; `submitters` says how many stand behind it ("one
+        source": 1), `corroborated` whether a reference run or several submitters agree
+        with it, and `corroborated_only=True` keeps only those."""
         return frames.leaderboard_frame(
             self.leaderboard_response(model, precision, limit, **filters))
 

@@ -27,8 +27,8 @@ GIB = 1024**3
 # One row per stored run; the flattened record in the user's words, units in the names.
 RUN_COLUMNS = [
     "run_id", "short_id", "created_at", "received_at", "submitter", "label", "status",
-    "error_message", "outlier", "outlier_score", "flagged", "flag_reasons", "published",
-    "source", "benchmark_version", "schema_version",
+    "error_message", "outlier", "outlier_score", "flagged", "gpu_unrecognised", "flag_reasons",
+    "published", "source", "benchmark_version", "schema_version",
     "gpu_config", "gpu_name", "gpu_count", "memory_total_gib", "driver_version",
     "cuda_version", "compute_capability", "power_limit_w",
     "model", "image_size", "timed_batch_per_gpu", "timed_global_batch", "batch_choice",
@@ -57,8 +57,9 @@ SHARED = ("benchmark_version", "backend", "precision", "image_size", "train_imag
 # One row per GPU configuration of a comparison, fastest first; "differences": how the
 # group ran where the compared groups differ (a comparison of unlike runs only).
 COMPARE_COLUMNS = [
-    "gpu_config", "gpu_name", "gpu_count", "memory_limit_gib", "runs", "outliers_excluded",
-    "flagged_included", "epoch2_median_s", "epoch2_min_s", "epoch2_max_s", "images_per_s_median",
+    "gpu_config", "gpu_name", "gpu_count", "memory_limit_gib", "runs", "submitters",
+    "outliers_excluded", "flagged_included", "epoch2_median_s", "epoch2_min_s", "epoch2_max_s",
+    "images_per_s_median",
     "timed_batch_per_gpu", "timed_global_batch", "largest_batch_per_gpu",
     "peak_memory_median_gib", "memory_total_gib", "peak_memory_share", "energy_per_epoch_j",
     "images_per_joule", "speedup", "is_baseline", *SHARED, "differences",
@@ -72,7 +73,8 @@ PUBLISHED_COLUMNS = [
 ]  # fmt: skip
 
 LEADERBOARD_COLUMNS = [
-    "rank", "gpu_config", "gpu_name", "gpu_count", "runs", "best_epoch2_s",
+    "rank", "gpu_config", "gpu_name", "gpu_count", "runs", "submitters", "one_source",
+    "corroborated", "corroborated_by", "best_epoch2_s",
     "epoch2_median_s", "images_per_s_median", "timed_batch_per_gpu", "largest_batch_per_gpu",
     *SHARED,
 ]  # fmt: skip
@@ -136,6 +138,7 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "outlier": stored.outlier,
         "outlier_score": float(stored.outlier_score),
         "flagged": stored.flagged,
+        "gpu_unrecognised": stored.gpu_unrecognised,
         "flag_reasons": "; ".join(stored.flag_reasons),
         "published": run.published,
         "source": run.source,
@@ -242,6 +245,7 @@ def _group_row(g: collector_pb2.CompareGroup) -> dict[str, Any]:
         "gpu_count": g.gpu_count,
         "memory_limit_gib": to_gib(g.memory_limit_bytes),
         "runs": g.runs,
+        "submitters": g.submitters,
         "outliers_excluded": g.outliers_excluded,
         "flagged_included": g.flagged_included,
         "epoch2_median_s": measured(g.epoch2_median_seconds),
@@ -325,6 +329,10 @@ def leaderboard_frame(response: collector_pb2.LeaderboardResponse) -> pd.DataFra
             "gpu_name": e.gpu_name,
             "gpu_count": e.gpu_count,
             "runs": e.runs,
+            "submitters": e.submitters,
+            "one_source": e.submitters <= 1 and not e.corroborated,
+            "corroborated": e.corroborated,
+            "corroborated_by": e.corroborated_by,
             "best_epoch2_s": measured(e.best_epoch2_seconds),
             "epoch2_median_s": measured(e.epoch2_median_seconds),
             "images_per_s_median": measured(e.train_images_per_second_median),

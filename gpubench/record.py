@@ -84,6 +84,17 @@ def settings_label(config: run_pb2.Config) -> str:
     return "+".join(used) or KERAS
 
 
+# How a record of schema 1, which has no Config.batch_rule, chose its batch.
+_RULE_OF_CHOICE = {run_pb2.BATCH_CHOICE_GIVEN: "given", run_pb2.BATCH_CHOICE_SEARCHED: "largest"}
+
+
+def batch_rule(config: run_pb2.Config) -> str:
+    """How the run's batch was chosen: Config.batch_rule ("steps", "largest", "given",
+    "quick"); for a record of schema 1, "given" or "largest" as its batch_choice says
+    (--batch N or the largest-batch search); "" when neither says."""
+    return config.batch_rule or _RULE_OF_CHOICE.get(config.batch_choice, "")
+
+
 def _every_settings_label() -> frozenset[str]:
     labels = set()
     for mask in range(1 << len(SETTINGS_OPTIONS)):

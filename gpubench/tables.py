@@ -168,7 +168,8 @@ def compare_table(frame: pd.DataFrame) -> Table:
     and the legend saying in what they differ, and how each configuration ran."""
     baseline = frame.attrs.get("baseline", "")
     mixed = mixed_dimensions(frame)
-    legend = ["img/s: training images a second; img/J: training images a joule", BATCH_LEGEND]
+    legend = ["runs: runs/submitters (medians: each submitter's, then theirs); "
+              "img/s: training images a second; img/J: training images a joule", BATCH_LEGEND]
     if _limited(frame):
         legend.append(LIMIT_LEGEND)
     if baseline:
@@ -192,7 +193,7 @@ def compare_table(frame: pd.DataFrame) -> Table:
     table.add_column(figures.SPEEDUP, justify="right")
     for row in frame.to_dict("records"):
         config = row["gpu_config"] + ("  (baseline)" if row["is_baseline"] else "")
-        runs = str(_int(row["runs"]))
+        runs = f"{_int(row['runs'])}/{_int(row['submitters'])}"
         if _int(row["outliers_excluded"]):
             runs += f" (+{_int(row['outliers_excluded'])} outlier)"
         if _int(row["flagged_included"]):
@@ -289,7 +290,8 @@ def runs_table(frame: pd.DataFrame, *, title: str | None = None,
     table.add_column("submitter", overflow="fold")
     for row in frame.to_dict("records"):
         status = row["status"] + (" (outlier)" if row["outlier"] else "")
-        status += " (flagged)" if row["flagged"] else ""
+        status += (" (unrecognised GPU)" if row["gpu_unrecognised"]
+                   else " (flagged)" if row["flagged"] else "")
         backend = SHORT_BACKEND.get(row["backend"], row["backend"])
         peak = figures.gib(row["peak_memory_gib"]).removesuffix(" GiB")
         if peak != MISSING and not is_missing(row["peak_memory_share"]):
@@ -333,12 +335,15 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
     varies = any(frame[c].nunique() > 1 for c in AS_RUN) if not frame.empty else False
     table = narrow_table(
         leaderboard_title(frame),
-        "ranked by the median epoch-2 time of each configuration's runs; best: its fastest "
+        "ranked by the median epoch-2 time of each configuration's runs (the median of "
+        "its submitters' medians); runs/src: its runs and submitters; "
+        f"{CORROBORATED_MARK}: corroborated (a reference run or several submitters "
+        "agree); one source: a single submitter; best: its fastest "
         f"run; img/s: training images a second; {BATCH_LEGEND}; {PRECISION_LEGEND}",
     )
     table.add_column("#", justify="right")
     table.add_column("GPU config")
-    table.add_column("runs", justify="right")
+    table.add_column("runs/src", justify="right")
     table.add_column("best epoch 2 (s)", justify="right")
     table.add_column("median epoch 2 (s)", justify="right")
     table.add_column("img/s", justify="right")
@@ -351,8 +356,8 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
     for row in frame.to_dict("records"):
         cells = [
             str(_int(row["rank"])),
-            Text(row["gpu_config"]),
-            str(_int(row["runs"])),
+            Text(row["gpu_config"] + _standing(row)),
+            f"{_int(row['runs'])}/{_int(row['submitters'])}",
             figures.seconds(row["best_epoch2_s"], unit=False),
             figures.seconds(row["epoch2_median_s"], unit=False),
             figures.three_digits(row["images_per_s_median"]),
@@ -366,6 +371,18 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
                               f"{_int(row['epochs'])} epochs"))
         table.add_row(*cells)
     return table
+
+
+# How a corroborated leaderboard entry is marked in the terminal.
+CORROBORATED_MARK = "✓"
+
+
+def _standing(row: dict[str, Any]) -> str:
+    """What stands behind a leaderboard entry, after its GPU configuration: the mark of a
+    corroborated figure, "one source", or nothing."""
+    if row["corroborated"]:
+        return f" {CORROBORATED_MARK}"
+    return " (one source)" if row["one_source"] else ""
 
 
 def run_facts(stored: collector_pb2.StoredRun) -> list[tuple[str, str]]:

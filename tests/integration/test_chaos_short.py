@@ -1,6 +1,6 @@
 """The fault campaign's cheapest parts (bench/chaos.py --short: poisoned records, the
-token matrix and the tampered backups, about 15 s) against real collector processes; the
-rest is `make chaos`."""
+token matrix, the tampered backups and the fabricated runs, about 20 s) against real
+collector processes; the rest is `make chaos`."""
 
 from __future__ import annotations
 
@@ -15,11 +15,17 @@ CHAOS = Path(__file__).resolve().parents[2] / "bench" / "chaos.py"
 
 @pytest.mark.chaos
 def test_the_short_campaigns_cheapest_parts_lose_nothing_and_answer_right() -> None:
-    done = subprocess.run([sys.executable, str(CHAOS), "--short", "--parts", "poison,auth,tampered",
+    done = subprocess.run([sys.executable, str(CHAOS), "--short", "--parts",
+                           "poison,auth,tampered,fabrication",
                            "--seed", "1"], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nothing lost, duplicated or wrong" in done.stdout
     table = done.stdout[done.stdout.index("part "):]
     assert all(len(line) <= 80 for line in table.splitlines())
-    assert "poison" in table and "auth" in table and "tampered" in table
+    assert all(part in table for part in ("poison", "auth", "tampered", "fabrication"))
+    # Every fabricated case answered, none leading.
+    cases = done.stdout[done.stdout.index("case "):done.stdout.index("part ")]
+    assert all(len(line) <= 80 for line in cases.splitlines())
+    assert "STORED" not in cases and "NVIDIA H200 NVL at 5.5x" in cases
+    assert "none leads" in table
 

@@ -263,4 +263,4 @@ def test_outliers_left_out_unless_asked(client: Client, make_run: Any) -> None:
     assert everything["epoch2_max_s"] == pytest.approx(60.0)
     shown = io.StringIO()
     Console(file=shown, width=200).print(tables.compare_table(client.compare("B0")))
-    assert "4 (+1 outlier)" in shown.getvalue()
+    assert "4/1 (+1 outlier)" in shown.getvalue()  # 4 runs of 1 submitter

@@ -62,8 +62,9 @@ def test_the_table_reads_and_every_pattern_compiles() -> None:
 
 def test_a_broken_table_is_refused_with_its_file(tmp_path: Path) -> None:
     data = json.loads(ceilings.SPECS_FILE.read_text())
-    data["verified"].append({"gpu": "H900", "model": "B0", "images_per_second": 1,
-                             "record": "x"})
+    data["verified"].append({"gpu": "H900", "model": "B0", "settings": "keras",
+                             "precision": "float32", "batch_rule": "steps",
+                             "images_per_second": 1, "record": "x"})
     broken = tmp_path / "specs.json"
     broken.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="specs.json: verified run of H900 B0"):
@@ -77,7 +78,32 @@ def test_every_verified_figure_is_its_records() -> None:
         run = record.from_dict(data[int(position.rstrip("]"))] if position else data)
         assert run.config.model == verified.model
         assert ceilings.specs().spec_of(run.gpus[0].name).name == verified.gpu
+        assert record.settings_label(run.config) == verified.settings
+        assert run.config.precision == verified.precision
+        assert record.batch_rule(run.config) == verified.batch_rule
         assert round(plausibility.claimed_rate(run)) == verified.images_per_second
+
+
+def test_every_verified_run_is_the_fastest_real_run_of_its_configuration() -> None:
+    fastest: dict[tuple, float] = {}
+    for _, data in RECORDS:
+        run = record.from_dict(data)
+        cfg = run.config
+        if (run.published or cfg.gpu_count != 1 or run.result.status != 1
+                or cfg.image_size != record.NATIVE_IMAGE_SIZE[cfg.model]):
+            continue
+        key = (record.normalize_gpu_name(run.gpus[0].name), cfg.model,
+               record.settings_label(cfg), cfg.precision, record.batch_rule(cfg))
+        fastest[key] = max(fastest.get(key, 0), round(plausibility.claimed_rate(run)))
+    table = {("NVIDIA " + v.gpu, v.model, v.settings, v.precision, v.batch_rule):
+             v.images_per_second for v in ceilings.specs().verified}
+    assert table == {key: rate for key, rate in fastest.items() if key[2] != "keras"}
+
+
+def test_every_card_has_its_compute_capability_and_source() -> None:
+    for spec in ceilings.specs().gpus:
+        assert re.fullmatch(r"\d+\.\d", spec.compute_capability), spec.name
+        assert "nvidia.com" in spec.source or "amazon.com" in spec.source, spec.name
 
 
 def test_the_ceilings_of_a_t4_running_b0() -> None:
@@ -108,7 +134,9 @@ def test_mixed_precision_may_use_the_tensor_cores() -> None:
 
 
 def test_two_cards_are_held_to_twice_one() -> None:
-    rate = 2 * 3941 * ceilings.VERIFIED_MARGIN * 0.9  # under 4x the verified run, per GPU
+    # The factory's run (keras, float32, batch rule "given"): no verified run of its
+    # settings, so the fastest float32 run (2,771 img/s) with SAME_PRECISION_MARGIN.
+    rate = 2 * 2771 * ceilings.SAME_PRECISION_MARGIN * 0.9
     run = make_run(gpu_name="NVIDIA H200", gpu_count=2, train_images_per_second=rate,
                    epoch2_seconds=1709 / rate / 0.82)
     assert plausibility.implausibilities(run) == []
@@ -134,3 +162,16 @@ def test_the_step_checks_hold_epochs_of_enough_steps_only() -> None:
     # 13 full steps: images/s 3.5x apart is a contradiction, named.
     fields = [field for field, _ in plausibility.inconsistencies(run(1709, 128))]
     assert fields == ["run.result.train_images_per_second"]
+
+
+def test_a_cpu_run_is_held_to_its_cores() -> None:
+    # 32 cores x 256 GFLOP/s / 2.3 GFLOP an image: 3,562 img/s at most.
+    honest = make_run(gpu_count=0)
+    assert plausibility.implausibilities(honest) == []
+    fast = make_run(gpu_count=0, train_images_per_second=4000.0,
+                    epoch2_seconds=1709 / 4000.0 / 0.82)
+    [reason] = plausibility.implausibilities(fast)
+    assert reason.startswith("B0 at 4,000 training images/s on the CPU is more than 32 cores "
+                             "can compute (256 GFLOP/s a core")
+    many = make_run(gpu_count=0, host__cpu_cores=5000)
+    assert plausibility.implausibilities(many)[0].startswith("a host of 5,000 CPU cores")

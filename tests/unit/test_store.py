@@ -129,14 +129,16 @@ def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
     store.database.cursor().execute(
         "DELETE FROM schema_migrations WHERE name IN ('0003_group_figures', "
         "'0004_group_figures_by_train_images', '0005_settings', '0007_batch_rule', "
-        "'0008_like_for_like_and_flags')"
+        "'0008_like_for_like_and_flags', '0009_gpu_catalogue_flags', "
+        "'0010_group_submitters')"
     )
     store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-5:] == [
+        assert store.applied_migrations()[-7:] == [
             "0003_group_figures", "0004_group_figures_by_train_images", "0005_settings",
-            "0007_batch_rule", "0008_like_for_like_and_flags"]
+            "0007_batch_rule", "0008_like_for_like_and_flags", "0009_gpu_catalogue_flags",
+            "0010_group_submitters"]
         [t4] = store.compare_groups(CompareQuery(model="B0"))
         assert (t4.gpu_name, t4.runs, t4.epoch2_median_seconds) == ("Tesla T4", 3, 17.0)
     finally:
@@ -171,6 +173,8 @@ COLUMNS_ADDED = {"0005_settings": ("settings",),
                      "published", "flagged", "flag_reasons")}
 # group_figures' last figure column, added by migration 0007.
 LAST_FIGURE = "    max(largest_batch_per_gpu) FILTER (WHERE keep)\n"
+# ... and the one after it, added by migration 0010.
+SUBMITTERS_FIGURE = "    count(DISTINCT submitter) FILTER (WHERE keep)\n"
 
 
 def _as_an_older_collector(
@@ -192,10 +196,15 @@ def _as_an_older_collector(
                 run_columns = run_columns.remove(run_columns.get_field_index(name))
     patch.setattr(columns, "RUN_COLUMNS", run_columns)
     patch.setattr(columns, "INSERT_ROWS", columns.insert_rows_sql(run_columns))
-    if "0007_batch_rule" not in {m.name for m in known}:
-        figures = outliers.FIGURES.replace(",\n" + LAST_FIGURE, "\n")
+    figures = outliers.FIGURES
+    if "0010_group_submitters" not in {m.name for m in known}:
+        figures = figures.replace(",\n" + SUBMITTERS_FIGURE, "\n")
         assert figures != outliers.FIGURES
-        patch.setattr(outliers, "FIGURES", figures)
+    if "0007_batch_rule" not in {m.name for m in known}:
+        older = figures.replace(",\n" + LAST_FIGURE, "\n")
+        assert older != figures
+        figures = older
+    patch.setattr(outliers, "FIGURES", figures)
     if "0008_like_for_like_and_flags" not in {m.name for m in known}:
         # No flags nor published runs to leave out, nor columns that say so.
         patch.setattr(outliers, "SCORED_RUNS", "status = 'ok' AND epoch2_seconds IS NOT NULL")
@@ -229,7 +238,7 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-4:] == [
+        assert store.applied_migrations()[-6:-2] == [
             "0004_group_figures_by_train_images", "0005_settings", "0007_batch_rule",
             "0008_like_for_like_and_flags"]
         # The smoke run is alone in its group now: no outlier, score 0.
@@ -293,7 +302,7 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-3:] == ["0005_settings", "0007_batch_rule",
+        assert store.applied_migrations()[-5:-2] == ["0005_settings", "0007_batch_rule",
                                                    "0008_like_for_like_and_flags"]
         settings = dict(store.database.cursor().execute(
             "SELECT run_id, settings FROM runs").fetchall())
@@ -375,7 +384,7 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-2:] == ["0007_batch_rule",
+        assert store.applied_migrations()[-4:-2] == ["0007_batch_rule",
                                                    "0008_like_for_like_and_flags"]
         found = {r: (rule, largest) for r, rule, largest in store.database.cursor().execute(
             "SELECT run_id, batch_rule, largest_batch_per_gpu FROM runs").fetchall()}
@@ -427,7 +436,9 @@ def test_upgrading_from_0007_flags_what_the_checks_would_refuse_and_folds_gpu_na
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-1] == "0008_like_for_like_and_flags"
+        assert store.applied_migrations()[-3:] == ["0008_like_for_like_and_flags",
+                                                   "0009_gpu_catalogue_flags",
+                                                   "0010_group_submitters"]
         flagged = store.get(fabricated.run_id)
         assert flagged.flagged and not flagged.outlier
         assert any(r.startswith("inconsistent: run.result.epoch2_seconds: is 1e-09 s")
@@ -446,5 +457,32 @@ def test_upgrading_from_0007_flags_what_the_checks_would_refuse_and_folds_gpu_na
         [asked] = store.compare_groups(CompareQuery(model="B0", pipeline="seed",
                                                     include_flagged=True))
         assert asked.runs == 5 and asked.flagged_included == 1
+    finally:
+        store.close()
+
+
+def test_upgrading_flags_runs_stored_before_the_gpu_catalogue(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    store = Store(db)
+    honest = [make_run(epoch2_seconds=s) for s in (16.0, 17.0, 18.0)]
+    look_alike = make_run(gpu_name="Tesla T4", epoch2_seconds=17.0)
+    look_alike.gpus[0].name = "TesIa T4"
+    store.submit_many([*honest, look_alike], "lab")
+    # As a collector before migration 0009 stored it: unflagged, in the T4's group.
+    cursor = store.database.cursor()
+    cursor.execute("UPDATE runs SET flagged = false, flag_reasons = '' WHERE run_id = ?",
+                   [look_alike.run_id])
+    cursor.execute("DELETE FROM schema_migrations WHERE name = '0009_gpu_catalogue_flags'")
+    store.close()
+    store = Store(db)
+    try:
+        assert store.applied_migrations()[-1] == "0009_gpu_catalogue_flags"
+        stored = store.get(look_alike.run_id)
+        assert stored.flagged
+        assert stored.flag_reasons[0].startswith(
+            "unrecognised GPU 'TesIa T4': looks like the catalogued Tesla T4")
+        assert not any(store.get(run.run_id).flagged for run in honest)
+        groups = store.compare_groups(CompareQuery(model="B0"))
+        assert [(g.gpu_name, g.runs) for g in groups] == [("Tesla T4", 3)]
     finally:
         store.close()

@@ -65,7 +65,7 @@ def _compare_response() -> collector_pb2.CompareResponse:
         max_batch_per_gpu=10, max_global_batch=20, peak_memory_median_bytes=45 * GIB,
         memory_total_bytes=48 * GIB, peak_memory_share=45 / 48,
         energy_per_epoch_median_joules=48_000.0, images_per_joule=1709 / 48_000.0,
-        speedup=11.25, outliers_excluded=1,
+        speedup=11.25, outliers_excluded=1, submitters=2,
     )  # fmt: skip
     response.groups.add(
         gpu_name="NVIDIA GeForce GTX 1070", gpu_count=1, runs=1, epoch2_median_seconds=900.0,
@@ -176,7 +176,7 @@ def test_compare_table_marks_baseline_and_units() -> None:
     assert "45.0 GiB (94%)" in text
     assert "48.0 kJ" in text
     assert "11.2x" in text and "1.00x" in text
-    assert "3 (+1 outlier)" in text
+    assert "3/2 (+1 outlier)" in text and "runs/submitters" in text
 
 
 def test_run_tables_show_epochs_and_trials() -> None:
@@ -201,3 +201,11 @@ def test_the_python_client_loads_no_rendering() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_run_of_an_unrecognised_gpu_is_listed_as_such() -> None:
+    stored = _stored_run()
+    stored.flagged = stored.gpu_unrecognised = True
+    stored.flag_reasons.append("unrecognised GPU 'NVIDIA H2OO': looks like the catalogued H200")
+    text = _render(tables.runs_table(frames.runs_frame([stored])))
+    assert "(unrecognised GPU)" in " ".join(text.split())

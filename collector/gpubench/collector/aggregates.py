@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench.collector import compare, outliers
+from gpubench.collector import ceilings, compare, corroboration, outliers
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.queries import equal_where_set
 from gpubench.collector.visible import Snapshot, Snapshots
@@ -60,6 +60,7 @@ class LeaderboardQuery:
     batch_rule: str = record.DEFAULT_BATCH_RULE
     benchmark_version: str = ""  # empty: the newest (numerically) with such runs
     include_flagged: bool = False
+    corroborated_only: bool = False
     limit: int = 20
 
 
@@ -83,6 +84,7 @@ class LeaderboardRow:
     train_images_per_second_median: float | None
     max_batch_per_gpu: int  # the largest batch per GPU its runs were timed at
     largest_batch_per_gpu_max: int  # the largest batch per GPU a search confirmed (0: none)
+    corroboration: corroboration.Corroboration  # its submitters, and what agrees with it
 
 
 class Aggregates:
@@ -109,7 +111,7 @@ class Aggregates:
                     epoch2_min_seconds, epoch2_max_seconds, train_images_per_second_median,
                     max_batch_per_gpu, max_global_batch, peak_memory_median_bytes,
                     memory_total_bytes, energy_per_epoch_median_joules, images_per_joule_median,
-                    largest_batch_per_gpu_max,
+                    largest_batch_per_gpu_max, submitters,
                     {", ".join(f"[{c}]" for c in KEY_COLUMNS)}
                 FROM {read.group_figures()} WHERE with_outliers = ? AND {' AND '.join(clauses)}
                 """,
@@ -126,13 +128,14 @@ class Aggregates:
         published runs are left out like measured ones."""
         clauses, params = _compare_filter(CompareQuery(model=model, gpu_names=tuple(gpu_names)))
         with self._snapshot() as read:
+            published = f"""(SELECT *, true AS keep FROM {read.rows}
+                             WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND published
+                               AND NOT flagged AND {' AND '.join(clauses)})"""
             rows = read.con.execute(
                 f"""
                 SELECT {_CONFIG}, {outliers.FIGURES},
                     {", ".join(f"[{c}]" for c in KEY_COLUMNS)}, 0, any_value(record)
-                FROM (SELECT *, true AS keep FROM {read.rows}
-                      WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND published
-                        AND NOT flagged AND {' AND '.join(clauses)})
+                FROM {outliers.voiced(published, f"{_CONFIG}, {', '.join(KEY_COLUMNS)}")}
                 GROUP BY {_CONFIG}, {", ".join(KEY_COLUMNS)}
                 ORDER BY median(epoch2_seconds), gpu_name
                 """,
@@ -152,6 +155,12 @@ class Aggregates:
         first (the best single run beside it); one entry per backend, precision, pipeline,
         weights, data and epochs each configuration ran with. Returns the entries and the
         benchmark version they are of.
+
+        One submitter, one voice: an entry's medians are the median of its submitters'
+        medians (each token's runs first), so that a flood from one token weighs as one
+        run; each entry says how many submitters stand behind it and whether its figure
+        is corroborated (collector.corroboration), and `corroborated_only` keeps only
+        those that are.
 
         Only runs of the standard benchmark count: at the model's native image size (not
         a smoke run at --image-size), on the protocol's STANDARD_TRAIN_IMAGES training
@@ -174,8 +183,6 @@ class Aggregates:
                 clauses.append(f"{column} = ?")
                 params.append(getattr(query, column))
         where = " AND ".join(clauses)
-        keys = "gpu_name, gpu_count, backend, precision, settings, pipeline, weights, data, " \
-               "epochs, batch_rule"
         with self._snapshot() as read:
             version = query.benchmark_version
             if not version:
@@ -185,18 +192,77 @@ class Aggregates:
                 version = versions[0]
             rows = read.con.execute(
                 f"""
-                SELECT {keys}, count(*), min(epoch2_seconds), median(epoch2_seconds),
-                    median(train_images_per_second), max(batch_per_gpu),
-                    coalesce(max(largest_batch_per_gpu), 0)
-                FROM {read.runs}
-                WHERE {where} AND benchmark_version = ?
-                GROUP BY {keys}
-                ORDER BY median(epoch2_seconds), min(epoch2_seconds), gpu_name, gpu_count
-                LIMIT ?
+                WITH voices AS (
+                    SELECT {_BOARD_KEYS}, submitter, count(*) AS runs,
+                        min(epoch2_seconds) AS best, median(epoch2_seconds) AS epoch2,
+                        median(train_images_per_second) AS rate, max(batch_per_gpu) AS batch,
+                        max(largest_batch_per_gpu) AS largest
+                    FROM {read.runs}
+                    WHERE {where} AND benchmark_version = ?
+                    GROUP BY {_BOARD_KEYS}, submitter)
+                SELECT {_BOARD_KEYS}, sum(runs)::INTEGER, min(best), median(epoch2),
+                    median(rate), max(batch), coalesce(max(largest), 0), list(epoch2)
+                FROM voices
+                GROUP BY {_BOARD_KEYS}
+                ORDER BY median(epoch2), min(best), gpu_name, gpu_count
                 """,
-                [*params, version, query.limit],
+                [*params, version],
             ).fetchall()
-        return [LeaderboardRow(*r) for r in rows], version
+            published = _published_medians(read, query.model, version)
+        found = []
+        for r in rows:
+            row = LeaderboardRow(*r[:-1], corroboration=_corroboration(
+                r, r[-1], published.get(_reference_key(r), ()), query.model))
+            if row.corroboration.corroborated or not query.corroborated_only:
+                found.append(row)
+        return found[: query.limit], version
+
+
+# A leaderboard entry's columns (LeaderboardRow's first ones), and those a reference run
+# must share with it to corroborate it.
+_BOARD_KEYS = ("gpu_name, gpu_count, backend, precision, settings, pipeline, weights, data, "
+               "epochs, batch_rule")
+_REFERENCE_KEYS = ("gpu_name", "gpu_count", "backend", "precision", "settings", "batch_rule")
+
+
+def _reference_key(row: Sequence[Any]) -> tuple:
+    names = [k.strip() for k in _BOARD_KEYS.split(",")]
+    return tuple(row[names.index(k)] for k in _REFERENCE_KEYS)
+
+
+def _published_medians(read: Snapshot, model: str, version: str) -> dict[tuple, list]:
+    """The median epoch-2 time of the unflagged published runs of a model at its native
+    size, per _REFERENCE_KEYS, each as (what it is, seconds)."""
+    rows = read.con.execute(
+        f"""
+        SELECT {", ".join(_REFERENCE_KEYS)}, median(epoch2_seconds), any_value(run_id)
+        FROM {read.rows}
+        WHERE published AND NOT flagged AND status = 'ok' AND epoch2_seconds IS NOT NULL
+          AND model = ? AND image_size = ? AND benchmark_version = ?
+        GROUP BY ALL
+        """,
+        [model, record.NATIVE_IMAGE_SIZE.get(model, 0), version],
+    ).fetchall()
+    found: dict[tuple, list] = {}
+    for r in rows:
+        found.setdefault(tuple(r[:-2]), []).append((f"published run {r[-1][:8]}", r[-2]))
+    return found
+
+
+def _corroboration(row: Sequence[Any], submitter_medians: Sequence[float],
+                   published: Sequence[tuple[str, float]],
+                   model: str) -> corroboration.Corroboration:
+    """What stands behind a leaderboard row (r: _BOARD_KEYS, then the figures): its
+    submitters' medians and the published runs of its configuration (epoch-2 seconds),
+    and the operator's verified run (training images/s)."""
+    figure, rate = row[12], row[13]
+    references = [(what, corroboration.agrees(seconds, figure)) for what, seconds in published]
+    gpu_name, gpu_count, _, precision, settings = row[:5]
+    verified = corroboration.verified_reference(
+        ceilings.specs(), gpu_name, gpu_count, model, settings, precision, row[9])
+    if verified is not None and rate:
+        references.append((verified[0], corroboration.agrees(rate, verified[1])))
+    return corroboration.corroborate(figure, submitter_medians, references)
 
 
 def _benchmark_versions(read: Snapshot, where: str, params: Sequence[Any]) -> list[str]:
@@ -208,14 +274,15 @@ def _benchmark_versions(read: Snapshot, where: str, params: Sequence[Any]) -> li
 
 def _compare_rows_from_runs(read: Snapshot, query: CompareQuery) -> list[tuple]:
     clauses, params = _compare_filter(query)
+    kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {read.runs}
+                WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
+                  AND (? OR NOT flagged) AND {' AND '.join(clauses)})"""
     return read.con.execute(
         f"""
         SELECT {_CONFIG}, {outliers.FIGURES},
             {", ".join(f"list(DISTINCT {c}) FILTER (WHERE keep)" for c in KEY_COLUMNS)},
             count(*) FILTER (WHERE keep AND flagged)
-        FROM (SELECT *, (? OR NOT outlier) AS keep FROM {read.runs}
-              WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
-                AND (? OR NOT flagged) AND {' AND '.join(clauses)})
+        FROM {outliers.voiced(kept, _CONFIG)}
         GROUP BY {_CONFIG}
         """,
         [query.include_outliers, query.include_flagged, *params],
@@ -235,9 +302,9 @@ def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
 
 
 def _group_figures(r: Sequence[Any], *, source: str = "") -> GroupFigures:
-    """GroupFigures from a row: the configuration (3 columns), FIGURES (13), the
+    """GroupFigures from a row: the configuration (3 columns), FIGURES (14), the
     dimensions' value lists (KEY_COLUMNS) and, from the runs, the flagged runs kept."""
-    lists = [tuple(sorted(v or ())) for v in r[16:16 + len(KEY_COLUMNS)]]
+    lists = [tuple(sorted(v or ())) for v in r[17:17 + len(KEY_COLUMNS)]]
     return GroupFigures(
         gpu_name=r[0], gpu_count=r[1], memory_limit_bytes=r[2] or 0, runs=r[3],
         outliers_excluded=r[4], epoch2_median_seconds=r[5], epoch2_min_seconds=r[6],
@@ -245,8 +312,8 @@ def _group_figures(r: Sequence[Any], *, source: str = "") -> GroupFigures:
         max_batch_per_gpu=r[9] or 0, max_global_batch=r[10] or 0,
         peak_memory_median_bytes=r[11], memory_total_bytes=r[12],
         energy_per_epoch_median_joules=r[13], images_per_joule_median=r[14],
-        largest_batch_per_gpu_max=r[15] or 0,
+        largest_batch_per_gpu_max=r[15] or 0, submitters=r[16] or 0,
         **dict(zip(compare.DIMENSION_ATTRIBUTES, lists, strict=True)),
-        flagged_included=r[16 + len(KEY_COLUMNS)] if len(r) > 16 + len(KEY_COLUMNS) else 0,
+        flagged_included=r[17 + len(KEY_COLUMNS)] if len(r) > 17 + len(KEY_COLUMNS) else 0,
         source=source,
     )

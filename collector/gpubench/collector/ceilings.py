@@ -1,10 +1,12 @@
 """How fast a GPU could possibly train the benchmark: the ceilings a run is held to.
 
-The figures are data (gpu_specs.json beside this module): each known GPU's peak TFLOP/s and
-memory bandwidth, each model's FLOPs and memory per training image, and the fastest
-run the project verified on a GPU. A run faster than one of these ceilings is
-implausible (collector.plausibility flags it). Pure Python, no database: the front-end
-processes use it too.
+The figures are data (gpu_specs.json beside this module, the GPU catalogue): each known
+GPU's names, peak TFLOP/s, memory bandwidth, memory, power limit and compute capability
+with the datasheet they come from, each model's FLOPs and memory per training image, and
+the fastest run the project verified of a GPU in each configuration. A run faster than
+one of these ceilings is implausible (collector.plausibility flags it); so is a run on a
+GPU whose name the catalogue does not know (collector.gpu_names tells a look-alike of a
+known card apart). Pure Python, no database: the front-end processes use it too.
 """
 
 from __future__ import annotations
@@ -17,10 +19,19 @@ from pathlib import Path
 
 SPECS_FILE = Path(__file__).with_name("gpu_specs.json")
 
-# A verified run is the fastest the project has seen on a card; a faster one is not
-# impossible (a better build, a newer version: torchvision's own B0 trains 5,136 img/s in
-# bfloat16 on the H200, 1.3x gpubench's fastest there, 3,941), but one more than this many
-# times faster is a claim nobody has shown.
+# A verified run is the fastest the project has seen on a card in one configuration
+# (settings label, precision and batch rule); a faster one is not impossible (a newer
+# version, a luckier machine: the project's own repeats of one configuration span up to
+# 1.2x as versions improved), but one more than this many times faster than the fastest
+# verified run of its own configuration is a claim nobody has shown.
+SAME_CONFIGURATION_MARGIN = 1.25
+# Where the card has verified runs of the run's precision but not of its settings or
+# batch rule: the fastest of that precision (other settings are slower, not faster: the
+# H200's fastest float32 B0 runs are all within 1.1x of each other) with a wider margin.
+SAME_PRECISION_MARGIN = 1.5
+# Where the card has no verified run of the precision at all: its fastest of any
+# configuration, far wider (torchvision's own B0 trains 5,136 img/s in bfloat16 on the
+# H200, 1.3x gpubench's fastest there, 3,941; float32 may not use the 16-bit units).
 VERIFIED_MARGIN = 4.0
 # The memory a training image holds (the batch search's slope) is written at least once
 # per step; only part of it is assumed, so the bound stays below any real run: half at
@@ -41,6 +52,8 @@ class GpuSpec:
     tf32_tflops: float
     fp16_tflops: float
     bandwidth_gb_s: float
+    compute_capability: str = ""
+    source: str = ""  # the datasheet the figures come from
 
     def peak_tflops(self, precision: str) -> float:
         """The highest rate the run's precision may use: float32 runs may use TF32
@@ -60,12 +73,25 @@ class ModelCost:
 
 @dataclass(frozen=True)
 class Verified:
-    """The fastest run the project measured on a GPU model, training images/s."""
+    """The fastest run the project measured on a GPU model in one configuration
+    (settings label, precision, batch rule), training images/s."""
 
     gpu: str
     model: str
+    settings: str
+    precision: str
+    batch_rule: str
     images_per_second: float
     record: str
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The fastest verified run a run is held to, and how far past it it may go."""
+
+    verified: Verified
+    margin: float
+    alike: str  # which of the run's configuration the verified run shares, in words
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,16 +118,38 @@ class Specs:
         )
 
     def spec_of(self, gpu_name: str) -> GpuSpec | None:
-        """The known GPU of that (normalised) name, or None."""
+        """The known GPU of that (normalised) name, or None. Case counts: NVML writes a
+        card's name one way, and "nvidia h200" is a look-alike, not an H200."""
         if gpu_name not in self._found:
             self._found[gpu_name] = next(
-                (spec for spec in self.gpus
-                 if re.fullmatch(spec.pattern, gpu_name, flags=re.IGNORECASE)), None)
+                (spec for spec in self.gpus if re.fullmatch(spec.pattern, gpu_name)), None)
         return self._found[gpu_name]
 
     def verified_of(self, spec: GpuSpec, model: str) -> Verified | None:
-        """The fastest verified run of a GPU model and network, or None."""
-        return next((v for v in self.verified if v.gpu == spec.name and v.model == model), None)
+        """The fastest verified run of a GPU model and network in any configuration, or
+        None."""
+        runs = [v for v in self.verified if v.gpu == spec.name and v.model == model]
+        return max(runs, key=lambda v: v.images_per_second, default=None)
+
+    def bound_of(self, spec: GpuSpec, model: str, settings: str, precision: str,
+                 batch_rule: str) -> Bound | None:
+        """The verified run a run of this card, model and configuration is held to: the
+        fastest of the same configuration (SAME_CONFIGURATION_MARGIN), else of the same
+        precision (SAME_PRECISION_MARGIN), else of any (VERIFIED_MARGIN); None when the
+        card has no verified run of the model."""
+        runs = [v for v in self.verified if v.gpu == spec.name and v.model == model]
+        tiers = (
+            ([v for v in runs if (v.settings, v.precision, v.batch_rule)
+              == (settings, precision, batch_rule)], SAME_CONFIGURATION_MARGIN,
+             f"{settings}, {precision}, batch rule {batch_rule}"),
+            ([v for v in runs if v.precision == precision], SAME_PRECISION_MARGIN,
+             f"{precision}, any settings"),
+            (runs, VERIFIED_MARGIN, "any configuration"),
+        )
+        for alike, margin, words in tiers:
+            if alike:
+                return Bound(max(alike, key=lambda v: v.images_per_second), margin, words)
+        return None
 
 
 def read_specs(path: Path = SPECS_FILE) -> Specs:

@@ -23,7 +23,8 @@ MIXED = "mixed"
 
 @dataclass(frozen=True)
 class GroupFigures:
-    """Aggregated figures of one GPU configuration's runs (medians are over runs)."""
+    """Aggregated figures of one GPU configuration's runs (medians are the medians of
+    each submitter's medians: one submitter, one voice)."""
 
     gpu_name: str
     gpu_count: int
@@ -55,6 +56,7 @@ class GroupFigures:
     memory_limit_bytes: int = 0  # --memory-limit: the runs behaved as a card this size
     flagged_included: int = 0  # runs flagged implausible among `runs` (asked for)
     source: str = ""  # published runs: where the figures come from
+    submitters: int = 0  # the submitters (tokens) whose runs `runs` are
 
     @property
     def config_name(self) -> str:

@@ -140,6 +140,33 @@ def backfill_trust(con: Any) -> None:
         )
 
 
+
+def backfill_flags(con: Any) -> None:
+    """Flag each stored run again as `rows.flag_reasons` does now (the GPU catalogue's
+    names, the ceilings of a run's own configuration, the energy its cards can draw):
+    a run stored before those checks keeps no lighter judgement than a new one gets."""
+    after = ""
+    while True:
+        found = con.execute(
+            "SELECT run_id, record FROM runs WHERE run_id > ? ORDER BY run_id LIMIT ?",
+            [after, BACKFILL_CHUNK],
+        ).fetchall()
+        if not found:
+            return
+        after = found[-1][0]
+        reasons = [rows.flag_reasons(run_pb2.Run.FromString(blob)) for _, blob in found]
+        con.execute(
+            """
+            UPDATE runs SET flagged = s.flagged, flag_reasons = s.flag_reasons
+            FROM (SELECT unnest(?::VARCHAR[]) AS run_id, unnest(?::BOOLEAN[]) AS flagged,
+                         unnest(?::VARCHAR[]) AS flag_reasons) s
+            WHERE runs.run_id = s.run_id
+              AND (runs.flagged <> s.flagged OR runs.flag_reasons <> s.flag_reasons)
+            """,
+            [[run_id for run_id, _ in found], [bool(r) for r in reasons],
+             [rows.REASON_SEPARATOR.join(r) for r in reasons]],
+        )
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "0001_runs",
@@ -429,6 +456,22 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
         refill_group_figures=True,
         backfill=backfill_trust,
+    ),
+    Migration(
+        "0009_gpu_catalogue_flags",
+        # No schema change: the stored runs flagged again by today's checks (unrecognised
+        # and look-alike GPU names, per-configuration ceilings, energy), and the outlier
+        # groups and their figures recomputed without the runs newly flagged.
+        (),
+        refill_group_figures=True,
+        backfill=backfill_flags,
+    ),
+    Migration(
+        "0010_group_submitters",
+        # How many submitters stand behind each group's figures (one submitter, one
+        # voice: the figures are the medians of the submitters' medians).
+        ("ALTER TABLE group_figures ADD COLUMN submitters INTEGER NOT NULL DEFAULT 0",),
+        refill_group_figures=True,
     ),
 )
 

@@ -1,7 +1,8 @@
 """Outlier flags and the per-group figures Compare reads, as SQL over the runs table.
 
 Runs are scored within their outlier group (OUTLIER_GROUP: the same GPU configuration
-and everything that changes what was timed) by a robust z-score of their epoch-2 time.
+and everything that changes what was timed) by a robust z-score of their epoch-2 time
+about the median of the group's submitters' medians (one submitter, one voice).
 The flusher stores the flags in runs.outlier and runs.outlier_score and each group's
 figures in the table group_figures (`rescore`), for the groups a change touched.
 Between a change and that rescore, readers compute the same flags and figures for the
@@ -45,22 +46,44 @@ OUTLIER_GROUP = (
 # not flagged as implausible.
 SCORED_RUNS = ("status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published "
                "AND NOT flagged")
-# The figures of a set of runs (those with `keep` true), in GroupFigures' order.
+# The figures whose medians are taken submitter first (one submitter, one voice): each
+# submitter's median of its runs, then the median of those (`voiced` computes the
+# first, as voice_<figure>, on the runs of a relation).
+VOICED = ("epoch2_seconds", "train_images_per_second", "peak_memory_bytes",
+          "memory_total_bytes", "energy_per_epoch_joules", "images_per_joule")
+# The figures of a set of runs (those with `keep` true, from a relation `voiced` made),
+# in GroupFigures' order.
 FIGURES = """
     count(*) FILTER (WHERE keep),
     count(*) FILTER (WHERE NOT keep),
-    median(epoch2_seconds) FILTER (WHERE keep),
+    median(voice_epoch2_seconds) FILTER (WHERE keep AND first_voice),
     min(epoch2_seconds) FILTER (WHERE keep),
     max(epoch2_seconds) FILTER (WHERE keep),
-    median(train_images_per_second) FILTER (WHERE keep),
+    median(voice_train_images_per_second) FILTER (WHERE keep AND first_voice),
     max(batch_per_gpu) FILTER (WHERE keep),
     max(global_batch) FILTER (WHERE keep),
-    median(peak_memory_bytes) FILTER (WHERE keep),
-    median(memory_total_bytes) FILTER (WHERE keep),
-    median(energy_per_epoch_joules) FILTER (WHERE keep),
-    median(images_per_joule) FILTER (WHERE keep),
-    max(largest_batch_per_gpu) FILTER (WHERE keep)
+    median(voice_peak_memory_bytes) FILTER (WHERE keep AND first_voice),
+    median(voice_memory_total_bytes) FILTER (WHERE keep AND first_voice),
+    median(voice_energy_per_epoch_joules) FILTER (WHERE keep AND first_voice),
+    median(voice_images_per_joule) FILTER (WHERE keep AND first_voice),
+    max(largest_batch_per_gpu) FILTER (WHERE keep),
+    count(DISTINCT submitter) FILTER (WHERE keep)
 """
+
+
+def voiced(relation: str, partition: str) -> str:
+    """The rows of `relation` (which has `keep` and `submitter`) with, per submitter of
+    each set of rows alike in `partition` (SQL columns) and `keep`, the submitter's
+    median of each VOICED figure (voice_<figure>) and `first_voice`, true on one row of
+    each submitter: what FIGURES takes its medians from."""
+    window = f"PARTITION BY {partition}, keep, submitter"
+    medians = ", ".join(f"median({c}) OVER (voices) AS voice_{c}" for c in VOICED)
+    return f"""
+        (SELECT *, {medians},
+            row_number() OVER (voices ORDER BY run_id) = 1 AS first_voice
+         FROM {relation}
+         WINDOW voices AS ({window}))
+    """
 
 
 def group_of(row: dict[str, Any]) -> tuple | None:
@@ -75,19 +98,26 @@ def _scores_sql(source: str, where: str = "") -> str:
     """Per scored run of `source` (matching `where`, " AND ..."): run_id, x (its epoch-2
     time), med (its group's median) and z (its robust z-score).
 
-    Per group the median and the median absolute deviation (MAD) of epoch2_seconds;
-    z = 0.6745 * (x - median) / MAD. Where the MAD is 0 (half the runs identical) the
-    mean absolute deviation stands in, scaled to the MAD's consistency constant
+    One submitter, one voice: a group's median is the median of its submitters' medians
+    of epoch2_seconds, so that a flood of runs from one token cannot move it to its side
+    and make the others' runs outliers. The median absolute deviation (MAD) about that
+    median is taken the same way, submitter first: the median of each submitter's
+    runs' absolute deviations, then across submitters (with one submitter, the runs'
+    MAD); z = 0.6745 * (x - median) / MAD. Where the MAD is 0 (half the runs identical)
+    the mean absolute deviation stands in, scaled to the MAD's consistency constant
     (Iglewicz and Hoaglin).
     """
     cols = ", ".join(OUTLIER_GROUP)
     return f"""
-        WITH g AS (SELECT run_id, {cols}, epoch2_seconds AS x FROM {source}
+        WITH g AS (SELECT run_id, {cols}, submitter, epoch2_seconds AS x FROM {source}
                    WHERE {SCORED_RUNS}{where}),
-             m AS (SELECT {cols}, median(x) AS med FROM g GROUP BY ALL),
-             d AS (SELECT {cols}, median(abs(x - med)) AS mad,
-                          avg(abs(x - med)) AS meanad
-                   FROM g JOIN m USING ({cols}) GROUP BY ALL)
+             v AS (SELECT {cols}, submitter, median(x) AS voice FROM g GROUP BY ALL),
+             m AS (SELECT {cols}, median(voice) AS med FROM v GROUP BY ALL),
+             e AS (SELECT {cols}, submitter, median(abs(x - med)) AS dev,
+                          avg(abs(x - med)) AS meandev
+                   FROM g JOIN m USING ({cols}) GROUP BY {cols}, submitter),
+             d AS (SELECT {cols}, median(dev) AS mad, median(meandev) AS meanad
+                   FROM e GROUP BY {cols})
         SELECT g.run_id, g.x, m.med,
             CASE WHEN d.mad > 0 THEN 0.6745 * (g.x - m.med) / d.mad
                  WHEN d.meanad > 0 THEN (g.x - m.med) / (1.253314 * d.meanad)
@@ -107,11 +137,12 @@ def figures_sql(source: str, where: str = "") -> str:
     """group_figures' rows (two a group: with and without its outliers) of the scored
     runs of `source` matching `where` (" AND ...")."""
     cols = ", ".join(OUTLIER_GROUP)
+    kept = f"""(SELECT *, with_outliers OR NOT outlier AS keep
+                FROM {source}, (VALUES (true), (false)) AS v(with_outliers)
+                WHERE {SCORED_RUNS}{where})"""
     return f"""
         SELECT {cols}, with_outliers, {FIGURES}
-        FROM (SELECT *, with_outliers OR NOT outlier AS keep
-              FROM {source}, (VALUES (true), (false)) AS v(with_outliers)
-              WHERE {SCORED_RUNS}{where})
+        FROM {voiced(kept, f"{cols}, with_outliers")}
         GROUP BY {cols}, with_outliers
         HAVING count(*) FILTER (WHERE keep) > 0
     """

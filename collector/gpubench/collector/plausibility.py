@@ -8,9 +8,12 @@ Two kinds of trouble, kept apart:
   record is refused, each field named (collector.validation calls this).
 - `implausibilities`: the record is consistent but claims more than the card can do: a
   training rate past the card's peak FLOP/s or memory bandwidth (collector.ceilings), or
-  far past the fastest run verified on that card; a card with more memory or a higher
-  power limit than any of its name. Such a run is stored, flagged with the reasons, and
-  left out of Compare, outlier groups and the leaderboard unless asked for.
+  past the fastest run verified on that card in the same configuration by more than a
+  stated margin; a card with more memory or a higher power limit than any of its name;
+  energy the card cannot have drawn in the epoch's time (collector.energy); a GPU name
+  the catalogue does not know (collector.gpu_names). Such a run is stored, flagged with
+  the reasons, and left out of Compare, outlier groups and the leaderboard unless asked
+  for.
 
 The tolerances are wide: they are set from every run in docs/results (which all pass;
 bench/plausibility_margins.py shows how close each comes) so that an honest run is never
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from gpubench.collector import ceilings
+from gpubench.collector import ceilings, energy, gpu_names
 
 from gpubench import record
 from gpubench.v1 import run_pb2
@@ -60,6 +63,11 @@ POWER_LIMIT_FACTOR = 1.5
 # reports a little less or more than the datasheet's round figure).
 MEMORY_FACTOR = 1.05
 POWER_FACTOR = 1.25
+# A CPU run's ceiling: a core's peak float32 rate, two AVX-512 FMA units of 16 lanes at
+# 4 GHz (no CPU core does more; training reaches a fraction of it), and the most
+# (logical) cores a host has: eight sockets of 64 cores, two threads each.
+CPU_GFLOPS_PER_CORE = 256.0
+MOST_CPU_CORES = 1024
 
 
 def inconsistencies(run: run_pb2.Run) -> list[tuple[str, str]]:
@@ -212,8 +220,9 @@ def implausibilities(run: run_pb2.Run, specs: ceilings.Specs | None = None) -> l
     specs = specs or ceilings.specs()
     cfg = run.config
     used = list(run.gpus[: cfg.gpu_count])
-    if not used:
-        return []  # a CPU run: no GPU to hold it to
+    if not used:  # a CPU run: held to its host's cores
+        ok = run.result.status == run_pb2.RUN_STATUS_OK
+        return _cpu_too_fast(run, specs) if ok else []
     reasons: list[str] = []
     cards = []
     for gpu in used:
@@ -221,16 +230,19 @@ def implausibilities(run: run_pb2.Run, specs: ceilings.Specs | None = None) -> l
         spec = specs.spec_of(name)
         cards.append((name, spec or specs.unknown, spec is not None))
         if spec is None:
-            continue
-        if gpu.memory_total_bytes > spec.memory_gib * GIB * MEMORY_FACTOR:
-            reasons.append(f"{name} has at most {spec.memory_gib:g} GiB of memory; the record "
+            reasons.append(gpu_names.unrecognised_reason(specs, name))
+        held = spec or specs.unknown
+        card = name if spec else f"no known GPU ({name})"
+        if gpu.memory_total_bytes > held.memory_gib * GIB * MEMORY_FACTOR:
+            reasons.append(f"{card} has at most {held.memory_gib:g} GiB of memory; the record "
                            f"says {gpu.memory_total_bytes / GIB:.1f} GiB")
-        if gpu.power_limit_watts > spec.power_watts * POWER_FACTOR:
-            reasons.append(f"{name} allows at most {spec.power_watts:g} W; the record's power "
+        if gpu.power_limit_watts > held.power_watts * POWER_FACTOR:
+            reasons.append(f"{card} allows at most {held.power_watts:g} W; the record's power "
                            f"limit is {gpu.power_limit_watts:g} W")
     reasons = list(dict.fromkeys(reasons))  # one line for several cards alike
     if run.result.status == run_pb2.RUN_STATUS_OK:
         reasons += _too_fast(run, specs, cards)
+        reasons += energy.implausibilities(run, [spec for _, spec, _ in cards])
     return reasons
 
 
@@ -262,13 +274,40 @@ def _too_fast(run: run_pb2.Run, specs: ceilings.Specs,
                        f"{bandwidth / 1e9:,.0f} GB/s, at least {written / 1e6:.3g} MB an image: "
                        f"at most {_rate_text(most)} img/s)")
     if known and len({spec.name for _, spec, _ in cards}) == 1:
-        best = specs.verified_of(cards[0][1], cfg.model)
-        if best is not None:
-            most = best.images_per_second * len(cards) / pixels * ceilings.VERIFIED_MARGIN
+        bound = specs.bound_of(cards[0][1], cfg.model, record.settings_label(cfg),
+                               cfg.precision, record.batch_rule(cfg))
+        if bound is not None:
+            best = bound.verified
+            most = best.images_per_second * len(cards) / pixels * bound.margin
             if rate > most:
-                reasons.append(f"{what} is more than {ceilings.VERIFIED_MARGIN:g}x the fastest "
-                               f"verified {cards[0][0]} run ({_rate_text(best.images_per_second)}"
-                               f" img/s a GPU, {best.record})")
+                reasons.append(f"{what} is more than {bound.margin:g}x the fastest verified "
+                               f"{cards[0][0]} run of {bound.alike} "
+                               f"({_rate_text(best.images_per_second)} img/s a GPU, "
+                               f"{best.record})")
+    return reasons
+
+
+def _cpu_too_fast(run: run_pb2.Run, specs: ceilings.Specs) -> list[str]:
+    """Why a CPU run (no GPU) is not believable: more cores than any host has, or a
+    training rate past its cores' peak FLOP/s (CPU_GFLOPS_PER_CORE each)."""
+    cfg = run.config
+    cost = specs.models.get(cfg.model)
+    native = record.NATIVE_IMAGE_SIZE.get(cfg.model, 0)
+    rate = claimed_rate(run)
+    reasons = []
+    cores = run.host.cpu_cores or MOST_CPU_CORES  # not said: the most any host has
+    if cores > MOST_CPU_CORES:
+        reasons.append(f"a host of {cores:,} CPU cores (run.host.cpu_cores): no host has "
+                       f"more than {MOST_CPU_CORES:,}")
+        cores = MOST_CPU_CORES
+    if cost is None or not native or not cfg.image_size or not rate:
+        return reasons
+    gflop = cost.gflop_per_image * (cfg.image_size / native) ** 2
+    most = cores * CPU_GFLOPS_PER_CORE / gflop
+    if rate > most:
+        reasons.append(f"{cfg.model} at {_rate_text(rate)} training images/s on the CPU is more "
+                       f"than {cores:,} cores can compute ({CPU_GFLOPS_PER_CORE:g} GFLOP/s a "
+                       f"core at {gflop:.3g} GFLOP an image: at most {_rate_text(most)} img/s)")
     return reasons
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpubench.collector import gpu_names
 from gpubench.collector.quarantine import QuarantineTable
 from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.collector.visible import Snapshots
@@ -213,6 +214,8 @@ def _stored_run(row: Sequence[Any], short_ids: dict[str, str] | None = None
         flag_reasons=row[8].split(REASON_SEPARATOR) if row[8] else [],
         short_id=(short_ids or {}).get(row[0], ""),
     )
+    stored.gpu_unrecognised = any(reason.startswith(gpu_names.UNRECOGNISED)
+                                  for reason in stored.flag_reasons)
     stored.received_at.FromDatetime(row[3])
     return stored
 

@@ -16,6 +16,7 @@ from typing import Any
 from gpubench.collector import plausibility
 
 from gpubench import gpu_busy, record
+from gpubench.record import batch_rule
 from gpubench.v1 import collector_pb2, run_pb2
 
 # How the flag reasons of a run are joined in the runs table's one text column.
@@ -41,17 +42,6 @@ def ack_message(ack: Ack) -> collector_pb2.SubmitRunResponse:
 def utc_now() -> datetime:
     """Now in UTC as a naive datetime at microsecond precision (what the store keeps)."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
-# How a record of schema 1, which has no Config.batch_rule, chose its batch.
-_RULE_OF_CHOICE = {run_pb2.BATCH_CHOICE_GIVEN: "given", run_pb2.BATCH_CHOICE_SEARCHED: "largest"}
-
-
-def batch_rule(config: run_pb2.Config) -> str:
-    """How the run's batch was chosen: Config.batch_rule ("steps", "largest", "given",
-    "quick"); for a record of schema 1, "given" or "largest" as its batch_choice says
-    (--batch N or the largest-batch search); "" when neither says."""
-    return config.batch_rule or _RULE_OF_CHOICE.get(config.batch_choice, "")
 
 
 def largest_batch_per_gpu(run: run_pb2.Run) -> int:

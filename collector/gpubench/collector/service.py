@@ -216,7 +216,8 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             settings=request.settings or record.DEFAULT_SETTINGS,
             batch_rule=request.batch_rule or record.DEFAULT_BATCH_RULE,
             benchmark_version=request.benchmark_version,
-            include_flagged=request.include_flagged, limit=limit,
+            include_flagged=request.include_flagged,
+            corroborated_only=request.corroborated_only, limit=limit,
         )
         rows, version = self._store.leaderboard(query)
         return collector_pb2.LeaderboardResponse(
@@ -243,6 +244,9 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
                     epochs=r.epochs,
                     batch_rule=r.batch_rule,
                     largest_batch_per_gpu_max=r.largest_batch_per_gpu_max,
+                    submitters=r.corroboration.submitters,
+                    corroborated=r.corroboration.corroborated,
+                    corroborated_by=r.corroboration.by,
                 )
                 for rank, r in enumerate(rows, start=1)
             ],
@@ -269,6 +273,7 @@ def _group_message(f: compare.GroupFigures) -> collector_pb2.CompareGroup:
         largest_batch_per_gpu_max=f.largest_batch_per_gpu_max,
         memory_limit_bytes=f.memory_limit_bytes,
         flagged_included=f.flagged_included,
+        submitters=f.submitters,
         source=f.source,
     )
 

@@ -292,7 +292,11 @@ def _safe_name(c: _Checker, name: str, value: str) -> None:
 
 
 def _gpu_name(c: _Checker, name: str, value: str) -> None:
-    """A GPU name: safe, and ASCII once normalised (NVML's names are)."""
+    """A GPU name: not blank, safe, and ASCII once normalised (NVML's names are). A run
+    with no GPU lists none; a GPU without a name is not a CPU run."""
+    if value and not record.normalize_gpu_name(value):
+        c.fail(name, "blank: white space only (a run with no GPU lists none in run.gpus)")
+        return
     found = unsafe_character(value)
     if found:
         c.fail(name, f"contains a control or bidirectional character ({found})")

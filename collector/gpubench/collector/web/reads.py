@@ -105,7 +105,7 @@ class Reader:
 
 def leaderboard(client: Client, model: str, *, settings: str, batch_rule: str,
                 precision: str, backend: str, include_flagged: bool,
-                limit: int = 100) -> Leaderboard:
+                corroborated_only: bool = False, limit: int = 100) -> Leaderboard:
     """`model`'s leaderboard, each entry with its spread, memory, energy and img/J.
 
     The Leaderboard call ranks; a Compare call per way of running among the entries
@@ -116,7 +116,8 @@ def leaderboard(client: Client, model: str, *, settings: str, batch_rule: str,
     """
     response = client.leaderboard_response(
         model, precision or None, limit, backend=backend or None, settings=settings or None,
-        batch_rule=batch_rule or None, include_flagged=include_flagged)
+        batch_rule=batch_rule or None, include_flagged=include_flagged,
+        corroborated_only=corroborated_only)
     board = Leaderboard(response)
     ways: dict[tuple, list[collector_pb2.LeaderboardEntry]] = {}
     for entry in response.entries:

@@ -107,6 +107,7 @@ class Filters:
     pipeline: str = ""
     include_flagged: bool = False
     allow_mixed: bool = False
+    corroborated_only: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -128,6 +129,7 @@ class Filters:
             pipeline=one_of("pipeline", record.PIPELINE_MODES, ""),
             include_flagged=query.get("flagged", "") in ("1", "on", "true"),
             allow_mixed=query.get("allow_mixed", "") in ("1", "on", "true"),
+            corroborated_only=query.get("corroborated", "") in ("1", "on", "true"),
         )
 
     def choices(self, *, any_rule: bool, pipeline: bool) -> list[Choice]:
@@ -243,6 +245,7 @@ def leaderboard(client: Client, model: str, query: Mapping[str, str], path: str)
     board = reads.leaderboard(client, model, settings=filters.settings,
                               batch_rule=filters.batch_rule, precision=filters.precision,
                               backend=filters.backend, include_flagged=filters.include_flagged,
+                              corroborated_only=filters.corroborated_only,
                               limit=LEADERBOARD_ENTRIES)
     # Entries that ran differently from one another say how (the collector ranks them
     # apart); one line above the table when they all ran alike.
@@ -534,4 +537,5 @@ def summary_of(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "images_per_second": r.result.train_images_per_second,
         "status": record.status_name(r.result.status), "label": r.label,
         "flagged": stored.flagged, "outlier": stored.outlier, "published": r.published,
+        "unrecognised": stored.gpu_unrecognised,
     }

@@ -1,0 +1,122 @@
+"""Fabricated runs made from the project's own real H200 record, scaled consistently:
+what a stranger with an ordinary token can submit to lead the leaderboard. The tests
+of the collector's checks and the fault campaign's fabrication part
+(bench/chaos_fabrication.py) submit these.
+
+A scaled run claims `factor` times the real run's speed and keeps every figure in step
+(epoch, training and validation times, step times, images/s, energy at the same power),
+so no check of the record against itself can catch it; only the catalogue, the verified
+runs and the aggregation can.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpubench import record
+from gpubench.v1 import run_pb2
+
+ROOT = Path(__file__).resolve().parents[1]
+# The real float32 default run of B0 on the H200 (epoch 2 0.698 s, 2,739 images/s).
+REAL_RECORD = ROOT / "docs" / "results" / "runs" / "h200-b0-default.json"
+# The factors the fabricated cases claim over the real run.
+SCALED_H200 = (1.3, 2.0, 4.0, 5.7)
+# One token's flood: this many runs, each this much faster than the real one.
+FLOOD_RUNS = 10
+FLOOD_FACTOR = 1.5
+
+
+def real_run() -> run_pb2.Run:
+    """The real H200 default B0 run, with a fresh run id."""
+    data = json.loads(REAL_RECORD.read_text())
+    run = record.from_dict(data[0] if isinstance(data, list) else data)
+    run.run_id = str(uuid.uuid4())
+    return run
+
+
+def scaled(factor: float, *, gpu_name: str = "", memory_bytes: int = 0,
+           energy_joules: float | None = None, power_watts: float | None = None,
+           base: run_pb2.Run | None = None) -> run_pb2.Run:
+    """The real run (or `base`) claiming `factor` times its speed, every figure in step;
+    optionally on a GPU of another name, with other memory, or with the measured epoch's
+    energy and the run's mean power replaced (the rest left consistent)."""
+    run = run_pb2.Run()
+    run.CopyFrom(base or real_run())
+    run.run_id = str(uuid.uuid4())
+    res = run.result
+    for epoch in res.epochs:
+        for name in ("wall_seconds", "train_seconds", "validation_seconds", "energy_joules"):
+            setattr(epoch, name, getattr(epoch, name) / factor)
+    for name in ("epoch2_seconds", "startup_seconds", "step_time_median_seconds",
+                 "energy_per_epoch_joules"):
+        setattr(res, name, getattr(res, name) / factor)
+    res.train_images_per_second *= factor
+    for gpu in run.gpus:
+        if gpu_name:
+            gpu.name = gpu_name
+        if memory_bytes:
+            gpu.memory_total_bytes = memory_bytes
+    measured = next(e for e in res.epochs if e.number == res.measured_epoch)
+    if energy_joules is not None:
+        measured.energy_joules = res.energy_per_epoch_joules = energy_joules
+    if power_watts is not None:
+        measured.mean_power_watts = res.mean_power_watts = power_watts
+        measured.max_power_watts = res.max_power_watts = power_watts
+    return run
+
+
+@dataclass(frozen=True)
+class Case:
+    """One fabricated submission: what it is, and the run."""
+
+    name: str
+    run: run_pb2.Run
+
+
+TIB = 1 << 40
+
+
+def cases() -> list[Case]:
+    """Every fabrication that once led or passed: the H200 at 1.3x-5.7x, made-up names,
+    look-alikes, a suffix of no catalogued card, energy of nothing at no power, and the
+    run claimed on the CPU alone."""
+    found = [Case(f"NVIDIA H200 at {f:g}x", scaled(f)) for f in SCALED_H200]
+    found += [
+        Case("NVIDIA H300 at 10x", scaled(10.0, gpu_name="NVIDIA H300")),
+        Case("NVIDIA H300 at 50x", scaled(50.0, gpu_name="NVIDIA H300")),
+        Case("NVIDIA H300 with 1 TiB", scaled(2.0, gpu_name="NVIDIA H300", memory_bytes=TIB)),
+        Case("Quantum Accelerator Q1 at 40x", scaled(40.0, gpu_name="Quantum Accelerator Q1")),
+        Case("NVIDIA-H200 at 20x", scaled(20.0, gpu_name="NVIDIA-H200")),
+        Case("NVIDIA H2OO at 20x", scaled(20.0, gpu_name="NVIDIA H2OO")),
+        Case("NVIDlA H200 at 20x", scaled(20.0, gpu_name="NVIDlA H200")),
+        Case("nvidia h200 at 20x", scaled(20.0, gpu_name="nvidia h200")),
+        Case("NVIDIA H200 NVL at 5.5x", scaled(5.5, gpu_name="NVIDIA H200 NVL")),
+        Case("1e-300 J at 0 W", scaled(1.0, energy_joules=1e-300, power_watts=0.0)),
+        Case("CPU (no GPU) at 10x", on_the_cpu(scaled(10.0))),
+    ]
+    return found
+
+
+def on_the_cpu(run: run_pb2.Run) -> run_pb2.Run:
+    """The run as a CPU run: no GPU listed, none used, no GPU memory or energy."""
+    del run.gpus[:]
+    del run.result.memory[:]
+    run.config.gpu_count = 0
+    res = run.result
+    res.energy_per_epoch_joules = res.mean_power_watts = res.max_power_watts = 0.0
+    for epoch in res.epochs:
+        epoch.energy_joules = epoch.mean_power_watts = epoch.max_power_watts = 0.0
+    return run
+
+
+def flood() -> list[run_pb2.Run]:
+    """One token's flood: FLOOD_RUNS runs at FLOOD_FACTOR the real run's speed."""
+    return [scaled(FLOOD_FACTOR) for _ in range(FLOOD_RUNS)]
+
+
+def blank_named() -> run_pb2.Run:
+    """The real run on a GPU whose name is three spaces (once listed as "CPU")."""
+    return scaled(1.0, gpu_name="   ")

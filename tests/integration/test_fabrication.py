@@ -1,0 +1,124 @@
+"""Fabricated runs from a stranger's token against a live collector, each made from the
+project's real H200 record scaled consistently (tests/fabrication.py): every one is
+flagged or refused, none leads the default leaderboard or enters a comparison, and the
+real run stays unflagged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fabrication
+import grpc
+import pytest
+
+from gpubench import record
+from gpubench.v1 import collector_pb2 as pb
+from gpubench.v1 import run_pb2
+
+H200 = "NVIDIA H200"
+
+
+class Submitters:
+    """The collector, its operator (the admin token) and one ordinary user's token."""
+
+    def __init__(self, collector: Any) -> None:
+        self.collector = collector
+        self.stub = collector.collector_stub()
+        self.md = collector.metadata()
+        _, self.stranger = collector.tokens.create("stranger", admin=False)
+
+    def submit(self, run: run_pb2.Run, token: str | None = None) -> None:
+        self.stub.SubmitRun(pb.SubmitRunRequest(run=run),
+                            metadata=self.collector.metadata(token))
+
+    def stored(self, run: run_pb2.Run) -> pb.StoredRun:
+        return self.stub.GetRun(pb.GetRunRequest(run_id=run.run_id), metadata=self.md)
+
+    def leaderboard(self, **fields: Any) -> pb.LeaderboardResponse:
+        return self.stub.Leaderboard(pb.LeaderboardRequest(model="B0", **fields),
+                                     metadata=self.md)
+
+    def compare(self, **fields: Any) -> pb.CompareResponse:
+        return self.stub.Compare(pb.CompareRequest(model="B0", **fields), metadata=self.md)
+
+
+@pytest.fixture
+def live(collector: Any) -> Submitters:
+    return Submitters(collector)
+
+
+def test_every_fabricated_case_is_flagged_and_leads_nothing(live: Submitters) -> None:
+    real = fabrication.real_run()
+    live.submit(real)
+    assert not live.stored(real).flagged
+    cases = fabrication.cases()
+    for case in cases:
+        live.submit(case.run, live.stranger)
+    for case in cases:
+        stored = live.stored(case.run)
+        assert stored.flagged and stored.flag_reasons, case.name
+    assert not live.stored(real).gpu_unrecognised
+    # Listed apart: the runs list says which were flagged for their GPU's name.
+    listed = live.stub.ListRuns(pb.ListRunsRequest(page_size=100), metadata=live.md).runs
+    apart = {r.run.gpus[0].name for r in listed if r.gpu_unrecognised}
+    assert apart == {"NVIDIA H300", "Quantum Accelerator Q1", "NVIDIA-H200", "NVIDIA H2OO",
+                     "NVIDlA H200", "nvidia h200", "NVIDIA H200 NVL"}
+    board = live.leaderboard()
+    assert [(e.gpu_name, e.runs) for e in board.entries] == [(H200, 1)]
+    assert [(g.gpu_name, g.runs) for g in live.compare().groups] == [(H200, 1)]
+    # Asked for, they are there, and said to be flagged.
+    asked = live.compare(include_flagged=True, allow_mixed=True)
+    assert sum(g.flagged_included for g in asked.groups) == len(cases)
+
+
+@pytest.mark.parametrize(("name", "card"), [
+    ("NVIDIA-H200", "H200"), ("NVIDIA H2OO", "H200"), ("NVIDlA H200", "H200"),
+    ("nvidia h200", "H200"), ("NVIDIA H200 NVL", "H200"), ("Tesla T4 PCIe", "Tesla T4"),
+])
+def test_a_look_alike_is_flagged_naming_the_card_it_imitates(live: Submitters, name: str,
+                                                            card: str) -> None:
+    run = fabrication.scaled(1.0, gpu_name=name)
+    live.submit(run, live.stranger)
+    stored = live.stored(run)
+    assert stored.flagged and stored.gpu_unrecognised
+    assert f"unrecognised GPU {name!r}: looks like the catalogued {card}" in \
+        stored.flag_reasons[0]
+
+
+def test_a_made_up_name_is_unrecognised(live: Submitters) -> None:
+    run = fabrication.scaled(1.0, gpu_name="NVIDIA H300")
+    live.submit(run, live.stranger)
+    [reason] = live.stored(run).flag_reasons
+    assert reason.startswith("unrecognised GPU 'NVIDIA H300': no card in the collector's "
+                             "catalogue has this name")
+
+
+def test_a_float32_run_is_held_to_the_float32_runs(live: Submitters) -> None:
+    # 1.3x the real float32 default run is under 4x the fastest bfloat16 run (3,941 img/s),
+    # the ceiling once; it is over 1.25x the fastest verified run of its own configuration.
+    run = fabrication.scaled(1.3)
+    live.submit(run, live.stranger)
+    [reason] = live.stored(run).flag_reasons
+    assert "more than 1.25x the fastest verified NVIDIA H200 run of kernels+cuda-graphs, " \
+           "float32, batch rule steps (2,760 img/s" in reason, reason
+
+
+def test_energy_of_nothing_is_flagged(live: Submitters) -> None:
+    run = fabrication.scaled(1.0, energy_joules=1e-300, power_watts=0.0)
+    live.submit(run, live.stranger)
+    [reason] = live.stored(run).flag_reasons
+    assert "less than 0.05x the power limit of 1x H200 (700 W)" in reason
+    assert "1.71e+303 images per joule, at most 70 on these cards" in reason
+
+
+@pytest.mark.parametrize("name", ["   ", "\u3000", " \u00a0 "])
+def test_a_blank_gpu_name_is_refused_naming_the_field(live: Submitters, name: str) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        live.submit(fabrication.scaled(1.0, gpu_name=name), live.stranger)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details().startswith("run.gpus[0].name: blank: white space only")
+
+
+def test_cpu_is_only_a_run_with_no_gpu() -> None:
+    assert record.gpu_config_name("", 0) == "CPU"
+    assert record.gpu_config_name(H200, 1) == "1x NVIDIA H200"
