@@ -9,7 +9,7 @@ only ever appended; one already released is never edited.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,25 +39,32 @@ class Migration:
     backfill: Callable[[Any], None] | None = None
 
 
-# How many stored records the settings backfill reads at a time.
+# How many stored records a backfill reads at a time.
 BACKFILL_CHUNK = 10_000
+
+
+def stored_records(con: Any) -> Iterator[list[tuple[str, bytes]]]:
+    """Every stored run as (run_id, record), BACKFILL_CHUNK at a time in run_id order: what
+    each backfill below reads, so that a large database is never read whole."""
+    after = ""
+    while True:
+        found = con.execute(
+            "SELECT run_id, record FROM runs WHERE run_id > ? ORDER BY run_id LIMIT ?",
+            [after, BACKFILL_CHUNK],
+        ).fetchall()
+        if not found:
+            return
+        after = found[-1][0]
+        yield found
 
 
 def backfill_settings(con: Any) -> None:
     """Set runs.settings from each stored record's config (the column's default is
     "keras", so only the runs with an option on are written)."""
-    after = ""
-    while True:
-        rows = con.execute(
-            "SELECT run_id, record FROM runs WHERE run_id > ? ORDER BY run_id LIMIT ?",
-            [after, BACKFILL_CHUNK],
-        ).fetchall()
-        if not rows:
-            return
-        after = rows[-1][0]
+    for found in stored_records(con):
         changed = [
             (run_id, label)
-            for run_id, blob in rows
+            for run_id, blob in found
             if (label := record.settings_label(run_pb2.Run.FromString(blob).config)) != record.KERAS
         ]
         if changed:
@@ -76,15 +83,7 @@ def backfill_batch_rule(con: Any) -> None:
     """Set runs.batch_rule and runs.largest_batch_per_gpu from each stored record (the
     columns' defaults are '' and 0, so only the runs that say more are written): a
     record of schema 1 says "given" or "largest" by its batch_choice."""
-    after = ""
-    while True:
-        found = con.execute(
-            "SELECT run_id, record FROM runs WHERE run_id > ? ORDER BY run_id LIMIT ?",
-            [after, BACKFILL_CHUNK],
-        ).fetchall()
-        if not found:
-            return
-        after = found[-1][0]
+    for found in stored_records(con):
         changed = []
         for run_id, blob in found:
             run = run_pb2.Run.FromString(blob)
@@ -117,18 +116,10 @@ def backfill_trust(con: Any) -> None:
     """Fill migration 0008's columns from each stored record as `rows.run_row` makes
     them now: the pipeline as it ran, weights, data, epochs, memory limit, whether it is
     published, its plausibility flags, and the GPU name normalised."""
-    after = ""
     sets = ", ".join(f"{c} = s.{c}" for c in _TRUST_COLUMNS)
     unnests = ", ".join(f"unnest(?::{t}[]) AS {c}" for c, t in zip(_TRUST_COLUMNS, _TRUST_TYPES,
                                                                        strict=True))
-    while True:
-        found = con.execute(
-            "SELECT run_id, record FROM runs WHERE run_id > ? ORDER BY run_id LIMIT ?",
-            [after, BACKFILL_CHUNK],
-        ).fetchall()
-        if not found:
-            return
-        after = found[-1][0]
+    for found in stored_records(con):
         made = [rows.run_row(run_pb2.Run.FromString(blob), "") for _, blob in found]
         con.execute(
             f"""
@@ -145,15 +136,7 @@ def backfill_flags(con: Any) -> None:
     """Flag each stored run again as `rows.flag_reasons` does now (the GPU catalogue's
     names, the ceilings of a run's own configuration, the energy its cards can draw):
     a run stored before those checks keeps no lighter judgement than a new one gets."""
-    after = ""
-    while True:
-        found = con.execute(
-            "SELECT run_id, record FROM runs WHERE run_id > ? ORDER BY run_id LIMIT ?",
-            [after, BACKFILL_CHUNK],
-        ).fetchall()
-        if not found:
-            return
-        after = found[-1][0]
+    for found in stored_records(con):
         reasons = [rows.flag_reasons(run_pb2.Run.FromString(blob)) for _, blob in found]
         con.execute(
             """
