@@ -9,10 +9,10 @@ card, and two cards would time alike. The agent warns of it in the record, and t
 collector flags it (stored and shown, left out of leaderboards and comparisons unless
 asked for), as it does implausible runs.
 
-The threshold is set from every GPU record in docs/results (docs/protocol.md, "A GPU
-that waits"): the default runs kept an H200 busy 59-98% of epoch 2; Keras's own
-image-by-image augmentation on torch, 10-25%; Keras on JAX running one operation at a
-time, 3.6%.
+The threshold is set from every GPU record in docs/results (docs/protocol.md, "Flagged:
+a GPU that waited"; bench/gpu_busy_calibration.py): the default runs kept an H200 busy
+59-98% of epoch 2; torch without CUDA graphs on B0, 10-25%; Keras on JAX running one
+operation at a time, 3.6%.
 """
 
 from __future__ import annotations
