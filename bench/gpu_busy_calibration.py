@@ -29,7 +29,7 @@ def main() -> None:
             if not isinstance(item, dict) or "result" not in item:
                 continue
             run = record.from_dict(item)
-            epoch = gpu_busy.measured_epoch(run)
+            epoch = record.measured_epoch(run)
             if run.config.gpu_count == 0 or epoch is None or not epoch.samples:
                 continue  # CPU runs and transcribed figures: no telemetry
             if run.run_id in seen:

@@ -50,7 +50,7 @@ def records() -> list[tuple[str, object]]:
 def ratios(run: object) -> dict[str, float | None]:
     """The run's ratio for each of COLUMNS (None where it has no such figure)."""
     res, cfg = run.result, run.config
-    epoch = next((e for e in res.epochs if e.number == res.measured_epoch), None)
+    epoch = record.measured_epoch(run)
     train = epoch.train_seconds if epoch else 0.0
     found: dict[str, float | None] = dict.fromkeys(COLUMNS)
     if res.train_images_per_second and train and cfg.train_images:

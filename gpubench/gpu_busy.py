@@ -17,6 +17,7 @@ operation at a time, 3.6%.
 
 from __future__ import annotations
 
+from gpubench import record
 from gpubench.v1 import run_pb2
 
 # Below this mean utilisation (percent) over the measured epoch, the GPU mostly waited.
@@ -26,16 +27,10 @@ BUSY_THRESHOLD_PERCENT = 30.0
 MIN_SAMPLES = 5
 
 
-def measured_epoch(run: run_pb2.Run) -> run_pb2.Epoch | None:
-    """The run's measured epoch (epoch 2), or None where it has none."""
-    number = run.result.measured_epoch
-    return next((e for e in run.result.epochs if e.number == number), None) if number else None
-
-
 def idle_gpu_warning(run: run_pb2.Run) -> str | None:
     """The warning for a run whose GPUs were mostly idle in its measured epoch; None for a
     busy GPU, a CPU run, a run that failed, or a figure on too few samples to judge."""
-    epoch = measured_epoch(run)
+    epoch = record.measured_epoch(run)
     if (run.config.gpu_count == 0 or epoch is None or epoch.samples < MIN_SAMPLES
             or run.result.status != run_pb2.RUN_STATUS_OK):
         return None
@@ -50,7 +45,7 @@ def idle_gpu_warning(run: run_pb2.Run) -> str | None:
 def few_samples_note(run: run_pb2.Run) -> str | None:
     """A note for a GPU run whose measured epoch's telemetry rests on fewer than
     MIN_SAMPLES samples (how busy the GPU was is then not judged); None otherwise."""
-    epoch = measured_epoch(run)
+    epoch = record.measured_epoch(run)
     if run.config.gpu_count == 0 or epoch is None or epoch.samples >= MIN_SAMPLES:
         return None
     return (f"epoch {epoch.number}'s GPU telemetry rests on {epoch.samples} NVML sample(s), "

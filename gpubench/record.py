@@ -216,6 +216,13 @@ def batch_choice_name(choice: int) -> str:
     return BatchChoice.Name(choice).removeprefix("BATCH_CHOICE_").lower()
 
 
+def measured_epoch(run: Run) -> run_pb2.Epoch | None:
+    """The run's measured epoch (Result.measured_epoch: epoch 2), or None where the record
+    has none."""
+    number = run.result.measured_epoch
+    return next((e for e in run.result.epochs if e.number == number), None) if number else None
+
+
 def step_images_per_second(run: Run) -> float:
     """Training images a second at the measured epoch's median step (its global batch over
     the median step time): the steady rate, without the first step's set-up or the last,

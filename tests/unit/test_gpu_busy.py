@@ -26,7 +26,7 @@ def _records(pattern: str) -> list[tuple[str, run_pb2.Run]]:
 
 
 def _measured(run: run_pb2.Run) -> run_pb2.Epoch:
-    epoch = gpu_busy.measured_epoch(run)
+    epoch = record.measured_epoch(run)
     assert epoch is not None
     return epoch
 

@@ -220,14 +220,16 @@ class Aggregates:
 
 # A leaderboard entry's columns (LeaderboardRow's first ones), and those a reference run
 # must share with it to corroborate it.
-_BOARD_KEYS = ("gpu_name, gpu_count, backend, precision, settings, pipeline, weights, data, "
-               "epochs, batch_rule")
+_BOARD_KEY_NAMES = ("gpu_name", "gpu_count", "backend", "precision", "settings", "pipeline",
+                    "weights", "data", "epochs", "batch_rule")
+_BOARD_KEYS = ", ".join(_BOARD_KEY_NAMES)
 _REFERENCE_KEYS = ("gpu_name", "gpu_count", "backend", "precision", "settings", "batch_rule")
+# Where each reference key stands in a leaderboard row.
+_REFERENCE_AT = tuple(_BOARD_KEY_NAMES.index(k) for k in _REFERENCE_KEYS)
 
 
 def _reference_key(row: Sequence[Any]) -> tuple:
-    names = [k.strip() for k in _BOARD_KEYS.split(",")]
-    return tuple(row[names.index(k)] for k in _REFERENCE_KEYS)
+    return tuple(row[i] for i in _REFERENCE_AT)
 
 
 def _published_medians(read: Snapshot, model: str, version: str) -> dict[tuple, list]:

@@ -25,6 +25,10 @@ SPECS_FILE = Path(__file__).with_name("gpu_specs.json")
 # 1.2x as versions improved), but one more than this many times faster than the fastest
 # verified run of its own configuration is a claim nobody has shown.
 SAME_CONFIGURATION_MARGIN = 1.25
+# A mean power over an epoch stays under the cards' power limit; half again for the energy
+# counter's interpolation over a short epoch (real runs reach 0.94x of it). The record's
+# own power limit (collector.plausibility) and the catalogue's (collector.energy) alike.
+POWER_LIMIT_FACTOR = 1.5
 # Where the card has verified runs of the run's precision but not of its settings or
 # batch rule: the fastest of that precision (other settings are slower, not faster: the
 # H200's fastest float32 B0 runs are all within 1.1x of each other) with a wider margin.
@@ -125,31 +129,29 @@ class Specs:
                 (spec for spec in self.gpus if re.fullmatch(spec.pattern, gpu_name)), None)
         return self._found[gpu_name]
 
-    def verified_of(self, spec: GpuSpec, model: str) -> Verified | None:
-        """The fastest verified run of a GPU model and network in any configuration, or
-        None."""
-        runs = [v for v in self.verified if v.gpu == spec.name and v.model == model]
-        return max(runs, key=lambda v: v.images_per_second, default=None)
-
     def bound_of(self, spec: GpuSpec, model: str, settings: str, precision: str,
                  batch_rule: str) -> Bound | None:
         """The verified run a run of this card, model and configuration is held to: the
         fastest of the same configuration (SAME_CONFIGURATION_MARGIN), else of the same
         precision (SAME_PRECISION_MARGIN), else of any (VERIFIED_MARGIN); None when the
         card has no verified run of the model."""
-        runs = [v for v in self.verified if v.gpu == spec.name and v.model == model]
         tiers = (
-            ([v for v in runs if (v.settings, v.precision, v.batch_rule)
-              == (settings, precision, batch_rule)], SAME_CONFIGURATION_MARGIN,
-             f"{settings}, {precision}, batch rule {batch_rule}"),
-            ([v for v in runs if v.precision == precision], SAME_PRECISION_MARGIN,
+            (self.fastest(spec, model, settings=settings, precision=precision,
+                          batch_rule=batch_rule),
+             SAME_CONFIGURATION_MARGIN, f"{settings}, {precision}, batch rule {batch_rule}"),
+            (self.fastest(spec, model, precision=precision), SAME_PRECISION_MARGIN,
              f"{precision}, any settings"),
-            (runs, VERIFIED_MARGIN, "any configuration"),
+            (self.fastest(spec, model), VERIFIED_MARGIN, "any configuration"),
         )
-        for alike, margin, words in tiers:
-            if alike:
-                return Bound(max(alike, key=lambda v: v.images_per_second), margin, words)
-        return None
+        return next((Bound(best, margin, words) for best, margin, words in tiers
+                     if best is not None), None)
+
+    def fastest(self, spec: GpuSpec, model: str, **configuration: str) -> Verified | None:
+        """The fastest verified run of a card and model whose configuration has the given
+        values (settings, precision, batch_rule: each left out matches any); None if none."""
+        runs = [v for v in self.verified if v.gpu == spec.name and v.model == model
+                and all(getattr(v, name) == value for name, value in configuration.items())]
+        return max(runs, key=lambda v: v.images_per_second, default=None)
 
 
 def read_specs(path: Path = SPECS_FILE) -> Specs:

@@ -66,9 +66,6 @@ def verified_reference(specs: ceilings.Specs, gpu_name: str, gpu_count: int, mod
     spec = specs.spec_of(gpu_name)
     if spec is None or gpu_count != 1:
         return None
-    found = [v for v in specs.verified if v.gpu == spec.name and v.model == model and
-             (v.settings, v.precision, v.batch_rule) == (settings, precision, batch_rule)]
-    if not found:
-        return None
-    best = max(found, key=lambda v: v.images_per_second)
-    return f"verified run {best.record}", best.images_per_second
+    best = specs.fastest(spec, model, settings=settings, precision=precision,
+                         batch_rule=batch_rule)
+    return None if best is None else (f"verified run {best.record}", best.images_per_second)

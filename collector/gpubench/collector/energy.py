@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from gpubench.collector import ceilings
 
+from gpubench import record
 from gpubench.v1 import run_pb2
 
 # The least mean power over a training epoch, as a share of the cards' power limit in the
@@ -22,15 +23,15 @@ from gpubench.v1 import run_pb2
 # is far under any card that trains, and still 35 W on an H200.
 LEAST_POWER_SHARE = 0.05
 # The most: the catalogue's limit with the slack the record's own mean power has against
-# the limit it reports (plausibility.POWER_LIMIT_FACTOR: the counter's interpolation).
-MOST_POWER_SHARE = 1.5
+# the limit it reports (the counter's interpolation).
+MOST_POWER_SHARE = ceilings.POWER_LIMIT_FACTOR
 
 
 def implausibilities(run: run_pb2.Run, cards: list[ceilings.GpuSpec]) -> list[str]:
     """Why the run's energy is not believable on these cards (empty: it is, or the run
     measured none), one reason each."""
     res = run.result
-    epoch = next((e for e in res.epochs if e.number == res.measured_epoch), None)
+    epoch = record.measured_epoch(run)
     joules = res.energy_per_epoch_joules or (epoch.energy_joules if epoch else 0.0)
     seconds = (epoch.wall_seconds if epoch else 0.0) or res.epoch2_seconds
     if not (joules > 0 and seconds > 0 and cards):

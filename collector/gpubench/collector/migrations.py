@@ -87,7 +87,7 @@ def backfill_batch_rule(con: Any) -> None:
         changed = []
         for run_id, blob in found:
             run = run_pb2.Run.FromString(blob)
-            rule, largest = rows.batch_rule(run.config), rows.largest_batch_per_gpu(run)
+            rule, largest = record.batch_rule(run.config), rows.largest_batch_per_gpu(run)
             if rule or largest:
                 changed.append((run_id, rule, largest))
         if changed:

@@ -56,9 +56,9 @@ STEPS_CHECKED = 8
 # a joule of slack for the window's edges.
 ENERGY_RELATIVE = 0.10
 ENERGY_ABSOLUTE = 1.0
-# Mean power over an epoch stays under the cards' power limit; half again for the
-# counter's interpolation over a short epoch (real runs reach 0.94x of it).
-POWER_LIMIT_FACTOR = 1.5
+# Mean power over an epoch stays under the cards' power limit, with the slack of
+# ceilings.POWER_LIMIT_FACTOR.
+POWER_LIMIT_FACTOR = ceilings.POWER_LIMIT_FACTOR
 # A card's memory and power limit against the largest of its name in the table (NVML
 # reports a little less or more than the datasheet's round figure).
 MEMORY_FACTOR = 1.05
@@ -206,7 +206,7 @@ def claimed_rate(run: run_pb2.Run) -> float:
     training images over the measured epoch's training (or whole) time; 0 if none."""
     res, cfg = run.result, run.config
     rates = [res.train_images_per_second]
-    epoch = next((e for e in res.epochs if e.number == res.measured_epoch), None)
+    epoch = record.measured_epoch(run)
     if cfg.train_images:
         if epoch is not None and epoch.train_seconds > 0:
             rates.append(cfg.train_images / epoch.train_seconds)

@@ -16,7 +16,6 @@ from typing import Any
 from gpubench.collector import plausibility
 
 from gpubench import gpu_busy, record
-from gpubench.record import batch_rule
 from gpubench.v1 import collector_pb2, run_pb2
 
 # How the flag reasons of a run are joined in the runs table's one text column.
@@ -114,7 +113,7 @@ def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
         "outlier_score": 0.0,
         "record": blob,
         "settings": record.settings_label(cfg),
-        "batch_rule": batch_rule(cfg),
+        "batch_rule": record.batch_rule(cfg),
         "largest_batch_per_gpu": largest_batch_per_gpu(run),
         "pipeline": record.pipeline_as_run(cfg),
         "weights": cfg.weights,
