@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # apt-get waits for another apt-get (a second `make test` beside this one) instead of failing.
 APT_GET := apt-get -o DPkg::Lock::Timeout=600
 
-.PHONY: help install proto test test-docker test-gpu demo bench chaos lint clean
+.PHONY: help install proto test test-docker test-gpu demo bench chaos lint typecheck clean
 
 help:
 	@echo "make demo         run the benchmark against a local collector and compare (state: .demo/)"
@@ -21,6 +21,7 @@ help:
 	@echo "make install      the virtual environment with every extra ($(VENV))"
 	@echo "make proto        regenerate the wire code from protos/"
 	@echo "make lint         ruff"
+	@echo "make typecheck    mypy over gpubench/, agent/ and collector/ (docs/results/typecheck.md)"
 
 # Each step says what it does; pip's own output goes to $(LOG), shown when a step fails.
 $(STAMP): pyproject.toml setup.py
@@ -99,6 +100,11 @@ chaos: proto
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# pyproject.toml's [tool.mypy] names the three source roots; the count of what it still
+# reports is in docs/results/typecheck.md.
+typecheck: proto
+	$(VENV)/bin/mypy
 
 # .demo/ holds what `make demo` left: its collector database, spool and token.
 clean:

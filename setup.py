@@ -60,7 +60,9 @@ def packages() -> tuple[list[str], dict[str, str]]:
     folders: dict[str, str] = {}
     for package, root in PARTS.items():
         folder = root.joinpath(*package.split("."))
-        if not (folder / "__init__.py").exists():
+        # `gpubench` itself is a namespace package (no __init__.py: gpubench/versions.py
+        # says why); the agent and the collector are regular packages within it.
+        if not any(folder.glob("*.py")):
             continue
         folders[package] = str(folder.relative_to(ROOT))
         found.append(package)

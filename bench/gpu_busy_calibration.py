@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT / part) for part in ("", "agent", "collector")]  # the three source roots
 
 from gpubench import gpu_busy, record  # noqa: E402
 

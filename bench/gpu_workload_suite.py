@@ -144,7 +144,8 @@ def prepare(scratch: Path, wheels: Path | None) -> dict[str, str]:
     `scratch` holds the synthetic dataset and the Python paths ($GPUBENCH_CACHE if set,
     else OUT/.scratch), so that OUT keeps only the evidence.
     """
-    paths = [str(ROOT)]  # the checkout: its gpubench/ finds the agent beside it
+    # the checkout's three source roots
+    paths = [str(ROOT / part) for part in ("", "agent", "collector")]
     if wheels is not None:
         site = scratch / "python" / "site"
         if not site.exists():

@@ -36,7 +36,7 @@ COLLECTOR=127.0.0.1:50051
 mkdir -p "$WORK/logs" "$WORK/spool"
 export PYTHONUNBUFFERED=1 GPUBENCH_CACHE=/tmp/gpubench-cache
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONPATH=$ROOT:/tmp/site
+export PYTHONPATH=$ROOT:$ROOT/agent:$ROOT/collector:/tmp/site
 
 say() { echo "== $*" | tee -a "$WORK/commands.txt"; }
 stamp() {  # each line of stdin with the seconds since $1

@@ -37,12 +37,12 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 # Wheels for what the machine lacks; gpubench itself straight from the checkout (its
-# gpubench/ folder finds the agent and the collector beside it).
+# three source roots: the shared gpubench/, agent/ and collector/).
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 ROOT=$PWD
 ls "$ROOT"/gpubench/v1/run_pb2.py >/dev/null || { echo "carry gpubench/v1 (make proto)"; exit 1; }
-export PYTHONPATH=$ROOT:/tmp/site
+export PYTHONPATH=$ROOT:$ROOT/agent:$ROOT/collector:/tmp/site
 cd "$WORK"
 gpubench-agent() { python3 -m gpubench.agent.cli "$@"; }
 

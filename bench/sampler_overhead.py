@@ -66,7 +66,8 @@ print(time.perf_counter() - began)
 
 def import_agent() -> tuple[ModuleType, ModuleType]:
     """gpubench.agent's nvml and telemetry, installed or straight from this checkout."""
-    sys.path.insert(0, str(ROOT))  # a GPU machine with the checkout but no install
+    # a GPU machine with the checkout but no install: its three source roots
+    sys.path[:0] = [str(ROOT / part) for part in ("", "agent", "collector")]
     from gpubench.agent import nvml, telemetry
 
     return nvml, telemetry

@@ -8,7 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from gpubench import DISTRIBUTION, figures, plot_data, tables
+from gpubench import figures, plot_data, tables
+from gpubench.versions import DISTRIBUTION
 from gpubench.errors import ExitCode, GpubenchError
 
 

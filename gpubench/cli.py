@@ -15,7 +15,8 @@ from typing import Any
 import click
 import pandas as pd
 
-from gpubench import __version__, answers, answers_cli, frames, prices, record, tables
+from gpubench import answers, answers_cli, frames, prices, record, tables
+from gpubench.versions import VERSION
 from gpubench.cli_shared import (
     MODEL,
     connection_origins,
@@ -194,7 +195,7 @@ EXIT_CODES = (
     help="Lay tables and text out in this many columns (default: the terminal's width; "
     "80, or $COLUMNS, when stdout is no terminal).",
 )
-@click.version_option(__version__, prog_name="gpubench")
+@click.version_option(VERSION, prog_name="gpubench")
 @click.pass_context
 def cli(
     ctx: click.Context, collector: str, token: str | None, ca: str | None, tls: bool,

@@ -23,7 +23,8 @@ from typing import Any
 import grpc
 import pandas as pd
 
-from gpubench import __version__, frames
+from gpubench import frames
+from gpubench.versions import VERSION
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,
@@ -58,7 +59,7 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_permit_without_calls", 0),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.primary_user_agent", f"gpubench/{__version__}"),
+    ("grpc.primary_user_agent", f"gpubench/{VERSION}"),
 ]
 
 
@@ -233,7 +234,7 @@ def translate_error(
     elif code == grpc.StatusCode.UNIMPLEMENTED:
         exc = RequestRefused(
             f"the collector at {address} does not offer {what} (a collector older than "
-            f"this gpubench {__version__}?){suffix}"
+            f"this gpubench {VERSION}?){suffix}"
         )
     elif code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE.search(detail):
         # Sending the same message again cannot help.

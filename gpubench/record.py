@@ -18,7 +18,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from gpubench import BENCHMARK_VERSION, SCHEMA_VERSION
+from gpubench.versions import BENCHMARK_VERSION, SCHEMA_VERSION
 from gpubench.errors import InvalidRecord
 
 # The protocol's tables are defined with the run settings (the workload reads them

@@ -240,7 +240,7 @@ def standing(address: str, token: str) -> None:
     from demo_standing import standing_tables
     from rich.console import Console
 
-    from gpubench import Client
+    from gpubench.client import Client
     from gpubench.cli_shared import output_width
 
     step("where you stand: this run beside the reference runs (B0)")

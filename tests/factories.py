@@ -18,7 +18,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from gpubench import BENCHMARK_VERSION, SCHEMA_VERSION, record
+from gpubench import record
+from gpubench.versions import BENCHMARK_VERSION, SCHEMA_VERSION
 from gpubench.v1 import run_pb2
 
 MIB = 1 << 20

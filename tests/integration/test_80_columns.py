@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from factories import import_reference_runs
 from gpubench.agent.summary import summary_table
 
-from gpubench import Client, record
+from gpubench import record
+from gpubench.client import Client
 from gpubench.cli import cli
 
 ADA = "NVIDIA RTX 6000 Ada Generation"

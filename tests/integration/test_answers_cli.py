@@ -12,7 +12,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from gpubench import Client, record
+from gpubench import record
+from gpubench.client import Client
 from gpubench.cli import cli
 from gpubench.errors import ExitCode
 

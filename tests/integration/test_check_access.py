@@ -7,7 +7,8 @@ import grpc
 import pytest
 from factories import make_run
 
-from gpubench import SCHEMA_VERSION, Client, __version__
+from gpubench.client import Client
+from gpubench.versions import SCHEMA_VERSION, VERSION
 from gpubench.client import TokenAccess
 from gpubench.errors import AccessDenied, ExitCode, is_retryable
 from gpubench.v1 import collector_pb2 as pb
@@ -32,7 +33,7 @@ def refused(address: str, token: str) -> AccessDenied:
 def test_a_valid_token_is_named_with_what_it_may_do(collector) -> None:
     with Client(collector.address, collector.make_token("lab-a")) as client:
         assert client.check_access() == TokenAccess(
-            token_name="lab-a", may_submit=True, admin=False, collector_version=__version__,
+            token_name="lab-a", may_submit=True, admin=False, collector_version=VERSION,
             schema_version=SCHEMA_VERSION,
         )
     with Client(collector.address, collector.admin_token) as client:

@@ -12,7 +12,8 @@ import pytest
 from factories import CARDS, TRAIN_IMAGES
 from rich.console import Console
 
-from gpubench import Client, frames, tables
+from gpubench import frames, tables
+from gpubench.client import Client
 from gpubench.client import RequestLimited
 from gpubench.errors import AccessDenied, ExitCode, NotFound, RequestRefused
 

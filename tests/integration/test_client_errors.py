@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpubench import Client
+from gpubench.client import Client
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,

@@ -23,7 +23,7 @@ from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
 from waiting import STOP_DEADLINE_S
 
-from gpubench import Client
+from gpubench.client import Client
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc
 

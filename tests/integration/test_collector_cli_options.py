@@ -10,7 +10,8 @@ from pathlib import Path
 from factories import make_run
 from gpubench.collector.intake import Journal, JournalEntry, journal_folder
 
-from gpubench import __version__, record
+from gpubench import record
+from gpubench.versions import VERSION
 
 COLLECTOR = str(Path(sys.executable).with_name("gpubench-collector"))
 
@@ -21,7 +22,7 @@ def collector(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_version() -> None:
     done = collector("--version")
-    assert done.returncode == 0 and done.stdout == f"gpubench-collector, version {__version__}\n"
+    assert done.returncode == 0 and done.stdout == f"gpubench-collector, version {VERSION}\n"
 
 
 def leftover_run(db: Path) -> None:

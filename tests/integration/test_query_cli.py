@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner
 from factories import CARDS, TRAIN_IMAGES
 
-from gpubench import Client, frames
+from gpubench import frames
+from gpubench.client import Client
 from gpubench.cli import cli
 from gpubench.errors import ExitCode
 

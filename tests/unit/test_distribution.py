@@ -1,5 +1,5 @@
 """The distribution's name: PyPI's `gpubench` is an unrelated project, so this one is
-`gpubench-keras` (gpubench.DISTRIBUTION). Every place that reads the name agrees, the
+`gpubench-keras` (gpubench.versions.DISTRIBUTION). Every place that reads the name agrees, the
 commands say their version without asking pip's metadata, and nothing documented
 installs the other project."""
 
@@ -19,7 +19,7 @@ try:
 except ImportError:  # Python 3.10
     from pip._vendor import tomli as tomllib
 
-import gpubench
+from gpubench import versions
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -34,8 +34,8 @@ def normalised(name: str) -> str:
 
 
 def test_the_distribution_is_not_the_unrelated_pypi_project() -> None:
-    assert PROJECT["name"] == gpubench.DISTRIBUTION
-    assert normalised(gpubench.DISTRIBUTION) != "gpubench"
+    assert PROJECT["name"] == versions.DISTRIBUTION
+    assert normalised(versions.DISTRIBUTION) != "gpubench"
 
 
 def test_extras_name_the_project_by_its_distribution_name() -> None:
@@ -43,7 +43,7 @@ def test_extras_name_the_project_by_its_distribution_name() -> None:
              if line.startswith("gpubench")]
     assert named, "the all and dev extras refer to the project's other extras"
     for line in named:
-        assert normalised(line.partition("[")[0]) == normalised(gpubench.DISTRIBUTION), line
+        assert normalised(line.partition("[")[0]) == normalised(versions.DISTRIBUTION), line
 
 
 def test_the_image_requirements_expand_the_projects_own_extras() -> None:
@@ -96,4 +96,4 @@ def test_version_needs_no_distribution_metadata(command: str, monkeypatch) -> No
     group = {"gpubench": query, "gpubench-agent": agent, "gpubench-collector": collector}[command]
     done = CliRunner().invoke(group, ["--version"])
     assert done.exit_code == 0, done.output
-    assert done.output.strip() == f"{command}, version {gpubench.__version__}"
+    assert done.output.strip() == f"{command}, version {versions.VERSION}"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpubench import SCHEMA_VERSION, record
+from gpubench import record
+from gpubench.versions import SCHEMA_VERSION
 from gpubench.errors import InvalidRecord
 
 

@@ -193,7 +193,7 @@ def test_gpu_names_with_brackets_are_not_markup() -> None:
 
 
 def test_the_python_client_loads_no_rendering() -> None:
-    # A notebook's `from gpubench import Client` pays for pandas, not for the CLI's tables.
+    # A notebook's `from gpubench.client import Client` pays for pandas, not for the CLI's tables.
     import subprocess
     import sys
 

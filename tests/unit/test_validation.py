@@ -15,7 +15,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from gpubench.collector import validation
 from gpubench.collector.validation import InvalidRun
 
-from gpubench import SCHEMA_VERSION
+from gpubench.versions import SCHEMA_VERSION
 from gpubench.v1 import run_pb2
 
 GIB = 1 << 30

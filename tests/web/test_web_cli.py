@@ -96,7 +96,7 @@ def test_without_the_web_extra_it_says_what_to_install():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2, done.stderr
-    from gpubench import DISTRIBUTION
+    from gpubench.versions import DISTRIBUTION
 
     assert f"pip install '{DISTRIBUTION}[web]'" in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr

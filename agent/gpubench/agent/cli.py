@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from gpubench import __version__
+from gpubench.versions import VERSION
 from gpubench.errors import ExitCode, GpubenchError, wrap_message
 from gpubench.settings import (
     NATIVE_IMAGE_SIZE,
@@ -192,7 +192,7 @@ def _origins(ctx: click.Context) -> Any:
 
 
 @click.group(context_settings=CONTEXT)
-@click.version_option(__version__, prog_name="gpubench-agent")
+@click.version_option(VERSION, prog_name="gpubench-agent")
 def main() -> None:
     """Run the standard gpubench benchmark (Keras EfficientNet B0/B3/B7) on this host,
     with GPU telemetry, and send the results to a collector.

@@ -18,7 +18,7 @@ from typing import Any
 from gpubench.agent.hostid import HostKey, host_id, host_key
 from gpubench.agent.nvml import Nvml, NvmlUnavailable, open_nvml
 
-from gpubench import __version__
+from gpubench.versions import VERSION
 from gpubench.v1 import run_pb2
 
 UNSUPPORTED = "unsupported"
@@ -75,7 +75,7 @@ def host_record(key: HostKey | None = None) -> run_pb2.Host:
         ram_bytes=ram_bytes(),
         os=os_description(),
         hostname_hash=host_id(key.key),
-        agent_version=__version__,
+        agent_version=VERSION,
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpubench import SCHEMA_VERSION
+from gpubench.versions import SCHEMA_VERSION
 from gpubench.errors import AccessDenied, CollectorUnavailable, GpubenchError
 
 

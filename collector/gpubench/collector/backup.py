@@ -43,7 +43,7 @@ from gpubench.collector.errors import DatabaseLocked
 from gpubench.collector.intake import journal_folder
 from gpubench.collector.store import Store
 
-from gpubench import __version__
+from gpubench.versions import VERSION
 from gpubench.errors import ExitCode, GpubenchError
 
 MANIFEST = "gpubench-backup.json"
@@ -175,7 +175,7 @@ def take(store: Store, folder: Path) -> Manifest:
     manifest = Manifest(
         format=FORMAT,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        gpubench_version=__version__,
+        gpubench_version=VERSION,
         migrations=store.applied_migrations(),
         runs=counts["runs"],
         tokens=counts["tokens"],

@@ -15,7 +15,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpubench import DISTRIBUTION, __version__, record
+from gpubench import record
+from gpubench.versions import DISTRIBUTION, VERSION
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
 
 err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
@@ -46,7 +47,7 @@ WEB_MODULES = ("starlette", "uvicorn", "jinja2", "markupsafe", "prometheus_clien
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="gpubench-collector")
+@click.version_option(VERSION, prog_name="gpubench-collector")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True, envvar="GPUBENCH_LOG_LEVEL",
               help="Least severe log lines shown on stderr (env GPUBENCH_LOG_LEVEL): INFO shows "

@@ -25,7 +25,8 @@ from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import Store
 from gpubench.collector.tokens import TokenRow
 
-from gpubench import SCHEMA_VERSION, __version__, record
+from gpubench import record
+from gpubench.versions import SCHEMA_VERSION, VERSION
 from gpubench.errors import AccessDenied, InvalidRecord
 from gpubench.v1 import collector_pb2, collector_pb2_grpc
 
@@ -123,7 +124,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
         caller = _caller()
         return collector_pb2.CheckAccessResponse(
             token_name=caller.name, may_submit=True, admin=caller.admin,
-            collector_version=__version__, schema_version=SCHEMA_VERSION,
+            collector_version=VERSION, schema_version=SCHEMA_VERSION,
         )
 
     @_translating_errors

@@ -40,7 +40,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from gpubench.collector import plausibility, wire
 
-from gpubench import SCHEMA_VERSION, record
+from gpubench import record
+from gpubench.versions import SCHEMA_VERSION
 from gpubench.errors import InvalidRecord
 from gpubench.v1 import run_pb2
 

@@ -29,7 +29,7 @@ from gpubench.agent.runners.base import (
     events_from_lines,
 )
 
-from gpubench import DISTRIBUTION
+from gpubench.versions import DISTRIBUTION
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import Event
 from gpubench.settings import WORKLOAD_MODULE
