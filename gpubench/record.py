@@ -25,10 +25,15 @@ from gpubench.errors import InvalidRecord
 # where the wire code is absent); the record's readers find them here too.
 from gpubench.settings import (  # noqa: F401
     BACKENDS,
+    BATCH_RULES,
     MODELS,
     NATIVE_IMAGE_SIZE,
     PIPELINES,
     PRECISIONS,
+    RULE_GIVEN,
+    RULE_LARGEST,
+    RULE_QUICK,
+    RULE_STEPS,
 )
 from gpubench.v1 import run_pb2
 
@@ -110,10 +115,10 @@ SETTINGS_LABELS = _every_settings_label()
 # The settings of the default run (torch on one GPU: its own kernels, CUDA graphs): what
 # the leaderboard ranks unless asked for another label.
 DEFAULT_SETTINGS = "kernels+cuda-graphs"
-# How batch_per_gpu was chosen (Config.batch_rule; empty in records of schema 1), and the
-# default run's (--batch auto), which the leaderboard ranks unless asked for another.
-BATCH_RULES = ("steps", "largest", "given", "quick")
-DEFAULT_BATCH_RULE = "steps"
+# How batch_per_gpu was chosen is Config.batch_rule, one of BATCH_RULES (gpubench.settings;
+# empty in records of schema 1); the default run's rule (--batch steps) is the one the
+# leaderboard ranks unless asked for another.
+DEFAULT_BATCH_RULE = RULE_STEPS
 
 
 def pipeline_as_run(config: run_pb2.Config) -> str:

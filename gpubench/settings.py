@@ -42,12 +42,19 @@ DEFAULT_EPOCHS = 2
 MEASURED_EPOCH = 2  # the headline: epoch 1 carries start-up
 SYNTHETIC = "synthetic"
 
-# How a run's batch is chosen (the record's Config.batch_rule; docs/protocol.md):
-# "steps" the largest power of two that fits with at least 8 training steps an epoch
-# (--batch auto, the default); "largest" the largest that fits (--batch largest);
-# "given" --batch N; "quick" the agent's --quick (B0 at the article's T4 batch).
+# How a run's batch is chosen, each rule under one name on the command line and in the
+# record (Config.batch_rule; docs/protocol.md): "steps" the largest power of two that fits
+# with at least 8 training steps an epoch (--batch steps, the default); "largest" the
+# largest that fits (--batch largest); "given" --batch N; "quick" the agent's --quick (B0
+# at the article's T4 batch). The one definition: the record, the collector's checks and
+# the tables import it.
 RULE_STEPS, RULE_LARGEST, RULE_GIVEN, RULE_QUICK = "steps", "largest", "given", "quick"
 BATCH_RULES = (RULE_STEPS, RULE_LARGEST, RULE_GIVEN, RULE_QUICK)
+# The rules --batch names (the others come with a batch size).
+SEARCHED_RULES = (RULE_STEPS, RULE_LARGEST)
+# Older spellings --batch still takes, each said to be deprecated: "auto" was the steps
+# rule's name on the command line before it had one name everywhere.
+DEPRECATED_BATCH_WORDS = {"auto": RULE_STEPS}
 QUICK_MODEL, QUICK_BATCH = "B0", 128
 
 # Exit codes of the workload process (the agent maps them to a run status).
@@ -90,7 +97,9 @@ class Setting:
     flag: str  # "--precision"
     help: str
     off_flag: str = ""  # a switch's other flag, e.g. "--no-jit-compile"
-    kind: str = "str"  # "str", "int", "float", "size" (bytes, e.g. 16GiB) or "choice"
+    # "str", "int", "float", "size" (bytes, e.g. 16GiB), "choice" or "batch" (a size, or
+    # a rule that chooses it: parse_batch; its field's rule is batch_rule)
+    kind: str = "str"
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     # The workload commands that take it: "trial" (each batch trial: the network and
@@ -120,8 +129,13 @@ class RunSettings:
     model: str = _setting(
         "B0", flag="--model", kind="choice", choices=MODELS, commands=TRIAL,
         help="EfficientNet variant: B0 (224 px), B3 (300 px) or B7 (600 px).")
-    batch: int | None = None  # None: chosen from the batch search by batch_rule
-    batch_rule: str = RULE_STEPS  # "given" whenever batch is set
+    batch: int | None = _setting(  # None: chosen from the batch search by batch_rule
+        None, flag="--batch", kind="batch", agent=AGENT_RUN, agent_default=RULE_STEPS,
+        help="Batch size per GPU. 'steps': search the largest batch that fits (recorded) "
+             "and time the largest power of two that fits and leaves at least 8 training "
+             "steps an epoch; 'largest': time the largest that fits; N: time N (a run that "
+             "runs out of memory then ends so).")
+    batch_rule: str = RULE_STEPS  # set with batch by --batch; "given" whenever batch is set
     precision: str = _setting(
         "float32", flag="--precision", kind="choice", choices=PRECISIONS, commands=TRIAL,
         agent=AGENT_BOTH, agent_default="float32",
@@ -233,7 +247,8 @@ class RunSettings:
         for name, setting in SETTINGS.items():
             _check(setting, getattr(self, name))
         if self.batch is not None and self.batch < 1:
-            raise BadSettings(f"--batch must be at least 1, 'auto' or 'largest', not {self.batch}")
+            raise BadSettings(f"--batch must be at least 1, 'steps' or 'largest', not "
+                              f"{self.batch}")
         _check_choice("--batch-rule", self.batch_rule, BATCH_RULES)
         if self.batch is not None and self.batch_rule not in (RULE_GIVEN, RULE_QUICK):
             object.__setattr__(self, "batch_rule", RULE_GIVEN)
@@ -349,7 +364,7 @@ SETTINGS: dict[str, Setting] = {
 def _check(setting: Setting, value: Any) -> None:
     """A BadSettings naming the flag if `value` is not one of its choices or under its
     lower bound (None: not given)."""
-    if value is None:
+    if value is None or setting.kind == "batch":  # --batch is checked with its rule
         return
     if setting.choices:
         _check_choice(setting.flag, value, setting.choices)
@@ -380,6 +395,9 @@ def arguments(command: str, values: Mapping[str, Any]) -> list[str]:
     given: list[str] = []
     for name, setting in taken_by(command).items():
         value = values.get(name)
+        if setting.kind == "batch":
+            given += batch_arguments(value, values.get("batch_rule") or RULE_STEPS)
+            continue
         if value is None:
             continue
         if setting.off_flag:
@@ -389,17 +407,27 @@ def arguments(command: str, values: Mapping[str, Any]) -> list[str]:
     return given
 
 
+def batch_arguments(batch: int | None, rule: str) -> list[str]:
+    """The flags that give the workload's `run` a batch and its rule: --batch N (with the
+    hidden --batch-rule quick for the agent's --quick), --batch largest, or nothing for
+    the steps rule, the workload's default (so that a workload image older than the
+    rule's name, which spelt it auto, runs it too)."""
+    if batch is not None:
+        return ["--batch", str(batch), *(["--batch-rule", rule] if rule == RULE_QUICK else [])]
+    return [] if rule == RULE_STEPS else ["--batch", rule]
+
+
 def parse_batch(text: str) -> tuple[int | None, str]:
-    """--batch: (None, RULE_STEPS) for 'auto', (None, RULE_LARGEST) for 'largest', or
-    (N, RULE_GIVEN) for a whole number of at least 1; else BadSettings."""
+    """--batch: (None, rule) for a rule's name ('steps', 'largest'; the deprecated 'auto'
+    is 'steps'), or (N, RULE_GIVEN) for a whole number of at least 1; else BadSettings."""
     text = str(text).strip().lower()
-    if text in ("auto", "largest"):
-        return None, RULE_STEPS if text == "auto" else RULE_LARGEST
+    text = DEPRECATED_BATCH_WORDS.get(text, text)
+    if text in SEARCHED_RULES:
+        return None, text
     try:
         batch = int(text)
     except ValueError:
-        raise BadSettings(f"--batch {text!r}: 'auto', 'largest' or a whole number") from None
+        raise BadSettings(f"--batch {text!r}: 'steps', 'largest' or a whole number") from None
     if batch < 1:
         raise BadSettings(f"--batch must be at least 1, not {batch}")
     return batch, RULE_GIVEN
-

@@ -7,14 +7,16 @@ workload's default") so that only what the user gave is passed on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
 
 from gpubench.errors import GpubenchError
 from gpubench.settings import (
+    DEPRECATED_BATCH_WORDS,
     MODELS,
+    RULE_STEPS,
     BadSettings,
     RunSettings,
     Setting,
@@ -74,9 +76,22 @@ class Model(Parsed):
         return self._metavar
 
 
+class _Batch(Parsed):
+    """--batch: parse_batch's (size, rule); a deprecated spelling is said on stderr."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in DEPRECATED_BATCH_WORDS:
+            word = value.strip().lower()
+            click.echo(f"warning: --batch {word} is deprecated: it is --batch "
+                       f"{DEPRECATED_BATCH_WORDS[word]} now, the rule's name in the record",
+                       err=True)
+        return super().convert(value, param, ctx)
+
+
 def BatchSize() -> Parsed:  # noqa: N802 - used as a click type, as click.Choice is
-    """A batch size and how it is chosen: N (given), 'auto' (the speed rule) or 'largest'."""
-    return Parsed("N|auto|largest", parse_batch)
+    """A batch size and how it is chosen: N (given), 'steps' (the speed rule) or
+    'largest'."""
+    return _Batch("N|steps|largest", parse_batch)
 
 
 def Size() -> Parsed:  # noqa: N802
@@ -89,6 +104,8 @@ def _click_type(setting: Setting) -> Any:
         return click.Choice(setting.choices)
     if setting.kind == "size":
         return Size()
+    if setting.kind == "batch":
+        return BatchSize()
     if setting.kind == "int":
         return click.IntRange(min=setting.minimum) if setting.minimum is not None else int
     if setting.kind == "float":
@@ -128,6 +145,8 @@ def workload_options(command: str, *, leave_out: tuple[str, ...] = ()) -> Decora
         shown: Any = default is not None
         if name == "backend":
             default, shown = default_backend, "KERAS_BACKEND, else tensorflow"
+        if setting.kind == "batch":  # no size: the default rule chooses it
+            default, shown = RULE_STEPS, True
         options.append(_option(name, setting, default=default, show_default=shown,
                                help_text=setting.help))
     return _apply(options)
@@ -149,7 +168,18 @@ def agent_options(command: str, *, leave_out: tuple[str, ...] = ()) -> Decorator
     return _apply(options)
 
 
+def as_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Click's values of the schema's options as RunSettings fields: --batch's (size, rule)
+    gives `batch` and `batch_rule` (not given: neither, the defaults apply)."""
+    found = dict(values)
+    pair = found.pop("batch", None)
+    if pair is not None:
+        found["batch"], found["batch_rule"] = pair
+    return found
+
+
 def given_settings(values: dict[str, Any], command: str) -> dict[str, Any]:
-    """Take the agent `command`'s setting values out of click's `values` (those given)."""
-    return {name: value for name in offered_by_agent(command)
-            if (value := values.pop(name, None)) is not None}
+    """Take the agent `command`'s setting values out of click's `values` (those given),
+    as RunSettings fields (as_fields)."""
+    return as_fields({name: value for name in offered_by_agent(command)
+                      if (value := values.pop(name, None)) is not None})

@@ -448,12 +448,15 @@ def run_facts(stored: collector_pb2.StoredRun) -> list[tuple[str, str]]:
 
 
 # How each batch rule chose the batch, and the options of a settings label, in words.
-BATCH_RULES = {
-    "steps": "the largest power of two that fits with 8 steps an epoch",
-    "largest": "the largest batch that fits",
-    "given": "--batch N",
-    "quick": "--quick, the article's Tesla T4 batch",
+# The rules are settings.BATCH_RULES' (re-exported by record): a rule without words here
+# fails at import.
+_RULE_WORDS = {
+    record.RULE_STEPS: "the largest power of two that fits with 8 steps an epoch",
+    record.RULE_LARGEST: "the largest batch that fits",
+    record.RULE_GIVEN: "--batch N",
+    record.RULE_QUICK: "--quick, the article's Tesla T4 batch",
 }
+BATCH_RULES = {rule: _RULE_WORDS[rule] for rule in record.BATCH_RULES}
 BATCH_CHOICES = {"given": "--batch N", "searched": "found by the batch search"}
 SETTING_WORDS = {
     "batched_augmentation": "batched augmentation", "fused_batchnorm": "fused batch norm",
@@ -505,3 +508,18 @@ def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
             )
         tables.append(trials)
     return tables
+
+
+from collections.abc import Iterable, Sequence  # noqa: E402 - for text_table alone
+
+
+def text_table(columns: Sequence[str], rows: Iterable[Sequence[Any]],
+               title: str | None = None) -> Table:
+    """A narrow table (narrow_table) of `rows` under the names `columns`: each cell as
+    plain text (never read as rich markup), folded where the columns do not fit."""
+    table = narrow_table(title)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(str(cell)) for cell in row))
+    return table

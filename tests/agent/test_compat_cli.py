@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gpubench.agent import cli
+from gpubench.agent import host
 from gpubench.agent.display import RunDisplay
 from gpubench.agent.inventory import take_inventory
 from gpubench.agent.nvml_replay import FakeNvml
@@ -157,6 +157,6 @@ def test_the_check_passes_the_chosen_backend_on(tmp_path: Path,
     inventory = take_inventory(FakeNvml.from_trace(T4))
     runner = LocalRunner(fake_workload_command)
     display = RunDisplay(quiet=True)
-    assert cli._check_builds(runner, inventory, 1, None, display, False) == "tensorflow"
-    assert cli._check_builds(runner, inventory, 0, None, display, False) is None
-    assert cli._check_builds(runner, inventory, 1, "jax", display, True) == "jax"
+    assert host.check_builds(runner, inventory, 1, None, display, False) == "tensorflow"
+    assert host.check_builds(runner, inventory, 0, None, display, False) is None
+    assert host.check_builds(runner, inventory, 1, "jax", display, True) == "jax"

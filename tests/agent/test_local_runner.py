@@ -47,10 +47,13 @@ def ending(events, outcome):
 
 def test_arguments_reach_the_workload() -> None:
     assert REQUEST.arguments() == [
-        "run", "--batch", "8", "--model", "B0", "--gpus", "0", "--epochs", "2",
+        "run", "--model", "B0", "--batch", "8", "--gpus", "0", "--epochs", "2",
         "--image-size", "32", "--limit-images", "48",
     ]
-    assert WorkloadRequest("B7").arguments() == ["run", "--batch", "auto", "--model", "B7"]
+    # The steps rule is the workload's default: left out, so an older image runs it too.
+    assert WorkloadRequest("B7").arguments() == ["run", "--model", "B7"]
+    assert WorkloadRequest("B7", batch_rule="largest").arguments() == [
+        "run", "--model", "B7", "--batch", "largest"]
     switched = WorkloadRequest("B0", settings={"jit_compile": True, "data_on_device": False})
     assert switched.arguments()[-2:] == ["--jit-compile", "--data-on-host"]
     graphs = WorkloadRequest("B0", settings={"cuda_graphs": True})

@@ -114,7 +114,7 @@ def test_settings_and_search_import_no_framework() -> None:
 
 # A value other than the default for every setting, valid together (torch, one GPU).
 CHANGED = {
-    "model": "B3", "precision": "mixed_bfloat16", "gpus": 1, "backend": "torch",
+    "model": "B3", "batch": 64, "precision": "mixed_bfloat16", "gpus": 1, "backend": "torch",
     "data": "/data/rps", "epochs": 3, "image_size": 64, "limit_images": 100,
     "pipeline": "cached", "weights": "imagenet", "seed": 7, "jit_compile": False,
     "cuda_graphs": False, "data_on_device": True, "batched_augmentation": False,
@@ -140,7 +140,11 @@ def test_the_workload_reads_back_what_the_arguments_give(command: str) -> None:
     context = cli.main.commands[command].make_context(
         command, [*extra, *options.arguments(command, given)])
     for name, value in given.items():
-        assert context.params[name] == value, name
+        read = context.params[name]
+        if options.SETTINGS[name].kind == "batch":  # --batch gives the size and its rule
+            read, rule = read
+            assert rule == "given"
+        assert read == value, name
     assert set(context.params) >= set(taken)
 
 
@@ -169,19 +173,53 @@ def test_the_agent_offers_each_of_its_settings_once(command: str) -> None:
 def test_the_workload_defaults_are_the_schema_s() -> None:
     from gpubench.agent.workload import cli
 
+    from gpubench.settings_cli import as_fields
+
     context = cli.main.commands["run"].make_context("run", [])
-    settings = RunSettings(**{name: context.params[name] for name in options.taken_by("run")})
+    settings = RunSettings(**as_fields({name: context.params[name]
+                                        for name in options.taken_by("run")}))
     assert settings == RunSettings(backend=options.default_backend())
 
 
 @pytest.mark.parametrize(("text", "parsed"), [
-    ("auto", (None, "steps")), ("largest", (None, "largest")), (" 64 ", (64, "given")),
+    ("steps", (None, "steps")), ("largest", (None, "largest")), (" 64 ", (64, "given")),
+    ("auto", (None, "steps")),  # the steps rule's deprecated name
 ])
 def test_batch_sizes(text: str, parsed: tuple) -> None:
     assert options.parse_batch(text) == parsed
 
 
-@pytest.mark.parametrize("text", ["0", "-3", "big"])
-def test_a_bad_batch_names_the_flag(text: str) -> None:
-    with pytest.raises(BadSettings, match="--batch"):
-        options.parse_batch(text)
+def test_a_batch_rule_has_one_name_on_the_command_line_and_in_the_record() -> None:
+    # Each rule --batch names is the record's Config.batch_rule, spelt the same.
+    for rule in options.SEARCHED_RULES:
+        assert rule in options.BATCH_RULES
+        assert options.parse_batch(rule) == (None, rule)
+    assert set(options.DEPRECATED_BATCH_WORDS.values()) <= set(options.SEARCHED_RULES)
+
+
+@pytest.mark.parametrize(("batch", "rule", "flags"), [
+    (None, "steps", []),  # the workload's default: an older image spelt it auto
+    (None, "largest", ["--batch", "largest"]),
+    (64, "given", ["--batch", "64"]),
+    (128, "quick", ["--batch", "128", "--batch-rule", "quick"]),
+])
+def test_the_batch_reaches_the_workload_as_the_schema_says(batch, rule, flags) -> None:
+    from gpubench.agent.workload import cli
+
+    arguments = options.arguments("run", {"batch": batch, "batch_rule": rule})
+    assert arguments == flags
+    context = cli.main.commands["run"].make_context("run", arguments)
+    assert context.params["batch"] == (batch, "given" if rule == "quick" else rule)
+    assert context.params["batch_rule"] == (rule if rule == "quick" else None)
+
+
+def test_the_deprecated_batch_word_still_runs_and_says_so(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from gpubench.agent import cli
+
+    command = cli.main.commands["run"]
+    assert command.make_context("run", ["--batch", "auto"]).params["batch"] == (None, "steps")
+    assert "--batch auto is deprecated: it is --batch steps now" in capsys.readouterr().err
+    assert command.make_context("run", ["--batch", "steps"]).params["batch"] == (None, "steps")
+    assert command.make_context("run", []).params["batch"] is None  # the workload's default
+    assert "deprecated" not in capsys.readouterr().err

@@ -234,7 +234,7 @@ class Benchmark:
         log_path = self.log_dir / f"{name}.log" if self.log_dir else None
         interrupted = False
         with self.runner.start(request, log_path=log_path) as workload:
-            if self.nvml is not None and hasattr(workload, "pid"):
+            if self.nvml is not None and workload.pid is not None:
                 self.nvml.follow_workload(workload.pid)
             sampler = Sampler(
                 self.nvml, self.gpu_indices, hz=self.sample_hz, workload_pids=workload.pids,

@@ -1,15 +1,14 @@
 """`gpubench-agent`: run the standard benchmark on this host and send the results.
 
-A thin layer over the agent's modules: it parses flags, catches
-gpubench.errors.GpubenchError at the top (one line, its exit code) and imports
-everything heavy inside the commands, so `--help` answers at once. It never
-imports the training framework: the workload runs in a child process or a
-container.
+A thin layer over the agent's modules: it parses flags, calls them (host.py sets up a run,
+runners/ start the workload, benchmark.py runs the models), prints what they return,
+catches gpubench.errors.GpubenchError at the top (one line, its exit code) and imports
+everything heavy inside the commands, so `--help` answers at once. It never imports the
+training framework: the workload runs in a child process or a container.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -17,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import click
+from gpubench.agent.runners import DEFAULT_RUNNER, RUNNERS
+from gpubench.agent.runners import gpu_access as ways
+from gpubench.agent.runners.docker import DEFAULT_IMAGE
 
 from gpubench.versions import VERSION
 from gpubench.errors import ExitCode, GpubenchError, wrap_message
@@ -25,18 +27,14 @@ from gpubench.settings import (
     QUICK_BATCH,
     QUICK_MODEL,
     RULE_QUICK,
+    RULE_STEPS,
     parse_size,
 )
-from gpubench.settings_cli import BatchSize, Model, agent_options, given_settings, model_names
+from gpubench.settings_cli import Model, agent_options, given_settings, model_names
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = ExitCode.OK, ExitCode.FAILURE, ExitCode.USAGE
 EXIT_UNAVAILABLE, EXIT_AUTH, EXIT_INTERRUPTED = (ExitCode.UNAVAILABLE, ExitCode.AUTH,
                                                  ExitCode.INTERRUPTED)
-
-# For development and tests on machines without a GPU: replay a recorded NVML
-# trace instead of the driver, and run another command as the workload.
-NVML_TRACE_ENV = "GPUBENCH_NVML_TRACE"
-WORKLOAD_COMMAND_ENV = "GPUBENCH_WORKLOAD_COMMAND"
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 # Lines of a failed workload command's own output shown with its error.
@@ -100,15 +98,14 @@ def _options(*options: Callable[..., Any]) -> Callable[..., Any]:
 
 
 RUNNER_OPTIONS = _options(
-    click.option("--runner", type=click.Choice(("local", "docker")), default="local",
+    click.option("--runner", type=click.Choice(tuple(RUNNERS)), default=DEFAULT_RUNNER,
                  show_default=True,
                  help="Run the workload in a child process, or in the workload image."),
-    click.option("--image", default="gpubench-workload:latest", show_default=True,
+    click.option("--image", default=DEFAULT_IMAGE, show_default=True,
                  help="The workload image (--runner docker): gpubench-workload:latest is "
                       "Keras on torch, gpubench-workload:tensorflow Keras on TensorFlow."),
-    click.option("--gpu-access", type=click.Choice(("auto", "container", "toolkit", "cdi",
-                                                    "devices")),
-                 default="auto", show_default=True,
+    click.option("--gpu-access", type=click.Choice((ways.AUTO, *ways.WAYS)),
+                 default=ways.AUTO, show_default=True,
                  help="How the workload container is given the GPUs (--runner docker): what "
                       "the agent's own container was given (when it runs in one), the NVIDIA "
                       "Container Toolkit (--gpus all), CDI (nvidia.com/gpu=all), or the "
@@ -210,11 +207,6 @@ def main() -> None:
     "driver and GPUBENCH_WORKLOAD_COMMAND replaces `python -m gpubench.agent.workload`."))
 @click.option("--models", type=Model(model_names), default="B0,B3,B7", show_default=True,
               help="Comma list of the models to run, in order.")
-@click.option("--batch", type=BatchSize(), default="auto", show_default=True,
-              help="Batch size per GPU. 'auto': search the largest batch that fits (recorded) "
-                   "and time the largest power of two that fits and leaves at least 8 training "
-                   "steps an epoch; 'largest': time the largest that fits; N: time N (a run "
-                   "that runs out of memory then ends so).")
 @click.option("--quick", is_flag=True,
               help="B0 only, at the article's Tesla T4 batch (128), the protocol's float32: a "
                    "comparable figure in about a minute on a large GPU.")
@@ -237,7 +229,7 @@ def main() -> None:
               help="Print the run records as JSON on stdout instead of tables.")
 @handles_errors
 @click.pass_context
-def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], quick: bool,
+def run(ctx: click.Context, models: list[str], quick: bool,
         runner: str, image: str, gpu_access: str, skip_compat: bool, collector: str | None,
         token: str | None, ca: Path | None, offline: bool, spool_dir: Path | None, sample_hz: float,
         trace_path: Path | None, idle_timeout: float, idle_temperature: float, label: str,
@@ -252,10 +244,10 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
     from click.core import ParameterSource
     from gpubench.agent.benchmark import Benchmark, IdleRule
     from gpubench.agent.display import RunDisplay
+    from gpubench.agent.host import check_settings, set_up
     from gpubench.agent.push import RetryPolicy
-    from gpubench.agent.runners.base import WorkloadRequest
+    from gpubench.agent.runners import RunnerOptions, WorkloadRequest
     from gpubench.agent.spool import Spool
-
 
     if offline and collector:
         if ctx.get_parameter_source("collector") == ParameterSource.ENVIRONMENT:
@@ -268,26 +260,24 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
                            if ctx.get_parameter_source(name) != ParameterSource.DEFAULT]
         if quick_conflicts:
             raise click.UsageError(f"--quick sets {', '.join(quick_conflicts)}: leave them out")
-        models, batch = [QUICK_MODEL], (QUICK_BATCH, RULE_QUICK)
+        models, settings["batch"] = [QUICK_MODEL], (QUICK_BATCH, RULE_QUICK)
     if not offline and not collector:
         raise click.UsageError(
             "give --collector HOST:PORT --token T (or $GPUBENCH_COLLECTOR), or --offline"
         )
     _sigterm_interrupts()
     display = RunDisplay()
-    nvml, inventory = _open_host(display)
-    try:
-        gpu_count = _gpu_count(settings.get("gpus"), inventory, display)
-        chosen = _make_runner(runner, image, gpu_count, gpu_access, display)
-        given = given_settings(settings, "run")
-        given["gpus"] = gpu_count
-        given["backend"] = _check_builds(chosen, inventory, gpu_count, given.get("backend"),
-                                         display, skip_compat)
-        requests = [WorkloadRequest(model, batch=batch[0], batch_rule=batch[1],
-                                    settings=given) for model in models]
-        _check_settings(requests, inventory)
-        if quick and gpu_count == 0 and not (given.get("image_size") or
-                                             given.get("limit_images")):
+    given = given_settings(settings, "run")
+    batch, rule = given.pop("batch", None), given.pop("batch_rule", RULE_STEPS)
+    with set_up(display, gpus=given.get("gpus"), runner=runner,
+                options=RunnerOptions(image=image, gpu_access=gpu_access),
+                backend=given.get("backend"), skip_compat=skip_compat) as host:
+        given.update(gpus=host.gpu_count, backend=host.backend)
+        requests = [WorkloadRequest(model, batch=batch, batch_rule=rule, settings=given)
+                    for model in models]
+        check_settings(requests, host.inventory)
+        if quick and host.gpu_count == 0 and not (given.get("image_size") or
+                                                  given.get("limit_images")):
             display.note(QUICK_ON_CPU, style="yellow")
         spool = Spool(spool_dir)
         retry = RetryPolicy()
@@ -303,8 +293,8 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
         trace = open(trace_path, "a", encoding="utf-8") if trace_path else None  # noqa: SIM115
         try:
             benchmark = Benchmark(
-                runner=chosen, spool=spool, inventory=inventory, nvml=nvml, display=display,
-                gpu_count=gpu_count, sample_hz=sample_hz,
+                runner=host.runner, spool=spool, inventory=host.inventory, nvml=host.nvml,
+                display=display, gpu_count=host.gpu_count, sample_hz=sample_hz,
                 idle=IdleRule(timeout=idle_timeout, max_temperature=idle_temperature),
                 label=label, trace=trace, retry=retry, log_dir=spool.root / "logs",
                 client_factory=None if offline else _client_factory(
@@ -315,35 +305,8 @@ def run(ctx: click.Context, models: list[str], batch: tuple[int | None, str], qu
         finally:
             if trace is not None:
                 trace.close()
-    finally:
-        if nvml is not None:
-            nvml.close()
     _report(outcome, display, as_json, collector, token, ca)
     return _exit_code(outcome)
-
-
-def _check_settings(requests: list[Any], inventory: Any) -> None:
-    """Refuse, before anything runs or is spooled, settings the workload would refuse
-    (BadSettings, exit 2): each request's as the workload will read them, each
-    --memory-limit of a search too. A run without a GPU says why it has none."""
-    from gpubench.agent.runners.base import WorkloadRequest
-
-    from gpubench.settings import BadSettings, RunSettings, default_backend
-
-    for request in requests:
-        values = {name: value for name, value in request.settings.items() if value is not None}
-        values.setdefault("backend", default_backend())
-        if isinstance(request, WorkloadRequest):
-            values.update(batch=request.batch, batch_rule=request.batch_rule)
-        for limit in getattr(request, "limits", ()) or (values.get("memory_limit_bytes"),):
-            try:
-                RunSettings(**{**values, "model": request.model, "memory_limit_bytes": limit})
-            except BadSettings as exc:
-                if not values.get("gpus") and inventory.no_gpu_reason:
-                    reason = inventory.no_gpu_reason.removesuffix("; running CPU-only")
-                    raise BadSettings(f"{exc}; this host has none the run can use "
-                                      f"({reason})") from None
-                raise
 
 
 def _sigterm_interrupts() -> None:
@@ -355,154 +318,6 @@ def _sigterm_interrupts() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
-
-
-def _open_host(display: Any, *, as_workload_sees: bool = True) -> tuple[Any, Any]:
-    """NVML (the real driver, or a replayed trace) and this host's inventory; with
-    `as_workload_sees`, only the GPUs the workload will train on, numbered as CUDA
-    numbers them (CUDA_VISIBLE_DEVICES), matched to NVML's devices by UUID."""
-    from gpubench.agent import devices
-    from gpubench.agent.inventory import open_and_take_inventory, take_inventory
-    from gpubench.agent.nvml_replay import FakeNvml
-
-    if os.environ.get(NVML_TRACE_ENV):
-        nvml: Any = FakeNvml.from_trace(os.environ[NVML_TRACE_ENV])
-        display.note(f"replaying the NVML trace {os.environ[NVML_TRACE_ENV]} (no real GPU is "
-                     "read)", style="yellow")
-        # The trace stands for the GPUs: this machine's own CUDA devices are not them.
-        ask_cuda: Any = lambda: None  # noqa: E731
-    else:
-        nvml, inventory = open_and_take_inventory()
-        if nvml is None or not as_workload_sees:
-            return nvml, inventory
-        ask_cuda = devices.cuda_uuids
-    if not as_workload_sees:
-        return nvml, take_inventory(nvml)
-    every = nvml.gpu_count()
-    nvml, visible = devices.visible_nvml(nvml, ask_cuda=ask_cuda)
-    if visible.warning:
-        display.note(visible.warning, style="yellow")
-    elif os.environ.get(devices.VISIBLE_ENV) is not None:
-        display.note(f"GPUs: {visible.how}")
-    inventory = take_inventory(nvml)
-    if every and not inventory.gpus:
-        inventory.no_gpu_reason = (f"{devices.VISIBLE_ENV}={os.environ.get(devices.VISIBLE_ENV)} "
-                                   f"leaves none of this host's {every} GPU(s); running CPU-only")
-    return nvml, inventory
-
-
-def _gpu_count(gpus: int | None, inventory: Any, display: Any) -> int:
-    """The GPUs to train on: as asked (checked against the host), else 1 or 0."""
-
-    if inventory.no_gpu_reason:
-        display.note(inventory.no_gpu_reason, style="yellow")
-    available = len(inventory.gpus)
-    gpu_count = gpus if gpus is not None else min(available, 1)
-    if gpu_count > available:
-        raise GpubenchError(f"--gpus: {gpu_count} asked, but this host has {available}",
-                            exit_code=EXIT_USAGE)
-    if gpu_count == 0:
-        display.note("CPU-only run: the figures are labelled CPU and compared as such")
-    return gpu_count
-
-
-def _make_runner(kind: str, image: str, gpu_count: int, gpu_access: str = "auto",
-                 display: Any = None) -> Any:
-    """The runner that starts the workload: a child process, or the workload image (whose
-    way of getting the GPUs is chosen here and said on the console; NoGpuAccess, exit 2,
-    when there is none)."""
-    import shlex
-
-    if kind == "docker":
-        from gpubench.agent.runners.docker import DockerRunner
-
-        runner = DockerRunner(image, gpus=gpu_count > 0, gpu_way=gpu_access)
-        access = runner.gpu_access()
-        if access is not None and display is not None:
-            display.note(f"GPUs: the workload container gets them through {access.line}")
-        return runner
-    from gpubench.agent.runners.local import LocalRunner
-
-    command = os.environ.get(WORKLOAD_COMMAND_ENV)
-    return LocalRunner(shlex.split(command) if command else None)
-
-
-# Seconds the workload may take to say what it was built for (a CUDA build of torch is
-# imported to read its architecture list; a container starts first under docker).
-PROBE_TIMEOUT = 120.0
-
-
-def _check_builds(runner: Any, inventory: Any, gpu_count: int, backend: str | None,
-                  display: Any, skip: bool) -> str | None:
-    """The backend to run: the workload's framework builds checked against the GPUs the
-    run uses (agent/gpubench/agent/compat.py), at the cost of one short child process. Raises
-    GpubenchError (exit 2) saying why nothing runs there and what to install; leaves
-    `backend` as given on a CPU-only run, with --no-compat-check, or when the workload
-    cannot answer (an image older than the check)."""
-    if gpu_count == 0:
-        return backend  # the CPU runs every build
-    if skip:
-        display.note("--no-compat-check: the workload's builds are not checked against "
-                     "the GPU", style="yellow")
-        return backend
-    from gpubench.agent import compat
-
-    from gpubench.settings import environment_backend
-
-    asked, asked_by = backend, "--backend"
-    if asked is None and environment_backend():
-        asked = environment_backend()
-        asked_by = f"KERAS_BACKEND={asked}"
-    from gpubench.agent.runners.gpu_access import NoGpuAccess
-
-    try:
-        output = _probe_output(runner)
-        builds = compat.parse_probe_output(output)
-    except NoGpuAccess:
-        raise
-    except Exception as exc:  # noqa: BLE001 - not knowing is no reason to stop the run
-        display.note(f"the workload could not say what it was built for ({exc}); its "
-                     "builds are not checked against the GPU", style="yellow")
-        return backend
-    if runner.name == "docker":
-        _check_container_sees_gpus(runner, compat.driver_from_probe(output), gpu_count)
-    gpus = [compat.Gpu(gpu.name, gpu.compute_capability, gpu.driver_version,
-                       gpu.cuda_version) for gpu in inventory.gpus[:gpu_count]]
-    where = (f"in the image {runner.image}" if runner.name == "docker"
-             else f"in the workload's Python ({runner.command[0]})")
-    choice = compat.choose(gpus, builds, asked=asked, asked_by=asked_by, where=where,
-                           runner=runner.name)
-    display.note(choice.line)
-    return choice.backend
-
-
-def _check_container_sees_gpus(runner: Any, driver: dict[str, Any] | None,
-                               gpu_count: int) -> None:
-    """Raise NoGpuAccess (exit 2) when the probe's container, given the GPUs as the
-    workload will be, saw fewer than the run needs (an image too old to say: no check)."""
-    from gpubench.agent.runners.gpu_access import INSTALL_ADVICE, NoGpuAccess
-
-    if driver is None or int(driver.get("devices") or 0) >= gpu_count:
-        return
-    access = runner.gpu_access()
-    seen = driver.get("error") or f"it sees {driver.get('devices')} GPU(s)"
-    raise NoGpuAccess(f"the workload container, given the GPUs through "
-                      f"{access.line if access else 'no way'}, cannot use {gpu_count} GPU(s): "
-                      f"{seen}. {INSTALL_ADVICE}")
-
-
-def _probe_output(runner: Any) -> str:
-    """What `probe --json` prints where the runner runs the workload."""
-    import subprocess
-
-    if runner.name == "docker":
-        return runner.probe_output()
-    done = subprocess.run([*runner.command, "probe", "--json"], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [""])[-1]
-        raise RuntimeError(f"`probe --json` exited with {done.returncode}: {last}")
-    return done.stdout
 
 
 def _exit_code(outcome: Any) -> int:
@@ -585,24 +400,22 @@ def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image
     """Only the batch search: the largest batch each model trains at on this GPU, or on
     a GPU of each --memory-limit. Nothing is trained to the end, recorded or sent."""
     from gpubench.agent.display import RunDisplay
+    from gpubench.agent.host import check_settings, set_up
     from gpubench.agent.largest import print_table, search_models
-    from gpubench.agent.runners.base import SearchRequest
+    from gpubench.agent.runners import RunnerOptions, SearchRequest
 
     sizes = tuple(_size(part.strip()) for given in limits for part in given.split(",")
                   if part.strip())
     given = given_settings(settings, "largest-batch")
     display = RunDisplay()
-    nvml, inventory = _open_host(display)
-    if nvml is not None:
-        nvml.close()
-    gpu_count = _gpu_count(given.get("gpus"), inventory, display)
-    chosen = _make_runner(runner, image, gpu_count, gpu_access, display)
-    given["gpus"] = gpu_count
-    given["backend"] = _check_builds(chosen, inventory, gpu_count, given.get("backend"), display,
-                                     skip_compat)
+    host = set_up(display, gpus=given.get("gpus"), runner=runner,
+                  options=RunnerOptions(image=image, gpu_access=gpu_access),
+                  backend=given.get("backend"), skip_compat=skip_compat,
+                  keep_nvml=False)  # a search samples nothing
+    given.update(gpus=host.gpu_count, backend=host.backend)
     requests = [SearchRequest(model, limits=sizes, settings=given) for model in models]
-    _check_settings(requests, inventory)
-    found, failed = search_models(chosen, requests, display)
+    check_settings(requests, host.inventory)
+    found, failed = search_models(host.runner, requests, display)
     if as_json:
         import json
 
@@ -659,49 +472,24 @@ def push(collector: str | None, token: str | None, ca: Path | None,
 @handles_errors
 def status(spool_dir: Path | None, as_json: bool) -> int:
     """List the spool: runs pending, sent, refused and damaged."""
-    from gpubench.agent.spool import FOLDERS, Spool
-
-    from gpubench.errors import InvalidRecord
+    from gpubench.agent.spool import LISTING_COLUMNS, Spool, listing
 
     spool = Spool(spool_dir)
-    rows = []
-    for folder in FOLDERS:
-        for entry in spool.entries(folder):
-            row = {"folder": folder, "file": entry.name, "model": "", "gpu": "",
-                   "status": "", "created": "", "reason": entry.reason}
-            if folder != "damaged":
-                try:
-                    run = spool.load(entry)
-                except InvalidRecord as exc:
-                    row["reason"] = row["reason"] or str(exc)
-                else:
-                    from gpubench import record
-
-                    row.update(
-                        model=run.config.model,
-                        gpu=record.gpu_config_name(run.gpus[0].name if run.gpus else "",
-                                                   run.config.gpu_count),
-                        status=record.status_name(run.result.status),
-                        created=run.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M"),
-                    )
-            rows.append(row)
+    rows = listing(spool)
+    counts = spool.counts()
     if as_json:
         import json
 
-        click.echo(json.dumps({"spool": str(spool.root), "counts": spool.counts(), "runs": rows},
+        click.echo(json.dumps({"spool": str(spool.root), "counts": counts, "runs": rows},
                               indent=1))
         return EXIT_OK
     from rich.console import Console
-    from rich.table import Table
 
-    counts = spool.counts()
-    table = Table(title=f"spool {spool.root}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    for column in ("folder", "file", "model", "gpu", "status", "created", "reason"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(str(row[c]) for c in ("folder", "file", "model", "gpu", "status",
-                                              "created", "reason")))
-    Console().print(table)
+    from gpubench.tables import text_table
+
+    Console().print(text_table(
+        LISTING_COLUMNS, ([row[column] for column in LISTING_COLUMNS] for row in rows),
+        title=f"spool {spool.root}: " + ", ".join(f"{n} {k}" for k, n in counts.items())))
     return EXIT_OK
 
 
@@ -711,8 +499,10 @@ def status(spool_dir: Path | None, as_json: bool) -> int:
 def inventory(as_json: bool) -> int:
     """What this host has: CPU, RAM, OS and every GPU the NVIDIA driver sees."""
     from gpubench.agent.display import RunDisplay
+    from gpubench.agent.host import read_host
+    from gpubench.agent.inventory import GPU_COLUMNS, gpu_cells, host_line
 
-    nvml, found = _open_host(RunDisplay(quiet=True), as_workload_sees=False)
+    nvml, found = read_host(RunDisplay(quiet=True), as_workload_sees=False)
     if nvml is not None:
         nvml.close()
     data = found.to_dict()
@@ -722,30 +512,15 @@ def inventory(as_json: bool) -> int:
         click.echo(json.dumps(data, indent=1))
         return EXIT_OK
     from rich.console import Console
-    from rich.table import Table
+
+    from gpubench.tables import text_table
 
     console = Console()
-    host = data["host"]
-    console.print(f"{host['cpu_model']}, {host['cpu_cores']} cores, "
-                  f"{int(host['ram_bytes']) / (1 << 30):.0f} GiB RAM, {host['os']}",
-                  highlight=False)
+    console.print(host_line(data), highlight=False)
     if found.no_gpu_reason:
         console.print(found.no_gpu_reason, style="yellow", highlight=False)
     if data["gpus"]:
-        table = Table()
-        columns = ("index", "name", "memory", "driver", "CUDA", "compute", "ECC", "power limit",
-                   "PCIe", "persistence")
-        for column in columns:
-            table.add_column(column)
-        for gpu in data["gpus"]:
-            table.add_row(
-                str(gpu.get("index", 0)), gpu["name"],
-                f"{int(gpu['memory_total_bytes']) / (1 << 30):.1f} GiB",
-                gpu["driver_version"], gpu["cuda_version"], gpu["compute_capability"],
-                gpu["ecc_mode"], f"{gpu['power_limit_watts']:.0f} W",
-                f"gen {gpu['pcie_generation']} x{gpu['pcie_width']}", gpu["persistence_mode"],
-            )
-        console.print(table)
+        console.print(text_table(GPU_COLUMNS, map(gpu_cells, data["gpus"])))
     for name, why in found.missing.items():
         console.print(f"{name}: not available ({why})", style="yellow", highlight=False)
     return EXIT_OK
@@ -761,8 +536,7 @@ def models(as_json: bool) -> int:
 
     from gpubench.agent.runners.local import workload_command
 
-    command = os.environ.get(WORKLOAD_COMMAND_ENV)
-    argv = [*(shlex.split(command) if command else workload_command()), "models"]
+    argv = [*workload_command(), "models"]
     if as_json:
         argv.append("--json")
     # The framework's start-up log (TensorFlow's, CUDA's) is shown only if it fails.

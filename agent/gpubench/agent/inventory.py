@@ -173,3 +173,26 @@ def open_and_take_inventory() -> tuple[Nvml | None, Inventory]:
         inventory = take_inventory(None)
         inventory.no_gpu_reason = no_driver_line(exc)
         return None, inventory
+
+
+# The columns of `gpubench-agent inventory`'s GPU table, gpu_cells' order.
+GPU_COLUMNS = ("index", "name", "memory", "driver", "CUDA", "compute", "ECC", "power limit",
+               "PCIe", "persistence")
+
+
+def host_line(data: dict[str, Any]) -> str:
+    """The host of Inventory.to_dict() in one line: CPU, cores, RAM, OS."""
+    host = data["host"]
+    return (f"{host['cpu_model']}, {host['cpu_cores']} cores, "
+            f"{int(host['ram_bytes']) / (1 << 30):.0f} GiB RAM, {host['os']}")
+
+
+def gpu_cells(gpu: dict[str, Any]) -> list[str]:
+    """One GPU of Inventory.to_dict() as the cells of GPU_COLUMNS."""
+    return [
+        str(gpu.get("index", 0)), gpu["name"],
+        f"{int(gpu['memory_total_bytes']) / (1 << 30):.1f} GiB",
+        gpu["driver_version"], gpu["cuda_version"], gpu["compute_capability"],
+        gpu["ecc_mode"], f"{gpu['power_limit_watts']:.0f} W",
+        f"gen {gpu['pcie_generation']} x{gpu['pcie_width']}", gpu["persistence_mode"],
+    ]

@@ -146,3 +146,32 @@ class Spool:
     def mark_damaged(self, entry: SpoolEntry, reason: str) -> SpoolEntry:
         """It cannot be read: move it to damaged/ with the reason."""
         return self._move(entry, "damaged", reason)
+
+
+# The columns of `gpubench-agent status`, as listing() names them.
+LISTING_COLUMNS = ("folder", "file", "model", "gpu", "status", "created", "reason")
+
+
+def listing(spool: Spool) -> list[dict[str, str]]:
+    """Every run in the spool, folder by folder (FOLDERS' order): LISTING_COLUMNS'
+    values, '' where a file cannot say (a damaged one, or one that no longer reads)."""
+    rows = []
+    for folder in FOLDERS:
+        for entry in spool.entries(folder):
+            row = {"folder": folder, "file": entry.name, "model": "", "gpu": "",
+                   "status": "", "created": "", "reason": entry.reason}
+            if folder != "damaged":
+                try:
+                    run = spool.load(entry)
+                except InvalidRecord as exc:
+                    row["reason"] = row["reason"] or str(exc)
+                else:
+                    row.update(
+                        model=run.config.model,
+                        gpu=record.gpu_config_name(run.gpus[0].name if run.gpus else "",
+                                                   run.config.gpu_count),
+                        status=record.status_name(run.result.status),
+                        created=run.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M"),
+                    )
+            rows.append(row)
+    return rows

@@ -43,6 +43,7 @@ from gpubench.collector import plausibility, wire
 from gpubench import record
 from gpubench.versions import SCHEMA_VERSION
 from gpubench.errors import InvalidRecord
+from gpubench.settings import BATCH_RULES
 from gpubench.v1 import run_pb2
 
 # How many problems the error message lists before "(and N more)".
@@ -88,9 +89,8 @@ MAX_LOSS = 1e6
 MAX_SAMPLES = int(100 * MAX_SECONDS)
 # A run's seed: the protocol's is 12; refused from 2**31 on like the other counts.
 MAX_SEED = 2**31 - 1
-# How batch_per_gpu was chosen (Config.batch_rule), and what a batch-size trial was
-# (BatchTrial.kind); both may be empty (records of schema 1).
-BATCH_RULES = record.BATCH_RULES
+# How batch_per_gpu was chosen is Config.batch_rule, one of BATCH_RULES; what a batch-size
+# trial was is BatchTrial.kind; both may be empty (records of schema 1).
 TRIAL_KINDS = ("probe", "confirm", "run")
 
 # Every number of a run record, by field (relative to the package gpubench.v1): the

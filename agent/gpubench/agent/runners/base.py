@@ -1,17 +1,24 @@
-"""The runner interface: start the workload, read its events, stop it, learn how it ended."""
+"""The runner interface: start the workload, read its events, stop it, learn how it ended.
+
+A runner is where the workload runs (runners/local.py: a child process; runners/docker.py:
+the workload image). The agent asks it only what this interface says: to get ready, to
+probe the workload's framework builds, where that is (for the console), and to start a
+workload; runners/__init__.py's registry names them for --runner.
+"""
 
 from __future__ import annotations
 
+import abc
 import collections
 import signal
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from gpubench.events import Event, parse_line
-from gpubench.settings import RULE_LARGEST, RULE_QUICK, RULE_STEPS, arguments
+from gpubench.settings import RULE_STEPS, arguments
 
 # How many lines of the workload's own output (stderr, stray stdout) are kept
 # for the error message of a failed run; the whole output goes to the log file.
@@ -35,19 +42,14 @@ class WorkloadRequest(GivenSettings):
 
     model: str
     batch: int | None = None  # None: chosen by the workload's search, by batch_rule
-    batch_rule: str = RULE_STEPS  # "steps" (--batch auto), "largest", "given" or "quick"
+    batch_rule: str = RULE_STEPS  # "steps", "largest", "given" or "quick" (settings.py)
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     def arguments(self) -> list[str]:
         """The arguments of `python -m gpubench.agent.workload run`."""
-        if self.batch is not None:
-            batch = str(self.batch)
-        else:
-            batch = "largest" if self.batch_rule == RULE_LARGEST else "auto"
-        args = ["run", "--batch", batch]
-        if self.batch is not None and self.batch_rule == RULE_QUICK:
-            args += ["--batch-rule", RULE_QUICK]
-        return args + arguments("run", {**self.settings, "model": self.model})
+        return ["run", *arguments("run", {**self.settings, "model": self.model,
+                                          "batch": self.batch,
+                                          "batch_rule": self.batch_rule})]
 
 
 @dataclass(frozen=True)
@@ -145,27 +147,34 @@ def events_from_lines(lines: Iterator[str], log: OutputLog) -> Iterator[Event]:
         yield event
 
 
-class Workload:
+class Workload(abc.ABC):
     """A started workload. Use as a context manager: leaving it always cleans up."""
 
+    @property
+    @abc.abstractmethod
+    def pid(self) -> int | None:
+        """The host process id of the workload's main process, for NVML's process memory
+        (a replayed trace reports its recorded workload's memory under it); None where
+        the runner cannot say."""
+
+    @abc.abstractmethod
     def events(self) -> Iterator[Event]:
         """The workload's events as they come; ends when its output ends."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def pids(self) -> frozenset[int]:
         """The host process ids of the workload now (for NVML's process memory)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def stop(self) -> None:
         """Stop it (SIGINT, then SIGTERM, then SIGKILL, with timeouts); it counts as
         interrupted."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def wait(self) -> Outcome:
         """Wait for it to end and say how it ended."""
-        raise NotImplementedError
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a workload with nothing to release keeps it
         """Release everything (kill it if it still runs, remove its container)."""
 
     def __enter__(self) -> Workload:
@@ -175,12 +184,47 @@ class Workload:
         self.close()
 
 
-class Runner:
-    """Starts workloads."""
+@dataclass(frozen=True)
+class RunnerOptions:
+    """What the command line says about where the workload runs; each runner reads the
+    part that is its own."""
 
-    name = ""
+    gpu_count: int = 0  # the GPUs the workload trains on (0: the CPU)
+    image: str = ""  # --image: the workload image ('': the runner's default)
+    gpu_access: str = "auto"  # --gpu-access: how a container is given the GPUs
+    command: tuple[str, ...] = ()  # replaces `python -m gpubench.agent.workload` (tests)
 
+
+class Runner(abc.ABC):
+    """Starts workloads, somewhere: the interface every runner implements."""
+
+    name: ClassVar[str]  # its --runner value
+
+    @classmethod
+    @abc.abstractmethod
+    def from_options(cls, options: RunnerOptions) -> Runner:
+        """The runner the command line's options describe."""
+
+    @property
+    @abc.abstractmethod
+    def where(self) -> str:
+        """Where the workload and its framework builds are, in words for the console:
+        'in the image gpubench-workload:latest', "in the workload's Python (...)"."""
+
+    def prepare(self) -> str | None:
+        """Settle, once and before anything runs, what the runner needs (the docker
+        runner: how the container gets the GPUs); the line the console shows about it,
+        or None. Raises GpubenchError where workloads cannot start (NoGpuAccess, exit 2)."""
+        return None
+
+    @abc.abstractmethod
+    def probe(self, gpu_count: int) -> str:
+        """What `probe --json` prints where this runner runs the workload, given the
+        GPUs as a workload of `gpu_count` GPUs would be. Raises NoGpuAccess (exit 2)
+        where that workload would not see them; any other exception: the workload could
+        not say (an image older than the probe)."""
+
+    @abc.abstractmethod
     def start(self, request: WorkloadRequest | SearchRequest, *,
               log_path: Path | None = None) -> Workload:
         """Start the workload for `request`; its own output goes to `log_path`."""
-        raise NotImplementedError

@@ -18,11 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpubench.agent import compat
 from gpubench.agent.runners import gpu_access
 from gpubench.agent.runners.base import (
     Outcome,
     OutputLog,
     Runner,
+    RunnerOptions,
     SearchRequest,
     Workload,
     WorkloadRequest,
@@ -104,6 +106,12 @@ class DockerWorkload(Workload):
     def container_id(self) -> str:
         """The container's id."""
         return str(self._container.id)
+
+    @property
+    def pid(self) -> int | None:
+        """None: the container's main process lives in its own PID namespace, and NVML
+        finds the workload's processes through pids() instead."""
+        return None
 
     def _read(self) -> None:
         # attach(logs=True) replays what was written before we attached, then follows.
@@ -221,6 +229,39 @@ class DockerRunner(Runner):
         self.command = tuple(command)
         self.mounts = dict(mounts or {})
         self._access: gpu_access.GpuAccess | None = None
+
+    @classmethod
+    def from_options(cls, options: RunnerOptions) -> DockerRunner:
+        return cls(options.image or DEFAULT_IMAGE, gpus=options.gpu_count > 0,
+                   gpu_way=options.gpu_access)
+
+    @property
+    def where(self) -> str:
+        return f"in the image {self.image}"
+
+    def prepare(self) -> str | None:
+        access = self.gpu_access()
+        return None if access is None else \
+            f"GPUs: the workload container gets them through {access.line}"
+
+    def probe(self, gpu_count: int) -> str:
+        output = self.probe_output()
+        self._check_container_sees_gpus(compat.driver_from_probe(output), gpu_count)
+        return output
+
+    def _check_container_sees_gpus(self, driver: dict[str, Any] | None,
+                                   gpu_count: int) -> None:
+        """Raise NoGpuAccess (exit 2) when the probe's container, given the GPUs as the
+        workload will be, saw fewer than the run needs (an image too old to say: no
+        check)."""
+        if driver is None or int(driver.get("devices") or 0) >= gpu_count:
+            return
+        access = self.gpu_access()
+        seen = driver.get("error") or f"it sees {driver.get('devices')} GPU(s)"
+        raise gpu_access.NoGpuAccess(
+            f"the workload container, given the GPUs through "
+            f"{access.line if access else 'no way'}, cannot use {gpu_count} GPU(s): {seen}. "
+            f"{gpu_access.INSTALL_ADVICE}")
 
     def gpu_access(self) -> gpu_access.GpuAccess | None:
         """How the workload container gets the GPUs, chosen once (gpu_access.choose);

@@ -9,6 +9,7 @@ the whole group so the batch-search trials stop too.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from gpubench.agent.runners.base import (
     Outcome,
     OutputLog,
     Runner,
+    RunnerOptions,
     SearchRequest,
     Workload,
     WorkloadRequest,
@@ -36,11 +38,18 @@ from gpubench.settings import WORKLOAD_MODULE
 # kernel or graph build reads SIGINT only when it is back in Python). The run is
 # recorded by the agent, not the workload, so nothing is lost.
 STOP_TIMEOUTS = (0.5, 0.5)
+# For development and tests: run this command (shell words) as the workload instead.
+WORKLOAD_COMMAND_ENV = "GPUBENCH_WORKLOAD_COMMAND"
+# Seconds the workload may take to say what it was built for (a CUDA build of torch is
+# imported to read its architecture list).
+PROBE_TIMEOUT = 120.0
 
 
 def workload_command() -> list[str]:
-    """The command that runs the workload in this Python."""
-    return [sys.executable, "-m", WORKLOAD_MODULE]
+    """The command that runs the workload: $GPUBENCH_WORKLOAD_COMMAND where it is set,
+    else `python -m gpubench.agent.workload` in this Python."""
+    command = os.environ.get(WORKLOAD_COMMAND_ENV)
+    return shlex.split(command) if command else [sys.executable, "-m", WORKLOAD_MODULE]
 
 
 class LocalWorkload(Workload):
@@ -82,7 +91,7 @@ class LocalWorkload(Workload):
 
     @property
     def pid(self) -> int:
-        """The child's process id."""
+        """The child's process id (its own session's leader)."""
         return self._process.pid
 
     def _copy_stderr(self) -> None:
@@ -163,6 +172,24 @@ class LocalRunner(Runner):
         self.command = list(command) if command else workload_command()
         self.env = env
         self.stop_timeouts = stop_timeouts
+
+    @classmethod
+    def from_options(cls, options: RunnerOptions) -> LocalRunner:
+        return cls(options.command or None)
+
+    @property
+    def where(self) -> str:
+        return f"in the workload's Python ({self.command[0]})"
+
+    def probe(self, gpu_count: int) -> str:
+        # The child sees this host's GPUs as every workload child does.
+        done = subprocess.run([*self.command, "probe", "--json"], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT,
+                              check=False)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or [""])[-1]
+            raise RuntimeError(f"`probe --json` exited with {done.returncode}: {last}")
+        return done.stdout
 
     def start(self, request: WorkloadRequest | SearchRequest, *,
               log_path: Path | None = None) -> LocalWorkload:

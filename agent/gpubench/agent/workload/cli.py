@@ -19,12 +19,12 @@ from gpubench.settings import (
     BATCH_RULES,
     MODELS,
     NATIVE_IMAGE_SIZE,
-    RULE_LARGEST,
     RULE_STEPS,
+    SEARCHED_RULES,
     RunSettings,
     default_backend,
 )
-from gpubench.settings_cli import BatchSize, Size, workload_options
+from gpubench.settings_cli import Size, as_fields, workload_options
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,13 +37,9 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--batch", type=BatchSize(), default="auto", show_default=True,
-              help="Images per GPU per step: N; 'auto', the largest power of two that fits "
-                   "and leaves at least 8 training steps an epoch; or 'largest', the largest "
-                   "that fits.")
 @click.option("--batch-rule", type=click.Choice(BATCH_RULES), default=None, hidden=True,
               help="How the given batch was chosen, for the record (the agent's --quick).")
-@workload_options("run")
+@workload_options("run")  # --batch among them
 def run(**given: Any) -> None:
     """Train one model and report every epoch and the result as events."""
     from gpubench.agent.workload import runner
@@ -51,10 +47,12 @@ def run(**given: Any) -> None:
     from gpubench.agent.workload.stream import claim_stdout
 
     events = claim_stdout()
-    batch, rule = given.pop("batch")
-    rule = given.pop("batch_rule") or rule
+    rule = given.pop("batch_rule")  # a given batch's own rule (the agent's --quick)
+    values = as_fields(given)
+    if rule:
+        values["batch_rule"] = rule
     try:
-        settings = RunSettings(batch=batch, batch_rule=rule, **given)
+        settings = RunSettings(**values)
     except GpubenchError as exc:
         sys.exit(report_failure(events, exc))
     sys.exit(runner.run(settings, events))
@@ -81,7 +79,7 @@ def trial(batch: int, kind: str, **given: Any) -> None:
 
 @main.command()
 @workload_options("search")
-@click.option("--batch", "batch_rule", type=click.Choice((RULE_STEPS, RULE_LARGEST)),
+@click.option("--batch", "batch_rule", type=click.Choice(SEARCHED_RULES),
               default=RULE_STEPS, show_default=True,
               help="The rule whose batch is reported beside the largest.")
 @click.option("--limit", "limits", type=Size(), multiple=True,

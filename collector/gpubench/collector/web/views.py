@@ -22,9 +22,9 @@ from gpubench.collector.web.lists import Column
 from gpubench import answers, figures, frames, prices, record, sizes, tables
 from gpubench.client import Client
 from gpubench.errors import InvalidRecord, NotFound
+from gpubench.settings import BATCH_RULES
 from gpubench.v1 import collector_pb2
 
-BATCH_RULES = record.BATCH_RULES
 # Settings labels the forms offer, the default run's first: Keras's own code path and
 # those with torch's kernels all on (what the agent runs); a URL may ask for any label.
 SETTINGS = (record.DEFAULT_SETTINGS,
