@@ -9,7 +9,6 @@ from typing import Any
 
 import pandas as pd
 from rich import box
-from rich._ratio import ratio_distribute
 from rich.console import Console, ConsoleOptions
 from rich.table import Table
 from rich.text import Text
@@ -51,14 +50,80 @@ def _memory(row: dict[str, Any], gib: str = "peak_memory_median_gib") -> str:
 # The narrowest a column that folds its words is made: words up to this long stay whole.
 FOLDED = 12
 
+# NarrowTable's layout overrides rich's private Table._calculate_column_widths and calls
+# Table._measure_column and rich._ratio.ratio_distribute, none of them rich's public API
+# (which has no say in how a too-narrow table shares its width). It was tested on these
+# rich releases, the range pyproject.toml pins; on any other, or where those internals are
+# not as written against, narrow tables stand aside (one warning, rich's own layout).
+RICH_TESTED = (15,)  # major versions: pyproject.toml's rich>=15,<16
+RICH_INTERNALS = {  # what the override uses: its parameters, as written against
+    "Table._calculate_column_widths": ("self", "console", "options"),
+    "Table._measure_column": ("self", "console", "options", "column"),
+    "_ratio.ratio_distribute": ("total", "ratios", "minimums"),
+}
+
+
+def rich_problems(version: str | None = None) -> list[str]:
+    """What keeps NarrowTable's layout off with the installed rich (or rich `version`):
+    an untested release, an internal missing or changed; none where it is as tested."""
+    import importlib
+    import inspect
+    from importlib.metadata import version as installed
+
+    found = []
+    version = version or installed("rich")
+    if not version.split(".")[0].isdigit() or int(version.split(".")[0]) not in RICH_TESTED:
+        found.append(f"rich {version} is not a release it was tested on "
+                     f"({', '.join(f'{major}.x' for major in RICH_TESTED)})")
+    for name, expected in RICH_INTERNALS.items():
+        module, _, attribute = name.rpartition(".")
+        try:
+            if module == "Table":
+                target = getattr(Table, attribute)
+            else:
+                target = getattr(importlib.import_module(f"rich.{module}"), attribute)
+            parameters = tuple(inspect.signature(target).parameters)
+        except (AttributeError, ImportError, TypeError, ValueError):
+            found.append(f"rich's {name} is missing")
+            continue
+        if parameters != expected:
+            found.append(f"rich's {name} takes {parameters}, not {expected}")
+    return found
+
+
+_narrowing: list[bool] = []  # once known: whether NarrowTable's layout applies
+
+
+def narrowing() -> bool:
+    """Whether NarrowTable's layout applies with the installed rich (rich_problems); the
+    first call that finds it does not warns on stderr, once per process."""
+    if not _narrowing:
+        problems = rich_problems()
+        _narrowing.append(not problems)
+        if problems:
+            import sys
+
+            print(f"warning: tables use rich's own layout, which may cut words with '…' "
+                  f"where 80 columns are tight: {'; '.join(problems)}", file=sys.stderr)
+    return _narrowing[0]
+
 
 class NarrowTable(Table):
     """A table that wraps its columns at spaces rather than cut them: where the columns
     do not fit side by side at their natural widths, each keeps at least its longest word
     and the room left goes to those that want more, in proportion. (rich's own layout
-    narrows the widest columns first, down to cutting their words with "…".)"""
+    narrows the widest columns first, down to cutting their words with "…".) With a rich
+    it was not tested on, rich's own layout (narrowing())."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        narrowing()  # says so at once where the layout stands aside
+        super().__init__(*args, **kwargs)
 
     def _calculate_column_widths(self, console: Console, options: ConsoleOptions) -> list[int]:
+        if not narrowing():
+            return super()._calculate_column_widths(console, options)
+        from rich._ratio import ratio_distribute
+
         ranges = [self._measure_column(console, options, column) for column in self.columns]
         natural = [r.maximum or 1 for r in ranges]
         # A column that folds its words (long names, ids) may be narrower than its longest.
