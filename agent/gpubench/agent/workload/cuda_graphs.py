@@ -24,7 +24,8 @@ changes, and why:
   read over the whole run instead of the measured epoch (runner.py).
 
 Needs torch on one CUDA GPU, no torch.compile, and no mixed_float16 (its loss
-scaling reads a flag back to the host every step); options.RunSettings checks.
+scaling reads a flag back to the host every step); gpubench.settings.RunSettings
+checks.
 Keras's private torch code it replaces and wraps is listed in
 keras_internals.CUDA_GRAPHS: Framework.prepare_steps runs the steps as Keras does,
 with a warning, where that is not as tested. Imports Keras: import this module

@@ -70,7 +70,7 @@ class BatchChoice:
     """The batch a run trains at, and how it was chosen."""
 
     batch: int
-    rule: str  # options.BATCH_RULES
+    rule: str  # one of gpubench.settings.BATCH_RULES
     search: batch_search.SearchResult | None = None
 
     @property
@@ -183,7 +183,8 @@ def search_only(settings: RunSettings, limits: Sequence[int], events: EventWrite
                                        "to build")
         # The process ends here and its GPU memory goes with it: no teardown of the trial
         # network first (giving a card's worth of cached blocks back one by one took 4 s
-        # of the 10.6 s a B0 run waited for its search on an H200, call 18).
+        # of the 10.6 s a B0 run waited for its search on an H200:
+        # docs/results/h200-default-run.md).
         return EXIT_OK
     except KeyboardInterrupt as exc:
         report_failure(events, exc)
@@ -392,7 +393,7 @@ def train(
 
 
 def _cap_address_space_for_tests() -> None:
-    """options.RUN_ADDRESS_SPACE_ENV: cap this process's address space from here on.
+    """gpubench.settings.RUN_ADDRESS_SPACE_ENV: cap this process's address space from here on.
 
     Threads started from here on reserve 256 KiB of stack instead of 8 MiB, so that
     the cap is met by the training's own allocations (an out-of-memory error) rather
