@@ -32,7 +32,7 @@ from gpubench.settings import (
 )
 from gpubench.settings_cli import Model, agent_options, given_settings, model_names
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = ExitCode.OK, ExitCode.FAILURE, ExitCode.USAGE
+EXIT_OK, EXIT_FAILED = ExitCode.OK, ExitCode.FAILURE
 EXIT_UNAVAILABLE, EXIT_AUTH, EXIT_INTERRUPTED = (ExitCode.UNAVAILABLE, ExitCode.AUTH,
                                                  ExitCode.INTERRUPTED)
 
