@@ -18,7 +18,7 @@ the protocol-faithful B0 float32 batch-128 run of the same call and the targets.
 Suites (the batch sizes of `protocol` are the article's for the RTX 6000 Ada):
   b0-128    B0 float32 batch 128: the protocol-faithful reference
   protocol  B0 / B3 / B7 float32 at batch 512 / 128 / 10
-  auto      B0 float32 --batch auto (the largest batch that fits)
+  auto      B0 float32 --batch steps (the largest batch that fits)
   fast      the fastest settings the workload offers: images kept on the GPU, rotation
             and zoom computed per batch (--batched-augmentation), mixed_bfloat16, larger
             batches; B0 with and without --jit-compile, B0 float32 batch 128 (what the
@@ -76,7 +76,7 @@ SUITES: dict[str, list[Config]] = {
         Config("protocol-b3", "B3", "128"),
         Config("protocol-b7", "B7", "10"),
     ],
-    "auto": [Config("auto-b0", "B0", "auto")],
+    "auto": [Config("auto-b0", "B0", "steps")],
     "fast": [
         Config("fast-b0", "B0", "512", "mixed_bfloat16", FAST),
         Config("fast-b0-jit", "B0", "512", "mixed_bfloat16", (*FAST, "--jit-compile")),

@@ -102,8 +102,8 @@ for step in "$@"; do
     protocol-b7) agent protocol-b7 --models B7 --batch 10 ;;
     kernels-b3-128) agent kernels-b3-128 --models B3 --batch 128 $KERNELS ;;
     kernels-b7-10) agent kernels-b7-10 --models B7 --batch 10 $KERNELS ;;
-    auto-b0)     agent auto-b0 --models B0 --batch auto ;;
-    auto-fast-b0) agent auto-fast-b0 --models B0 --batch auto $FAST ;;
+    auto-b0)     agent auto-b0 --models B0 --batch steps ;;
+    auto-fast-b0) agent auto-fast-b0 --models B0 --batch steps $FAST ;;
     bf16-b0-128) agent bf16-b0-128 --models B0 --batch 128 --precision mixed_bfloat16 ;;
     fast-b0)     agent fast-b0 --models B0 --batch 512 $FAST ;;
     fast-b0-jit) agent fast-b0-jit --models B0 --batch 512 $FAST --jit-compile ;;
@@ -114,7 +114,7 @@ for step in "$@"; do
     graphs-b7)   agent graphs-b7 --models B7 --batch 48 $GRAPHS ;;
     graphs-b0-128) agent graphs-b0-128 --models B0 --batch 128 $KERNELS --cuda-graphs ;;
     graphs-b7-10) agent graphs-b7-10 --models B7 --batch 10 $KERNELS --cuda-graphs ;;
-    graphs-auto-b0) agent graphs-auto-b0 --models B0 --batch auto $GRAPHS ;;
+    graphs-auto-b0) agent graphs-auto-b0 --models B0 --batch steps $GRAPHS ;;
     gpu-tests)   python3 -m pytest -q -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
                    "$ROOT/tests/gpu/test_cuda_graphs.py" >"$WORK/gpu-tests.txt" 2>&1
                  tail -n 5 "$WORK/gpu-tests.txt" ;;
@@ -122,7 +122,7 @@ for step in "$@"; do
     warm-tests)  python3 -m pytest -q -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
                    "$ROOT/tests/gpu/test_warm_trials.py" >"$WORK/warm-tests.txt" 2>&1
                  tail -n 5 "$WORK/warm-tests.txt" ;;
-    # The whole default suite: B0, B3, B7, --batch auto. Should the backend check
+    # The whole default suite: B0, B3, B7, --batch steps. Should the backend check
     # refuse the machine (exit 2), the same run with the backend named.
     default)     bare default; [ $? -eq 2 ] && bare default-torch --backend torch ;;
     quick)       bare quick --quick ;;

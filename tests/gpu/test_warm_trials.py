@@ -65,7 +65,7 @@ def test_out_of_memory_is_caught_and_the_next_trial_fits(torch_keras) -> None:
 
 
 def test_a_run_searches_in_a_process_beside_its_own(tmp_path) -> None:
-    """`--batch auto`: the trials run in a `search` child (search_beside) while the run
+    """`--batch steps`: the trials run in a `search` child (search_beside) while the run
     imports its framework; the child's trials and choice are the run's."""
     import sys
 

@@ -341,7 +341,7 @@ def test_the_row_names_the_settings_the_run_used() -> None:
 
 
 def _searched_by_schema_1(seconds: float, batch: int) -> object:
-    """A run of schema 1: its batch found by the largest-batch search (--batch auto),
+    """A run of schema 1: its batch found by the largest-batch search (--batch steps),
     before batch_rule and largest_batch_per_gpu existed."""
     return make_run(epoch2_seconds=seconds, batch_per_gpu=batch, schema_version=1,
                     config__batch_choice=run_pb2.BATCH_CHOICE_SEARCHED)
