@@ -9,13 +9,14 @@ says which).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import click
 import pandas as pd
 
-from gpubench import answers, answers_cli, frames, prices, record, tables
+from gpubench import answers, answers_cli, comparison_key, frames, prices, record, tables
 from gpubench.versions import VERSION
 from gpubench.cli_shared import (
     MODEL,
@@ -26,6 +27,8 @@ from gpubench.cli_shared import (
 )
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 class CommandFailed(click.ClickException):
@@ -102,20 +105,45 @@ class Group(click.Group):
 
 PRECISION = click.Choice(record.PRECISIONS)
 BACKEND = click.Choice(record.BACKENDS)
-PIPELINE = click.Choice(record.PIPELINE_MODES)
-BATCH_RULE = click.Choice(record.BATCH_RULES)
 
-SETTINGS_HELP = (
-    '"keras" (Keras\'s own code path, as every TensorFlow run and older torch runs), or '
-    "the options that were on, joined with '+' in this order: \"kernels\" (the torch "
-    "backend's batched augmentation, fused batch norm and channels-first layout, each "
-    'named alone when not all three are on), "data-on-device", "jit", "cuda-graphs"; e.g. '
-    '"kernels+data-on-device+cuda-graphs"'
-)
-BATCH_RULE_HELP = (
-    "how the batch was chosen: steps (the default run: the largest power of two that fits "
-    "with 8 steps an epoch), largest (--batch largest), given (--batch N), quick (--quick)"
-)
+
+# -- the comparison key's flags, made from its table (gpubench.comparison_key) -----------
+
+
+def _pin_type(dimension: comparison_key.Dimension) -> click.ParamType | None:
+    """The click type of a dimension's flag: its values where they are few, a count
+    from 1, else text (the collector checks it)."""
+    if dimension.choices and dimension.listed:
+        return click.Choice(dimension.choices)
+    if dimension.numeric:
+        return click.IntRange(min=1)
+    return None
+
+
+def _pin_option(dimension: comparison_key.Dimension, help_text: str,
+                **settings: Any) -> Decorator:
+    return click.option(dimension.flag, dimension.name, type=_pin_type(dimension),
+                        metavar=dimension.metavar or None, help=help_text, **settings)
+
+
+def compare_pins(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`gpubench compare`'s flags: one per dimension of the comparison key, each
+    pinning its value (the command's keyword argument of the dimension's name)."""
+    for dimension in reversed(comparison_key.DIMENSIONS):
+        command = _pin_option(dimension, dimension.help)(command)
+    return command
+
+
+def leaderboard_pins(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`gpubench leaderboard`'s flags: the dimensions it ranks one value at a time (with
+    their defaults) or filters by."""
+    for dimension in reversed(comparison_key.DIMENSIONS):
+        if not dimension.leaderboard_help:
+            continue
+        default = dimension.leaderboard_default or None
+        command = _pin_option(dimension, dimension.leaderboard_help, default=default,
+                              show_default=default is not None)(command)
+    return command
 
 
 def _format_option(*choices: str, default: str = "table") -> Any:
@@ -229,37 +257,11 @@ def cli(
     help='Compare only this GPU, named in full as NVML reports it, e.g. "NVIDIA H200" '
     "(repeat for several; default: every GPU).",
 )
-@click.option("--precision", type=PRECISION, help="Only runs at this precision.")
-@click.option("--backend", type=BACKEND, help="Only runs on this Keras backend.")
-@click.option("--image-size", type=click.IntRange(min=1), help="Only runs at this image size (px).")
-@click.option(
-    "--train-images",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="Only runs with N training images per epoch; pins comparisons to one dataset size "
-    "(the standard data set has 1709, a smoke run with --limit-images fewer).",
-)
-@click.option("--settings", metavar="TEXT",
-              help=f"Only runs computed and fed this way: {SETTINGS_HELP}.")
-@click.option("--batch-rule", type=BATCH_RULE, help=f"Only runs whose batch rule is this: "
-              f"{BATCH_RULE_HELP}.")
-@click.option("--pipeline", type=PIPELINE,
-              help="Only runs whose input pipeline ran this way (a cached run that streamed "
-              "its images from disk is \"streaming\"; \"seed\" decodes them in the epoch).")
-@click.option("--weights", metavar="TEXT",
-              help='Only runs that started from these weights: "none", "imagenet" or '
-              '"file:<sha256>".')
-@click.option("--data", metavar="TEXT",
-              help='Only runs on this data: "synthetic-rps", or a folder\'s files as '
-              '"sha256:" and the first 16 hex digits of their fingerprint.')
-@click.option("--epochs", type=click.IntRange(min=1), help="Only runs of this many epochs.")
-@click.option("--benchmark-version", metavar="VERSION",
-              help="Only runs of this benchmark version.")
+@compare_pins
 @click.option(
     "--allow-mixed",
     is_flag=True,
-    help="Compare runs that differ in benchmark version, backend, precision, image size, "
-    "training images per epoch, settings, batch rule, pipeline, weights, data or epochs.",
+    help=f"Compare runs that differ in {comparison_key.WORDS_LIST}.",
 )
 @click.option("--include-outliers", is_flag=True, help="Keep runs flagged as outliers.")
 @click.option("--include-flagged", is_flag=True,
@@ -421,15 +423,7 @@ def runs_delete(ctx: click.Context, run_id: str) -> None:
 
 @cli.command()
 @click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
-@click.option("--precision", type=PRECISION, help="Only runs at this precision.")
-@click.option("--backend", type=BACKEND, help="Only runs on this Keras backend.")
-@click.option("--settings", metavar="TEXT", default=record.DEFAULT_SETTINGS, show_default=True,
-              help=f"Rank the runs computed and fed this way (one at a time): {SETTINGS_HELP}.")
-@click.option("--batch-rule", type=BATCH_RULE, default=record.DEFAULT_BATCH_RULE,
-              show_default=True, help=f"Rank the runs of this batch rule: {BATCH_RULE_HELP}.")
-@click.option("--benchmark-version", metavar="VERSION",
-              help="Rank the runs of this benchmark version (default: the newest with runs, in "
-              "numeric order).")
+@leaderboard_pins
 @click.option("--include-flagged", is_flag=True,
               help="Rank runs the collector flagged as implausible too (unrecognised GPU "
               "names among them).")

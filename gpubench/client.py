@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 import pandas as pd
 
-from gpubench import frames
+from gpubench import comparison_key, frames
 from gpubench.versions import VERSION
 from gpubench.errors import (
     AccessDenied,
@@ -284,40 +284,35 @@ def _timestamp(value: datetime | str | None, field: str) -> Any:
     return stamp
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """What to compare: one model, and the filters `Client.compare` describes."""
+class CompareFilters:
+    """What to compare: one model, a pin per dimension of the comparison key
+    (gpubench.comparison_key, by name: `precision="float32"`, `epochs=5`; None or empty:
+    any) and the options `Client.compare` describes. An unknown argument is a TypeError
+    naming it."""
 
-    model: str
-    baseline: str | None = None
-    baseline_count: int = 1
-    gpus: Sequence[str] = ()
-    precision: str | None = None
-    backend: str | None = None
-    image_size: int | None = None
-    allow_mixed: bool = False
-    include_outliers: bool = False
-    benchmark_version: str | None = None
-    train_images: int | None = None
-    settings: str | None = None
-    batch_rule: str | None = None
-    pipeline: str | None = None
-    weights: str | None = None
-    data: str | None = None
-    epochs: int | None = None
-    include_flagged: bool = False
+    def __init__(self, model: str, *, baseline: str | None = None, baseline_count: int = 1,
+                 gpus: Sequence[str] = (), allow_mixed: bool = False,
+                 include_outliers: bool = False, include_flagged: bool = False,
+                 **pins: str | int | None) -> None:
+        for name in pins:
+            if name not in comparison_key.BY_NAME:
+                raise TypeError(f"compare() got an unexpected keyword argument {name!r}")
+        self.model = model
+        self.baseline = baseline
+        self.baseline_count = baseline_count
+        self.gpus = tuple(gpus)
+        self.allow_mixed = allow_mixed
+        self.include_outliers = include_outliers
+        self.include_flagged = include_flagged
+        self.pins = {d.name: pins.get(d.name) or d.empty for d in comparison_key.DIMENSIONS}
 
     def request(self) -> collector_pb2.CompareRequest:
         """The Compare call's request (an unset filter is the message's empty value)."""
         return collector_pb2.CompareRequest(
-            model=self.model, precision=self.precision or "", backend=self.backend or "",
-            image_size=self.image_size or 0, train_images=self.train_images or 0,
-            settings=self.settings or "", batch_rule=self.batch_rule or "",
-            pipeline=self.pipeline or "", weights=self.weights or "", data=self.data or "",
-            epochs=self.epochs or 0, benchmark_version=self.benchmark_version or "",
-            gpu_names=list(self.gpus), baseline_gpu=self.baseline or "",
-            baseline_gpu_count=self.baseline_count or 0, allow_mixed=self.allow_mixed,
-            include_outliers=self.include_outliers, include_flagged=self.include_flagged)
+            model=self.model, **self.pins, gpu_names=list(self.gpus),
+            baseline_gpu=self.baseline or "", baseline_gpu_count=self.baseline_count or 0,
+            allow_mixed=self.allow_mixed, include_outliers=self.include_outliers,
+            include_flagged=self.include_flagged)
 
 
 class Client:
@@ -522,13 +517,13 @@ class Client:
     def list_runs(self, **filters: Any) -> pd.DataFrame:
         """Stored runs as a table, one row per run with flattened, unit-named columns.
 
-        Takes the filters of `iter_runs`. Columns are those of `gpubench.frames.run_row`.
+        Takes the filters of `iter_runs`. Columns are those of `gpubench.frames.flat_run`.
         """
         return frames.runs_frame(self.iter_runs(**filters))
 
     def export(self, path: str | Path, format: str = "parquet", **filters: Any) -> int:
         """Write every stored run (or those matching the filters of `iter_runs`) to a
-        Parquet or CSV file with flattened columns (`gpubench.frames.RUN_COLUMNS`, each
+        Parquet or CSV file with flattened columns (`gpubench.frames.FLAT_RUN_COLUMNS`, each
         described in docs/data-dictionary.md); returns the number of runs written. In CSV,
         text a spreadsheet would run as a formula is written with a "'" before it.
         """
@@ -561,12 +556,34 @@ class Client:
 
     def compare_response(self, model: str, **filters: Any) -> collector_pb2.CompareResponse:
         """The collector's raw comparison; `filters` are those of `compare`."""
-        request = Comparison(model, **filters).request()
-        return self._call(self._collector.Compare, request, f"comparing {model}", reading=True)
+        asked = CompareFilters(model, **filters)
+        try:
+            return self._call(self._collector.Compare, asked.request(), f"comparing {model}",
+                              reading=True)
+        except RequestRefused as exc:
+            if getattr(exc, "status_code", "") != "FAILED_PRECONDITION" or asked.allow_mixed:
+                raise
+            # Refused as unlike: the differences as data (CompareResponse.mixed), which
+            # the same comparison answers when allowed to mix them.
+            exc.mixed = self._mixed(asked)  # type: ignore[attr-defined]
+            raise
+
+    def _mixed(self, asked: CompareFilters) -> tuple[collector_pb2.MixedDimension, ...]:
+        """The dimensions in which the runs `asked` covers differ (none when that cannot
+        be read: the refusal's words still name them)."""
+        asked.allow_mixed = True
+        try:
+            response = self._call(self._collector.Compare, asked.request(),
+                                  f"comparing {asked.model}", reading=True)
+        except GpubenchError:
+            return ()
+        finally:
+            asked.allow_mixed = False
+        return tuple(response.mixed)
 
     def compare(self, model: str, **filters: Any) -> pd.DataFrame:
         """Compare GPU configurations on one model: one row per GPU configuration,
-        fastest first. `filters` are the fields of `Comparison` (an unknown one is a
+        fastest first. `filters` are those of `CompareFilters` (an unknown one is a
         TypeError naming it):
 
         `baseline` names the GPU whose `baseline_count`-GPU configuration is the 1.0x
@@ -580,7 +597,9 @@ class Client:
         data ("synthetic-rps", or "sha256:..." of a folder's files), epochs or
         benchmark version are refused unless `allow_mixed`; each of those arguments pins
         one value. Outlier runs are left out unless `include_outliers`, runs flagged as
-        implausible unless `include_flagged`.
+        implausible unless `include_flagged`. A refusal to compare unlike runs is a
+        RequestRefused whose `mixed` holds the differences as data (each a
+        MixedDimension: its dimension, values and flag).
 
         Columns: see `gpubench.frames.compare_frame` (and docs/data-dictionary.md);
         `df.attrs` holds only JSON-ready values, so `to_parquet` keeps them: "model",

@@ -18,14 +18,14 @@ from typing import Any
 import pandas as pd
 from google.protobuf import json_format
 
-from gpubench import record
+from gpubench import comparison_key, record
 from gpubench.figures import MISSING, is_missing  # noqa: F401 - frames' readers use them
 from gpubench.v1 import collector_pb2
 
 GIB = 1024**3
 
 # One row per stored run; the flattened record in the user's words, units in the names.
-RUN_COLUMNS = [
+FLAT_RUN_COLUMNS = [
     "run_id", "short_id", "created_at", "received_at", "submitter", "label", "status",
     "error_message", "outlier", "outlier_score", "flagged", "gpu_unrecognised", "flag_reasons",
     "published", "source", "benchmark_version", "schema_version",
@@ -47,12 +47,13 @@ RUN_COLUMNS = [
     "cpu_model", "cpu_cores", "ram_gib", "os", "container_image", "container_image_digest",
     "agent_version", "hostname_hash", "content_sha256",
 ]  # fmt: skip
+# ... and any dimension of the comparison key not named above.
+FLAT_RUN_COLUMNS += [n for n in comparison_key.NAMES if n not in FLAT_RUN_COLUMNS]
 
 # The comparison key: the dimensions a comparison's runs share (CompareResponse), in the
 # order its title names them. Every frame carries them as columns of these names, so a
 # group-by over an export or a download never mixes unlike runs ("pipeline": as it ran).
-SHARED = ("benchmark_version", "backend", "precision", "image_size", "train_images",
-          "settings", "batch_rule", "pipeline", "weights", "data", "epochs")
+SHARED = comparison_key.NAMES
 
 # One row per GPU configuration of a comparison, fastest first; "differences": how the
 # group ran where the compared groups differ (a comparison of unlike runs only).
@@ -105,8 +106,8 @@ def _time(message: Any, field: str) -> pd.Timestamp:
 # -- runs -------------------------------------------------------------------------------
 
 
-def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
-    """A stored run flattened into one row (the keys of RUN_COLUMNS).
+def flat_run(stored: collector_pb2.StoredRun) -> dict[str, Any]:
+    """A stored run flattened into one row (the keys of FLAT_RUN_COLUMNS).
 
     Peak memory is the largest per-GPU figure of the measured epoch; its share is of
     the memory the run had: its --memory-limit where it ran with one, else that GPU's.
@@ -127,6 +128,10 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
     had_bytes = config.memory_limit_bytes or card_bytes
 
     return {
+        # The comparison key as the collector files it (a record of schema 1 reads its
+        # batch rule from its batch_choice): a group-by over an export keeps apart what
+        # `gpubench compare` keeps apart.
+        **comparison_key.key_of(run),
         "run_id": run.run_id,
         "short_id": stored.short_id or run.run_id,
         "created_at": _time(run, "created_at"),
@@ -142,7 +147,6 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "flag_reasons": "; ".join(stored.flag_reasons),
         "published": run.published,
         "source": run.source,
-        "benchmark_version": run.benchmark_version,
         "schema_version": run.schema_version,
         "gpu_config": record.gpu_config_name(gpu_name, gpu_count, config.memory_limit_bytes),
         "gpu_name": gpu_name,
@@ -153,25 +157,16 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "compute_capability": gpu.compute_capability if gpu else "",
         "power_limit_w": measured(gpu.power_limit_watts) if gpu else math.nan,
         "model": config.model,
-        "image_size": config.image_size,
         "timed_batch_per_gpu": config.batch_per_gpu,
         "timed_global_batch": config.global_batch,
         "batch_choice": record.batch_choice_name(config.batch_choice),
-        "batch_rule": config.batch_rule,
         "largest_batch_per_gpu": result.largest_batch_per_gpu,
         "largest_batch_capped": result.largest_batch_capped,
-        "precision": config.precision,
-        "epochs": config.epochs,
         "dataset_name": config.dataset_name,
-        "data": record.data_label(config),
         "image_count": config.image_count,
-        "train_images": config.train_images,
         "validation_images": config.validation_images,
         "dataset_fingerprint": config.dataset_fingerprint,
-        "settings": record.settings_label(config),
-        "pipeline": record.pipeline_as_run(config),
         "pipeline_asked": config.pipeline,
-        "weights": config.weights,
         "seed": config.seed,
         "jit_compile": config.jit_compile,
         "cuda_graphs": config.cuda_graphs,
@@ -180,7 +175,6 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "batched_augmentation": config.batched_augmentation,
         "fused_batchnorm": config.fused_batchnorm,
         "channels_first": config.channels_first,
-        "backend": software.backend,
         "backend_version": software.backend_version,
         "keras_version": software.keras_version,
         "python_version": software.python_version,
@@ -221,9 +215,9 @@ def run_row(stored: collector_pb2.StoredRun) -> dict[str, Any]:
 
 
 def runs_frame(stored_runs: Iterable[collector_pb2.StoredRun]) -> pd.DataFrame:
-    """Stored runs as a DataFrame, one row each (columns RUN_COLUMNS, even when empty)."""
-    rows = [run_row(stored) for stored in stored_runs]
-    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    """Stored runs as a DataFrame, one row each (columns FLAT_RUN_COLUMNS, even when empty)."""
+    rows = [flat_run(stored) for stored in stored_runs]
+    frame = pd.DataFrame(rows, columns=FLAT_RUN_COLUMNS)
     for column in ("created_at", "received_at"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
     return frame
@@ -235,6 +229,26 @@ def runs_frame(stored_runs: Iterable[collector_pb2.StoredRun]) -> pd.DataFrame:
 def _key_columns(source: Any, names: tuple[str, ...] = SHARED) -> dict[str, Any]:
     """The comparison key's columns as `source` (a response or an entry) has them."""
     return {name: getattr(source, name) for name in names}
+
+
+_ENTRY_FIELDS = frozenset(collector_pb2.LeaderboardEntry.DESCRIPTOR.fields_by_name)
+_BOARD_FIELDS = frozenset(collector_pb2.LeaderboardResponse.DESCRIPTOR.fields_by_name)
+
+
+def _entry_key(response: collector_pb2.LeaderboardResponse,
+               entry: collector_pb2.LeaderboardEntry) -> dict[str, Any]:
+    """A leaderboard entry's comparison key: what the entry says, else what every entry
+    shares (the response's), else the standard benchmark's value (the model's native
+    image size, the protocol's training images)."""
+    found: dict[str, Any] = {}
+    for name in SHARED:
+        if name in _ENTRY_FIELDS:
+            found[name] = getattr(entry, name)
+        elif name in _BOARD_FIELDS:
+            found[name] = getattr(response, name)
+        else:
+            found[name] = comparison_key.standard_value(name, response.model)
+    return found
 
 
 def _group_row(g: collector_pb2.CompareGroup) -> dict[str, Any]:
@@ -338,11 +352,7 @@ def leaderboard_frame(response: collector_pb2.LeaderboardResponse) -> pd.DataFra
             "images_per_s_median": measured(e.train_images_per_second_median),
             "timed_batch_per_gpu": e.max_batch_per_gpu,
             "largest_batch_per_gpu": e.largest_batch_per_gpu_max,
-            "benchmark_version": response.benchmark_version,
-            "image_size": record.NATIVE_IMAGE_SIZE.get(response.model, 0),
-            "train_images": record.STANDARD_TRAIN_IMAGES,
-            **_key_columns(e, ("backend", "precision", "settings", "batch_rule", "pipeline",
-                               "weights", "data", "epochs")),
+            **_entry_key(response, e),
         }
         for e in response.entries
     ]

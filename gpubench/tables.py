@@ -13,9 +13,9 @@ from rich.console import Console, ConsoleOptions
 from rich.table import Table
 from rich.text import Text
 
-from gpubench import figures, record
+from gpubench import comparison_key, figures, record
 from gpubench.figures import MISSING, is_missing
-from gpubench.frames import SHARED, run_row, to_gib
+from gpubench.frames import SHARED, flat_run, to_gib
 from gpubench.v1 import collector_pb2
 
 
@@ -165,13 +165,9 @@ def short_precision(precision: str) -> str:
 
 
 # The shared dimensions' names in a title or legend.
-DIMENSION_WORDS = {"benchmark_version": "benchmark version", "backend": "backend",
-                   "precision": "precision", "image_size": "image size",
-                   "train_images": "training images", "settings": "settings",
-                   "batch_rule": "batch rule", "pipeline": "pipeline", "weights": "weights",
-                   "data": "data", "epochs": "epochs"}
+DIMENSION_WORDS = {d.name: d.words for d in comparison_key.DIMENSIONS}
 # Dimensions counted in integers: a comparison of unlike runs reads 0 where they differ.
-_NUMERIC = ("image_size", "train_images", "epochs")
+_NUMERIC = tuple(d.name for d in comparison_key.DIMENSIONS if d.numeric)
 
 
 def mixed_dimensions(frame: pd.DataFrame) -> list[str]:
@@ -193,21 +189,9 @@ def compare_title(frame: pd.DataFrame) -> str:
     attrs = frame.attrs
     parts = [attrs.get("model", "")]
     shared = {k: v for k, v in attrs.items() if k in SHARED and v != "mixed"}
-    for key in ("backend", "precision"):
-        if shared.get(key):
-            parts.append(str(shared[key]))
-    if shared.get("image_size"):
-        parts.append(f"{shared['image_size']} px")
-    if shared.get("train_images"):
-        parts.append(f"{shared['train_images']} training images")
-    for key, word in (("settings", "settings"), ("batch_rule", "batch"),
-                      ("pipeline", "pipeline"), ("weights", "weights"), ("data", "data")):
-        if shared.get(key):
-            parts.append(f"{word} {shared[key]}")
-    if shared.get("epochs"):
-        parts.append(f"{shared['epochs']} epochs")
-    if shared.get("benchmark_version"):
-        parts.append(f"benchmark {shared['benchmark_version']}")
+    for dimension in comparison_key.TITLE_ORDER:
+        if shared.get(dimension.name):
+            parts.append(dimension.title.format(shared[dimension.name]))
     return " · ".join(p for p in parts if p)
 
 
@@ -382,16 +366,16 @@ def leaderboard_title(frame: pd.DataFrame) -> str:
     """'B0 leaderboard · settings kernels+cuda-graphs · batch steps · benchmark 1'."""
     attrs = frame.attrs
     parts = [f"{attrs.get('model', '')} leaderboard"]
-    for key, word in (("settings", "settings"), ("batch_rule", "batch"),
-                      ("benchmark_version", "benchmark")):
-        if attrs.get(key):
-            parts.append(f"{word} {attrs[key]}")
+    for dimension in comparison_key.TITLE_ORDER:
+        if dimension.name in comparison_key.RANKED_DIMENSIONS and attrs.get(dimension.name):
+            parts.append(dimension.title.format(attrs[dimension.name]))
     return " · ".join(parts)
 
 
 # The leaderboard's entries differ in these where the filters leave them free; one column
 # "as run" says how, when they do.
-AS_RUN = ("pipeline", "weights", "data", "epochs")
+AS_RUN = tuple(d.name for d in comparison_key.DIMENSIONS
+               if d.name in comparison_key.ENTRY_DIMENSIONS and not d.leaderboard_help)
 
 
 def leaderboard_table(frame: pd.DataFrame) -> Table:
@@ -454,7 +438,7 @@ def run_facts(stored: collector_pb2.StoredRun) -> list[tuple[str, str]]:
     """What a stored run was and what it measured, in words, as (name, text) pairs: the
     terminal's `runs show` and the site's run page both show these (what was not
     recorded is left out)."""
-    row = run_row(stored)
+    row = flat_run(stored)
     config = stored.run.config
     facts: list[tuple[str, str]] = []
 
@@ -532,7 +516,7 @@ SETTING_WORDS = {
 
 def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
     """One stored run for the terminal: a summary, its epochs and its batch trials."""
-    row = run_row(stored)
+    row = flat_run(stored)
     summary = narrow_table(f"run {row['run_id']}", show_header=False)
     summary.add_column("field", style="bold")
     summary.add_column("value", overflow="fold")

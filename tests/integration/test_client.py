@@ -54,7 +54,7 @@ def test_list_runs_pages_filters_and_flattens(client: Client, make_run: Any) -> 
     assert ids == [r.run_id for r in runs]
 
     frame = client.list_runs(gpu="tesla")
-    assert list(frame.columns) == frames.RUN_COLUMNS
+    assert list(frame.columns) == frames.FLAT_RUN_COLUMNS
     assert len(frame) == 5 and set(frame["gpu_config"]) == {"1x Tesla T4"}
     assert client.list_runs(gpu="ada", gpu_count=2)["model"].tolist() == ["B7"]
     assert len(client.list_runs(limit=3)) == 3
@@ -202,7 +202,7 @@ def test_export_parquet_and_csv(client: Client, make_run: Any, tmp_path: Any) ->
     assert client.export(parquet, page_size=3) == 7
     assert client.export(csv, format="csv") == 7
     for frame in (pd.read_parquet(parquet), pd.read_csv(csv)):
-        assert list(frame.columns) == frames.RUN_COLUMNS
+        assert list(frame.columns) == frames.FLAT_RUN_COLUMNS
         assert sorted(frame["epoch2_s"]) == pytest.approx([r.result.epoch2_seconds for r in runs])
         assert set(frame["run_id"]) == {r.run_id for r in runs}
     with pytest.raises(Exception, match="format: 'xlsx'"):

@@ -301,7 +301,7 @@ def test_export(invoke: Any, tmp_path: Path) -> None:
     result = invoke("export", "--out", str(out))
     assert result.exit_code == 0 and result.stderr == f"wrote 6 runs to {out}\n"
     frame = pd.read_parquet(out)
-    assert len(frame) == 6 and list(frame.columns) == frames.RUN_COLUMNS
+    assert len(frame) == 6 and list(frame.columns) == frames.FLAT_RUN_COLUMNS
     csv = tmp_path / "runs.csv"
     assert invoke("export", "--format", "csv", "--out", str(csv)).exit_code == 0
     assert len(pd.read_csv(csv)) == 6

@@ -9,6 +9,7 @@ from gpubench.collector import compare
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.errors import MixedRuns
 
+from gpubench import comparison_key
 from gpubench.errors import NotFound
 
 GIB = 1 << 30
@@ -22,10 +23,17 @@ def group(name: str, count: int, median: float, **fields: object) -> GroupFigure
         max_batch_per_gpu=128, max_global_batch=128 * count,
         peak_memory_median_bytes=12 * GIB, memory_total_bytes=16 * GIB,
         energy_per_epoch_median_joules=70.0 * median, images_per_joule_median=1709 / (70 * median),
-        benchmark_versions=("1",), backends=("tensorflow",), precisions=("float32",),
-        image_sizes=(600,), train_images=(1709,), settings=("keras",),
     )
-    return replace(base, **fields)
+    return with_values(base, benchmark_version=("1",), backend=("tensorflow",),
+                       precision=("float32",), image_size=(600,), train_images=(1709,),
+                       settings=("keras",), **fields)
+
+
+def with_values(g: GroupFigures, **fields: object) -> GroupFigures:
+    """`g` with other fields: a dimension of the comparison key (by name) sets its values."""
+    values = {name: v for name, v in fields.items() if name in comparison_key.NAMES}
+    others = {name: v for name, v in fields.items() if name not in values}
+    return replace(g, values={**g.values, **values}, **others)
 
 
 # The article's B7 figures: GTX 1070 about 15 min an epoch, T4 678 s, 2x RTX 6000 Ada ~82 s.
@@ -80,8 +88,8 @@ def test_memory_share_of_a_limited_run_is_of_its_limit() -> None:
 
 
 def test_unlike_groups_say_how_each_ran() -> None:
-    one = replace(T4, gpu_name="NVIDIA H200", settings=("kernels+cuda-graphs",))
-    two = replace(T4, gpu_name="NVIDIA H200", gpu_count=2, settings=("kernels",))
+    one = with_values(T4, gpu_name="NVIDIA H200", settings=("kernels+cuda-graphs",))
+    two = with_values(T4, gpu_name="NVIDIA H200", gpu_count=2, settings=("kernels",))
     result = compare.compare("B7", [one, two], allow_mixed=True)
     assert {g.figures.gpu_count: g.differences for g in result.groups} == {
         1: ("settings kernels+cuda-graphs",), 2: ("settings kernels",)}
@@ -90,7 +98,7 @@ def test_unlike_groups_say_how_each_ran() -> None:
 
 
 def test_mixed_settings_are_refused_naming_the_dimension_and_values() -> None:
-    torch_t4 = replace(T4, backends=("torch",))
+    torch_t4 = with_values(T4, backend=("torch",))
     with pytest.raises(MixedRuns) as caught:
         compare.compare("B7", [torch_t4, GTX])
     message = str(caught.value)
@@ -99,8 +107,8 @@ def test_mixed_settings_are_refused_naming_the_dimension_and_values() -> None:
 
 
 def test_several_mixed_dimensions_are_all_named() -> None:
-    odd = replace(T4, precisions=("float32", "mixed_float16"), image_sizes=(300, 600),
-                  benchmark_versions=("1", "2"))
+    odd = with_values(T4, precision=("float32", "mixed_float16"), image_size=(300, 600),
+                  benchmark_version=("1", "2"))
     with pytest.raises(MixedRuns) as caught:
         compare.compare("B7", [odd, GTX])
     message = str(caught.value)
@@ -110,7 +118,7 @@ def test_several_mixed_dimensions_are_all_named() -> None:
 
 
 def test_a_smoke_run_data_set_is_refused_naming_train_images() -> None:
-    smoke = replace(T4, train_images=(192,))  # gpubench-agent run --limit-images 240
+    smoke = with_values(T4, train_images=(192,))  # gpubench-agent run --limit-images 240
     with pytest.raises(MixedRuns) as caught:
         compare.compare("B7", [smoke, GTX])
     message = str(caught.value)
@@ -122,8 +130,8 @@ def test_a_smoke_run_data_set_is_refused_naming_train_images() -> None:
 
 def test_runs_computed_differently_are_refused_naming_settings() -> None:
     # Torch runs with the backend's own kernels against Keras's code path: up to 4x apart.
-    kernels = replace(T4, backends=("torch",), settings=("kernels",))
-    keras = replace(GTX, backends=("torch",))
+    kernels = with_values(T4, backend=("torch",), settings=("kernels",))
+    keras = with_values(GTX, backend=("torch",))
     with pytest.raises(MixedRuns) as caught:
         compare.compare("B7", [kernels, keras])
     message = str(caught.value)
@@ -136,7 +144,7 @@ def test_runs_computed_differently_are_refused_naming_settings() -> None:
 
 def test_allow_mixed_reports_mixed() -> None:
     result = compare.compare(
-        "B7", [replace(T4, backends=("torch",), image_sizes=(300,)), GTX], allow_mixed=True
+        "B7", [with_values(T4, backend=("torch",), image_size=(300,)), GTX], allow_mixed=True
     )
     assert (result.backend, result.image_size) == ("mixed", 0)
     assert (result.precision, result.benchmark_version) == ("float32", "1")
@@ -174,8 +182,8 @@ def test_ties_on_the_slowest_pick_a_stable_baseline() -> None:
 
 def test_runs_of_different_batch_rules_are_refused_naming_batch_rule() -> None:
     # The largest batch that fits trains faster than the steps rule's smaller one.
-    steps = replace(T4, batch_rules=("steps",), largest_batch_per_gpu_max=3)
-    largest = replace(GTX, batch_rules=("largest",), largest_batch_per_gpu_max=2)
+    steps = with_values(T4, batch_rule=("steps",), largest_batch_per_gpu_max=3)
+    largest = with_values(GTX, batch_rule=("largest",), largest_batch_per_gpu_max=2)
     with pytest.raises(MixedRuns) as caught:
         compare.compare("B7", [steps, largest])
     message = str(caught.value)
@@ -188,29 +196,29 @@ def test_runs_of_different_batch_rules_are_refused_naming_batch_rule() -> None:
 
 def test_runs_that_do_not_say_how_their_batch_was_chosen_are_named_unrecorded() -> None:
     with pytest.raises(MixedRuns, match=r"batch_rule \(unrecorded, given; pin one with "):
-        compare.compare("B7", [replace(T4, batch_rules=("",)),
-                               replace(GTX, batch_rules=("given",))])
+        compare.compare("B7", [with_values(T4, batch_rule=("",)),
+                               with_values(GTX, batch_rule=("given",))])
 
 
 def test_every_dimension_is_pinned_by_a_flag_gpubench_compare_has() -> None:
     from gpubench.cli import compare as compare_command
 
     flags = {opt for param in compare_command.params for opt in param.opts}
-    assert [flag for _, _, flag in compare.DIMENSIONS if flag not in flags] == []
+    assert [d.flag for d in comparison_key.DIMENSIONS if d.flag not in flags] == []
 
 
 def test_every_dimension_is_a_column_of_the_outlier_groups() -> None:
     from gpubench.collector import aggregates, outliers
 
     columns = aggregates.KEY_COLUMNS
-    assert [d for d, _, _ in compare.DIMENSIONS] == list(columns)
+    assert list(comparison_key.NAMES) == list(columns)
     assert set(columns) <= set(outliers.OUTLIER_GROUP)
 
 
 def test_a_refusal_names_each_difference_and_its_flag() -> None:
-    unlike = replace(T4, pipelines=("seed",), weights=("imagenet",), data_sets=("synthetic-rps",),
+    unlike = with_values(T4, pipeline=("seed",), weights=("imagenet",), data=("synthetic-rps",),
                      epochs=(2,), gpu_name="NVIDIA H200")
-    alike = replace(T4, pipelines=("cached",), weights=("none",), data_sets=("sha256:ab",),
+    alike = with_values(T4, pipeline=("cached",), weights=("none",), data=("sha256:ab",),
                     epochs=(5,))
     with pytest.raises(MixedRuns) as caught:
         compare.compare("B7", [alike, unlike])
@@ -222,10 +230,10 @@ def test_a_refusal_names_each_difference_and_its_flag() -> None:
 
 
 def test_published_groups_say_how_they_differ() -> None:
-    mine = replace(T4, backends=("torch",), settings=("kernels+cuda-graphs",),
-                   pipelines=("cached",), weights=("none",), data_sets=("synthetic-rps",))
-    article = replace(T4, pipelines=("seed",), weights=("imagenet",),
-                      data_sets=("rock-paper-scissors",), source="the article")
+    mine = with_values(T4, backend=("torch",), settings=("kernels+cuda-graphs",),
+                   pipeline=("cached",), weights=("none",), data=("synthetic-rps",))
+    article = with_values(T4, pipeline=("seed",), weights=("imagenet",),
+                      data=("rock-paper-scissors",), source="the article")
     result = compare.compare("B7", [mine], published=[article])
     [published] = result.published
     assert published.figures.source == "the article"

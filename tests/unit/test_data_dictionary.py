@@ -14,7 +14,7 @@ DICTIONARY = Path(__file__).resolve().parents[2] / "docs" / "data-dictionary.md"
 def test_every_column_is_described() -> None:
     text = DICTIONARY.read_text()
     described = set(re.findall(r"`([a-z0-9_]+)`", text))
-    columns = {*frames.RUN_COLUMNS, *frames.COMPARE_COLUMNS, *frames.PUBLISHED_COLUMNS,
+    columns = {*frames.FLAT_RUN_COLUMNS, *frames.COMPARE_COLUMNS, *frames.PUBLISHED_COLUMNS,
                *frames.LEADERBOARD_COLUMNS}
     # A priced comparison's columns (prices.cost_frame).
     frame = frames.compare_frame(frames.collector_pb2.CompareResponse(model="B0"))

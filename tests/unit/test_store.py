@@ -172,9 +172,9 @@ COLUMNS_ADDED = {"0005_settings": ("settings",),
                      "pipeline", "weights", "data", "epochs", "memory_limit_bytes",
                      "published", "flagged", "flag_reasons")}
 # group_figures' last figure column, added by migration 0007.
-LAST_FIGURE = "    max(largest_batch_per_gpu) FILTER (WHERE keep)\n"
+LAST_FIGURE = "    max(largest_batch_per_gpu) FILTER (WHERE keep) AS largest_batch_per_gpu_max\n"
 # ... and the one after it, added by migration 0010.
-SUBMITTERS_FIGURE = "    count(DISTINCT submitter) FILTER (WHERE keep)\n"
+SUBMITTERS_FIGURE = "    count(DISTINCT submitter) FILTER (WHERE keep) AS submitters\n"
 
 
 def _as_an_older_collector(
@@ -249,9 +249,9 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         [standard] = store.compare_groups(CompareQuery(model="B0", train_images=1709))
         assert (standard.runs, standard.outliers_excluded) == (4, 0)
         assert standard.epoch2_median_seconds == pytest.approx(17.5)
-        assert standard.train_images == (1709,)
+        assert standard.values["train_images"] == (1709,)
         [small] = store.compare_groups(CompareQuery(model="B0", train_images=192))
-        assert (small.runs, small.epoch2_median_seconds, small.train_images) == (1, 1.9, (192,))
+        assert (small.runs, small.epoch2_median_seconds, small.values["train_images"]) == (1, 1.9, (192,))
         rows = store.database.cursor().execute(
             "SELECT train_images, with_outliers, runs FROM group_figures ORDER BY ALL"
         ).fetchall()
@@ -268,9 +268,9 @@ def test_a_fresh_database_keeps_smoke_runs_apart(tmp_path: Path) -> None:
                           "lab")
         assert not store.get(smoke.run_id).outlier
         groups = store.compare_groups(CompareQuery(model="B0"))
-        assert sorted((g.train_images, g.runs) for g in groups) == [((192,), 1), ((1709,), 3)]
+        assert sorted((g.values["train_images"], g.runs) for g in groups) == [((192,), 1), ((1709,), 3)]
         [both] = store.compare_groups(CompareQuery(model="B0", allow_mixed=True))
-        assert (both.runs, both.train_images) == (4, (192, 1709))
+        assert (both.runs, both.values["train_images"]) == (4, (192, 1709))
     finally:
         store.close()
 
@@ -313,12 +313,12 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         # Each settings is its own group now: the fast runs are no outliers of Keras's.
         assert not any(store.get(r.run_id).outlier for r in [*kernels, on_device])
         [fast] = store.compare_groups(CompareQuery(model="B0", settings="kernels"))
-        assert (fast.runs, fast.outliers_excluded, fast.settings) == (2, 0, ("kernels",))
+        assert (fast.runs, fast.outliers_excluded, fast.values["settings"]) == (2, 0, ("kernels",))
         assert fast.epoch2_median_seconds == pytest.approx(4.1)
         [slow] = store.compare_groups(CompareQuery(model="B0", settings="keras"))
         assert (slow.runs, slow.epoch2_median_seconds) == (5, 17.5)
         groups = store.compare_groups(CompareQuery(model="B0"))
-        assert sorted(g.settings for g in groups) == [
+        assert sorted(g.values["settings"] for g in groups) == [
             ("jit",), ("keras",), ("kernels",), ("kernels+data-on-device",)]
         rows = store.database.cursor().execute(
             "SELECT settings, runs FROM group_figures WHERE NOT with_outliers ORDER BY ALL"
@@ -395,14 +395,14 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         # Each rule is its own group now: the searched runs are no outliers of the given.
         assert not any(store.get(r.run_id).outlier for r in searched)
         [largest] = store.compare_groups(CompareQuery(model="B0", batch_rule="largest"))
-        assert (largest.runs, largest.outliers_excluded, largest.batch_rules) == (
+        assert (largest.runs, largest.outliers_excluded, largest.values["batch_rule"]) == (
             2, 0, ("largest",))
         assert (largest.max_batch_per_gpu, largest.largest_batch_per_gpu_max) == (208, 208)
         [fixed] = store.compare_groups(CompareQuery(model="B0", batch_rule="given"))
         assert (fixed.runs, fixed.largest_batch_per_gpu_max) == (4, 0)
         assert fixed.epoch2_median_seconds == pytest.approx(17.15)
         groups = store.compare_groups(CompareQuery(model="B0"))
-        assert sorted(g.batch_rules for g in groups) == [
+        assert sorted(g.values["batch_rule"] for g in groups) == [
             ("",), ("given",), ("largest",), ("steps",)]
         rows = store.database.cursor().execute(
             "SELECT batch_rule, runs, largest_batch_per_gpu_max FROM group_figures "
@@ -412,7 +412,7 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         # Mixed on purpose, the figures come from the runs: the memory answer of them all.
         [both] = store.compare_groups(CompareQuery(model="B0", allow_mixed=True))
         assert (both.runs, both.largest_batch_per_gpu_max) == (8, 216)
-        assert both.batch_rules == ("", "given", "largest", "steps")
+        assert both.values["batch_rule"] == ("", "given", "largest", "steps")
     finally:
         store.close()
 

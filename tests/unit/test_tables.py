@@ -77,8 +77,8 @@ def _compare_response() -> collector_pb2.CompareResponse:
 
 def test_run_row_flattens_with_units() -> None:
     stored = _stored_run()
-    row = frames.run_row(stored)
-    assert set(row) == set(frames.RUN_COLUMNS)
+    row = frames.flat_run(stored)
+    assert set(row) == set(frames.FLAT_RUN_COLUMNS)
     assert row["gpu_config"] == "1x Tesla T4"
     assert row["epoch1_s"] == 67.0 and row["epoch2_s"] == 17.0
     assert row["peak_memory_gib"] == pytest.approx(12.0)
@@ -92,7 +92,7 @@ def test_run_row_flattens_with_units() -> None:
 
 def test_runs_frame_keeps_columns_when_empty() -> None:
     frame = frames.runs_frame([])
-    assert list(frame.columns) == frames.RUN_COLUMNS and frame.empty
+    assert list(frame.columns) == frames.FLAT_RUN_COLUMNS and frame.empty
     assert str(frame["created_at"].dtype).startswith("datetime64")
 
 
@@ -153,7 +153,7 @@ def test_peak_memory_is_a_share_of_the_memory_limit() -> None:
     stored.run.gpus[0].memory_total_bytes = 140 * GIB
     stored.run.result.memory[0].memory_total_bytes = 140 * GIB
     stored.run.result.memory[0].allocator_peak_bytes = int(13.2 * GIB)
-    row = frames.run_row(stored)
+    row = frames.flat_run(stored)
     assert row["peak_memory_share"] == pytest.approx(13.2 / 16)  # not 13.2 / 140
     assert row["gpu_config"] == "1x Tesla T4 as 16 GiB"
     text = "\n".join(_render(t) for t in tables.run_tables(stored))

@@ -126,7 +126,7 @@ def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Tab
     groups = frame.groupby("gpu_config", sort=False).agg(
         runs=("run_id", "size"), epoch2=("epoch2_s", "median"),
         per_second=("train_images_per_s", "median")).sort_values("epoch2")
-    mine = frames.run_row(collector_pb2.StoredRun(run=run))
+    mine = frames.flat_run(collector_pb2.StoredRun(run=run))
     table = narrow_table(
         f"{config.model}: this run beside the collector's others like it",
         f"{figures.SPEEDUP}: {figures.SPEEDUP_MEANS}, this run the baseline; img/s: "

@@ -11,41 +11,45 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench.collector import ceilings, compare, corroboration, outliers
+import duckdb
+from gpubench.collector import ceilings, corroboration, outliers
 from gpubench.collector.compare import GroupFigures
-from gpubench.collector.queries import equal_where_set
 from gpubench.collector.visible import Snapshot, Snapshots
 
-from gpubench import record
+from gpubench import comparison_key, record
+from gpubench.comparison_key import Value
 from gpubench.v1 import run_pb2
 
 # The columns of a GPU configuration, as SQL, and the dimensions Compare keeps apart
-# (compare.DIMENSIONS' columns), in GroupFigures' order.
+# (gpubench.comparison_key: each a column of the runs and of group_figures).
 _CONFIG = ", ".join(outliers.CONFIG_COLUMNS)
-KEY_COLUMNS = ("benchmark_version", "backend", "precision", "image_size", "train_images",
-               "settings", "batch_rule", "pipeline", "weights", "data", "epochs")
+KEY_COLUMNS = comparison_key.NAMES
 
 
-@dataclass(frozen=True)
 class CompareQuery:
-    """Which runs a comparison covers; empty/zero fields match everything."""
+    """Which runs a comparison covers: a model, and a pin per dimension of the
+    comparison key (`pins`, by name; an empty or zero one matches everything)."""
 
-    model: str
-    precision: str = ""
-    backend: str = ""
-    image_size: int = 0
-    train_images: int = 0  # training images per epoch
-    settings: str = ""  # record.settings_label: "keras", "kernels+data-on-device", ...
-    batch_rule: str = ""  # how the batch was chosen: "steps", "largest", "given", "quick"
-    pipeline: str = ""  # as it ran: "cached", "cached-on-device", "streaming", "seed"
-    weights: str = ""
-    data: str = ""  # record.data_label: "synthetic-rps", "sha256:..."
-    epochs: int = 0
-    benchmark_version: str = ""
-    gpu_names: tuple[str, ...] = ()  # exact, case-insensitive, normalised
-    include_outliers: bool = False
-    include_flagged: bool = False
-    allow_mixed: bool = False
+    __slots__ = ("model", "pins", "gpu_names", "include_outliers", "include_flagged",
+                 "allow_mixed")
+
+    def __init__(self, model: str, *, gpu_names: tuple[str, ...] = (),
+                 include_outliers: bool = False, include_flagged: bool = False,
+                 allow_mixed: bool = False, **pins: Value) -> None:
+        unknown = set(pins) - set(KEY_COLUMNS)
+        if unknown:
+            raise TypeError(f"CompareQuery: no dimension {', '.join(sorted(unknown))}")
+        self.model = model
+        self.pins = {d.name: pins.get(d.name) or d.empty for d in comparison_key.DIMENSIONS}
+        self.gpu_names = tuple(gpu_names)  # exact, case-insensitive, normalised
+        self.include_outliers = include_outliers
+        self.include_flagged = include_flagged
+        self.allow_mixed = allow_mixed
+
+    def __repr__(self) -> str:
+        return (f"CompareQuery({self.model!r}, pins={self.pins!r}, gpu_names={self.gpu_names!r},"
+                f" include_outliers={self.include_outliers}, "
+                f"include_flagged={self.include_flagged}, allow_mixed={self.allow_mixed})")
 
 
 @dataclass(frozen=True)
@@ -70,14 +74,9 @@ class LeaderboardRow:
 
     gpu_name: str
     gpu_count: int
-    backend: str
-    precision: str
-    settings: str
-    pipeline: str
-    weights: str
-    data: str
-    epochs: int
-    batch_rule: str
+    # Its value in each dimension the leaderboard keeps apart or ranks one at a time
+    # (comparison_key.ENTRY_DIMENSIONS, RANKED_DIMENSIONS), by name.
+    key: comparison_key.Key
     runs: int
     best_epoch2_seconds: float
     epoch2_median_seconds: float
@@ -105,19 +104,15 @@ class Aggregates:
             if query.include_flagged:
                 return [_group_figures(r) for r in _compare_rows_from_runs(read, query)]
             clauses, params = _compare_filter(query)
-            rows = read.con.execute(
+            rows = _records(read.con.execute(
                 f"""
-                SELECT {_CONFIG}, runs, outliers_excluded, epoch2_median_seconds,
-                    epoch2_min_seconds, epoch2_max_seconds, train_images_per_second_median,
-                    max_batch_per_gpu, max_global_batch, peak_memory_median_bytes,
-                    memory_total_bytes, energy_per_epoch_median_joules, images_per_joule_median,
-                    largest_batch_per_gpu_max, submitters,
-                    {", ".join(f"[{c}]" for c in KEY_COLUMNS)}
+                SELECT {_CONFIG}, {", ".join(_FIGURE_NAMES)},
+                    {", ".join(f"[{c}] AS {c}" for c in KEY_COLUMNS)}
                 FROM {read.group_figures()} WHERE with_outliers = ? AND {' AND '.join(clauses)}
                 """,
                 [query.include_outliers, *params],
-            ).fetchall()
-            configs = {tuple(r[:3]) for r in rows}
+            ))
+            configs = {tuple(r[c] for c in outliers.CONFIG_COLUMNS) for r in rows}
             if len(configs) < len(rows) and query.allow_mixed:
                 rows = _compare_rows_from_runs(read, query)
         return [_group_figures(r) for r in rows]
@@ -131,24 +126,19 @@ class Aggregates:
             published = f"""(SELECT *, true AS keep FROM {read.rows}
                              WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND published
                                AND NOT flagged AND {' AND '.join(clauses)})"""
-            rows = read.con.execute(
+            rows = _records(read.con.execute(
                 f"""
                 SELECT {_CONFIG}, {outliers.FIGURES},
-                    {", ".join(f"[{c}]" for c in KEY_COLUMNS)}, 0, any_value(record)
+                    {", ".join(f"[{c}] AS {c}" for c in KEY_COLUMNS)},
+                    any_value(record) AS record
                 FROM {outliers.voiced(published, f"{_CONFIG}, {', '.join(KEY_COLUMNS)}")}
                 GROUP BY {_CONFIG}, {", ".join(KEY_COLUMNS)}
                 ORDER BY median(epoch2_seconds), gpu_name
                 """,
                 params,
-            ).fetchall()
-        return [_group_figures(r[:-1], source=run_pb2.Run.FromString(r[-1]).source)
+            ))
+        return [_group_figures(r, source=run_pb2.Run.FromString(r["record"]).source)
                 for r in rows]
-
-    def benchmark_versions(self, where: str, params: Sequence[Any]) -> list[str]:
-        """The benchmark versions of the runs matching `where`, newest first (numeric
-        order: "10" is newer than "9")."""
-        with self._snapshot() as read:
-            return _benchmark_versions(read, where, params)
 
     def leaderboard(self, query: LeaderboardQuery) -> tuple[list[LeaderboardRow], str]:
         """A model's GPU configurations by the median epoch-2 time of their runs, fastest
@@ -172,16 +162,20 @@ class Aggregates:
         among the runs, so that a burst of smoke runs can never take the leaderboard over.
         """
         clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "NOT outlier",
-                   "NOT published", "model = ?", "image_size = ?", "train_images = ?",
-                   "memory_limit_bytes = 0", "settings = ?", "batch_rule = ?"]
-        params: list[Any] = [query.model, record.NATIVE_IMAGE_SIZE.get(query.model, 0),
-                             record.STANDARD_TRAIN_IMAGES, query.settings, query.batch_rule]
+                   "NOT published", "model = ?", "memory_limit_bytes = 0"]
+        params: list[Any] = [query.model]
+        for name in comparison_key.STANDARD_DIMENSIONS:
+            clauses.append(f"{name} = ?")
+            params.append(comparison_key.standard_value(name, query.model))
         if not query.include_flagged:
             clauses.append("NOT flagged")
-        for column in ("precision", "backend"):
-            if getattr(query, column):
-                clauses.append(f"{column} = ?")
-                params.append(getattr(query, column))
+        # The pins the query has (the ranked dimensions but the version, which is found
+        # below, and the entry dimensions it may filter by): each set one is kept to.
+        for name in KEY_COLUMNS:
+            value = getattr(query, name, None) if name != "benchmark_version" else None
+            if value:
+                clauses.append(f"{name} = ?")
+                params.append(value)
         where = " AND ".join(clauses)
         with self._snapshot() as read:
             version = query.benchmark_version
@@ -190,7 +184,7 @@ class Aggregates:
                 if not versions:
                     return [], ""
                 version = versions[0]
-            rows = read.con.execute(
+            rows = _records(read.con.execute(
                 f"""
                 WITH voices AS (
                     SELECT {_BOARD_KEYS}, submitter, count(*) AS runs,
@@ -200,36 +194,54 @@ class Aggregates:
                     FROM {read.runs}
                     WHERE {where} AND benchmark_version = ?
                     GROUP BY {_BOARD_KEYS}, submitter)
-                SELECT {_BOARD_KEYS}, sum(runs)::INTEGER, min(best), median(epoch2),
-                    median(rate), max(batch), coalesce(max(largest), 0), list(epoch2)
+                SELECT {_BOARD_KEYS}, sum(runs)::INTEGER AS runs,
+                    min(best) AS best_epoch2_seconds, median(epoch2) AS epoch2_median_seconds,
+                    median(rate) AS train_images_per_second_median,
+                    max(batch) AS max_batch_per_gpu,
+                    coalesce(max(largest), 0) AS largest_batch_per_gpu_max,
+                    list(epoch2) AS submitter_medians
                 FROM voices
                 GROUP BY {_BOARD_KEYS}
                 ORDER BY median(epoch2), min(best), gpu_name, gpu_count
                 """,
                 [*params, version],
-            ).fetchall()
+            ))
             published = _published_medians(read, query.model, version)
         found = []
         for r in rows:
-            row = LeaderboardRow(*r[:-1], corroboration=_corroboration(
-                r, r[-1], published.get(_reference_key(r), ()), query.model))
+            row = LeaderboardRow(
+                gpu_name=r["gpu_name"], gpu_count=r["gpu_count"],
+                key=comparison_key.Key({name: r[name] for name in _BOARD_DIMENSIONS}),
+                runs=r["runs"], best_epoch2_seconds=r["best_epoch2_seconds"],
+                epoch2_median_seconds=r["epoch2_median_seconds"],
+                train_images_per_second_median=r["train_images_per_second_median"],
+                max_batch_per_gpu=r["max_batch_per_gpu"],
+                largest_batch_per_gpu_max=r["largest_batch_per_gpu_max"],
+                corroboration=_corroboration(
+                    r, published.get(_reference_key(r), ()), query.model))
             if row.corroboration.corroborated or not query.corroborated_only:
                 found.append(row)
         return found[: query.limit], version
 
 
-# A leaderboard entry's columns (LeaderboardRow's first ones), and those a reference run
-# must share with it to corroborate it.
-_BOARD_KEY_NAMES = ("gpu_name", "gpu_count", "backend", "precision", "settings", "pipeline",
-                    "weights", "data", "epochs", "batch_rule")
-_BOARD_KEYS = ", ".join(_BOARD_KEY_NAMES)
+# A leaderboard entry's columns: the GPU configuration (the whole card) and the
+# dimensions it keeps apart or ranks one value at a time (each pinned, so grouping by
+# them splits nothing); and those a reference run must share with it to corroborate it
+# (a published run is of other weights, data and pipeline: collector.corroboration).
+_BOARD_DIMENSIONS = tuple(n for n in KEY_COLUMNS if n in comparison_key.ENTRY_DIMENSIONS
+                          or n in comparison_key.RANKED_DIMENSIONS)
+_BOARD_KEYS = ", ".join(("gpu_name", "gpu_count", *_BOARD_DIMENSIONS))
 _REFERENCE_KEYS = ("gpu_name", "gpu_count", "backend", "precision", "settings", "batch_rule")
-# Where each reference key stands in a leaderboard row.
-_REFERENCE_AT = tuple(_BOARD_KEY_NAMES.index(k) for k in _REFERENCE_KEYS)
 
 
-def _reference_key(row: Sequence[Any]) -> tuple:
-    return tuple(row[i] for i in _REFERENCE_AT)
+def _records(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """A query's rows, each by its column names."""
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _reference_key(row: dict[str, Any]) -> tuple:
+    return tuple(row[k] for k in _REFERENCE_KEYS)
 
 
 def _published_medians(read: Snapshot, model: str, version: str) -> dict[tuple, list]:
@@ -251,20 +263,19 @@ def _published_medians(read: Snapshot, model: str, version: str) -> dict[tuple, 
     return found
 
 
-def _corroboration(row: Sequence[Any], submitter_medians: Sequence[float],
-                   published: Sequence[tuple[str, float]],
+def _corroboration(row: dict[str, Any], published: Sequence[tuple[str, float]],
                    model: str) -> corroboration.Corroboration:
-    """What stands behind a leaderboard row (r: _BOARD_KEYS, then the figures): its
-    submitters' medians and the published runs of its configuration (epoch-2 seconds),
-    and the operator's verified run (training images/s)."""
-    figure, rate = row[12], row[13]
+    """What stands behind a leaderboard row (by its columns): its submitters' medians
+    and the published runs of its configuration (epoch-2 seconds), and the operator's
+    verified run (training images/s)."""
+    figure, rate = row["epoch2_median_seconds"], row["train_images_per_second_median"]
     references = [(what, corroboration.agrees(seconds, figure)) for what, seconds in published]
-    gpu_name, gpu_count, _, precision, settings = row[:5]
     verified = corroboration.verified_reference(
-        ceilings.specs(), gpu_name, gpu_count, model, settings, precision, row[9])
+        ceilings.specs(), row["gpu_name"], row["gpu_count"], model, row["settings"],
+        row["precision"], row["batch_rule"])
     if verified is not None and rate:
         references.append((verified[0], corroboration.agrees(rate, verified[1])))
-    return corroboration.corroborate(figure, submitter_medians, references)
+    return corroboration.corroborate(figure, row["submitter_medians"], references)
 
 
 def _benchmark_versions(read: Snapshot, where: str, params: Sequence[Any]) -> list[str]:
@@ -274,48 +285,60 @@ def _benchmark_versions(read: Snapshot, where: str, params: Sequence[Any]) -> li
     return sorted((v for (v,) in rows), key=record.version_key, reverse=True)
 
 
-def _compare_rows_from_runs(read: Snapshot, query: CompareQuery) -> list[tuple]:
+def _compare_rows_from_runs(read: Snapshot, query: CompareQuery) -> list[dict[str, Any]]:
     clauses, params = _compare_filter(query)
     kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {read.runs}
                 WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
                   AND (? OR NOT flagged) AND {' AND '.join(clauses)})"""
-    return read.con.execute(
+    return _records(read.con.execute(
         f"""
         SELECT {_CONFIG}, {outliers.FIGURES},
-            {", ".join(f"list(DISTINCT {c}) FILTER (WHERE keep)" for c in KEY_COLUMNS)},
-            count(*) FILTER (WHERE keep AND flagged)
+            {", ".join(f"list(DISTINCT {c}) FILTER (WHERE keep) AS {c}" for c in KEY_COLUMNS)},
+            count(*) FILTER (WHERE keep AND flagged) AS flagged_included
         FROM {outliers.voiced(kept, _CONFIG)}
         GROUP BY {_CONFIG}
         """,
         [query.include_outliers, query.include_flagged, *params],
-    ).fetchall()
+    ))
 
 
 def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
-    clauses, params = equal_where_set(
-        query,
-        ("model", "precision", "backend", "benchmark_version", "image_size", "train_images",
-         "settings", "batch_rule", "pipeline", "weights", "data", "epochs"),
-    )
+    clauses, params = ["model = ?"], [query.model]
+    for name, value in query.pins.items():
+        if value:
+            clauses.append(f"{name} = ?")
+            params.append(value)
     if query.gpu_names:
         clauses.append("list_contains(?, lower(gpu_name))")
         params.append([record.normalize_gpu_name(n).lower() for n in query.gpu_names])
     return clauses, params
 
 
-def _group_figures(r: Sequence[Any], *, source: str = "") -> GroupFigures:
-    """GroupFigures from a row: the configuration (3 columns), FIGURES (14), the
-    dimensions' value lists (KEY_COLUMNS) and, from the runs, the flagged runs kept."""
-    lists = [tuple(sorted(v or ())) for v in r[17:17 + len(KEY_COLUMNS)]]
+# The figures of a group as group_figures and outliers.FIGURES name them: GroupFigures'
+# fields of the same names.
+_FIGURE_NAMES = outliers.FIGURE_NAMES
+
+
+def _group_figures(r: dict[str, Any], *, source: str = "") -> GroupFigures:
+    """GroupFigures from a row by its columns: the configuration, the figures
+    (_FIGURE_NAMES), each dimension's value list (KEY_COLUMNS) and, read from the runs,
+    the flagged runs kept (flagged_included)."""
     return GroupFigures(
-        gpu_name=r[0], gpu_count=r[1], memory_limit_bytes=r[2] or 0, runs=r[3],
-        outliers_excluded=r[4], epoch2_median_seconds=r[5], epoch2_min_seconds=r[6],
-        epoch2_max_seconds=r[7], train_images_per_second_median=r[8],
-        max_batch_per_gpu=r[9] or 0, max_global_batch=r[10] or 0,
-        peak_memory_median_bytes=r[11], memory_total_bytes=r[12],
-        energy_per_epoch_median_joules=r[13], images_per_joule_median=r[14],
-        largest_batch_per_gpu_max=r[15] or 0, submitters=r[16] or 0,
-        **dict(zip(compare.DIMENSION_ATTRIBUTES, lists, strict=True)),
-        flagged_included=r[17 + len(KEY_COLUMNS)] if len(r) > 17 + len(KEY_COLUMNS) else 0,
+        gpu_name=r["gpu_name"], gpu_count=r["gpu_count"],
+        memory_limit_bytes=r["memory_limit_bytes"] or 0, runs=r["runs"],
+        outliers_excluded=r["outliers_excluded"],
+        epoch2_median_seconds=r["epoch2_median_seconds"],
+        epoch2_min_seconds=r["epoch2_min_seconds"], epoch2_max_seconds=r["epoch2_max_seconds"],
+        train_images_per_second_median=r["train_images_per_second_median"],
+        max_batch_per_gpu=r["max_batch_per_gpu"] or 0,
+        max_global_batch=r["max_global_batch"] or 0,
+        peak_memory_median_bytes=r["peak_memory_median_bytes"],
+        memory_total_bytes=r["memory_total_bytes"],
+        energy_per_epoch_median_joules=r["energy_per_epoch_median_joules"],
+        images_per_joule_median=r["images_per_joule_median"],
+        largest_batch_per_gpu_max=r["largest_batch_per_gpu_max"] or 0,
+        submitters=r["submitters"] or 0,
+        values={c: tuple(sorted(r[c] or ())) for c in KEY_COLUMNS},
+        flagged_included=r.get("flagged_included") or 0,
         source=source,
     )

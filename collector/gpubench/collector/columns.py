@@ -4,7 +4,8 @@ batch insert, and which values a column cannot hold.
 Rows are dicts made by `collector.rows.run_row`, keyed by these column names. The
 flusher inserts them with `INSERT_ROWS`, bulk loads and the readers' view of runs not
 yet stored take them as Arrow tables of `RUN_COLUMNS`; one list of columns for all,
-so that a column added by a migration is added here once.
+so that a column added by a migration is added here once (a dimension of the
+comparison key: not even that).
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from typing import Any
 
 import pyarrow as pa
 
-# The runs table's columns in insert order, with their Arrow types (columns added by
-# later migrations come last, where ALTER TABLE puts them).
-RUN_COLUMNS = pa.schema(
-    [
+from gpubench import comparison_key
+
+# The runs table's columns with their Arrow types, in the table's order (columns added
+# by later migrations come last, where ALTER TABLE puts them); a dimension of the
+# comparison key (gpubench.comparison_key) not named here comes after them, typed by
+# the key. Every insert names its columns, so the order is the table's only by habit.
+_NAMED_COLUMNS = (
         ("run_id", pa.string()),
         ("content_sha256", pa.string()),
         ("submitter", pa.string()),
@@ -56,8 +60,12 @@ RUN_COLUMNS = pa.schema(
         ("published", pa.bool_()),
         ("flagged", pa.bool_()),
         ("flag_reasons", pa.string()),
-    ]
 )
+RUN_COLUMNS = pa.schema([
+    *_NAMED_COLUMNS,
+    *((d.name, pa.int32() if d.numeric else pa.string()) for d in comparison_key.DIMENSIONS
+      if d.name not in {name for name, _ in _NAMED_COLUMNS}),
+])
 
 # The runs table's column types in DuckDB's words, for the insert below.
 SQL_TYPES = {
@@ -76,7 +84,7 @@ _COLUMN_RANGES = {pa.int32(): (-(2**31), 2**31 - 1), pa.uint64(): (0, 2**64 - 1)
 # cost about a fifth of the statement's CPU with 16 runs.
 def insert_rows_sql(columns: pa.Schema) -> str:
     """The insert of a batch of rows of `columns` (the runs table's, in its order)."""
-    return "INSERT INTO runs SELECT " + ", ".join(
+    return f"INSERT INTO runs ({', '.join(columns.names)}) SELECT " + ", ".join(
         f"unnest(${i}::{SQL_TYPES[field.type]}[]) AS c{i}"
         for i, field in enumerate(columns, start=1)
     )

@@ -7,11 +7,13 @@ figures into a comparison. Pure functions, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from gpubench.collector.errors import MixedRuns
 
+from gpubench import comparison_key
+from gpubench.comparison_key import DIMENSIONS, Value
 from gpubench.errors import NotFound
 from gpubench.record import gpu_config_name, normalize_gpu_name
 
@@ -40,17 +42,9 @@ class GroupFigures:
     memory_total_bytes: float | None  # the card's memory
     energy_per_epoch_median_joules: float | None
     images_per_joule_median: float | None
-    benchmark_versions: tuple[str, ...] = ()
-    backends: tuple[str, ...] = ()
-    precisions: tuple[str, ...] = ()
-    image_sizes: tuple[int, ...] = ()
-    train_images: tuple[int, ...] = ()  # training images per epoch (the dataset's size)
-    settings: tuple[str, ...] = ()  # record.settings_label: "keras", "kernels", ...
-    batch_rules: tuple[str, ...] = ()  # how the batch was chosen: "steps", "largest", ...
-    pipelines: tuple[str, ...] = ()  # as they ran: "cached", "seed", ...
-    weights: tuple[str, ...] = ()
-    data_sets: tuple[str, ...] = ()  # record.data_label: "synthetic-rps", "sha256:..."
-    epochs: tuple[int, ...] = ()
+    # Each dimension of the comparison key (gpubench.comparison_key, by name): the
+    # values among the group's runs, sorted ("settings": ("keras",), ...).
+    values: Mapping[str, tuple[Value, ...]] = field(default_factory=dict)
     # The memory answer: the largest batch per GPU a search confirmed (0: no search).
     largest_batch_per_gpu_max: int = 0
     memory_limit_bytes: int = 0  # --memory-limit: the runs behaved as a card this size
@@ -93,84 +87,76 @@ class Comparison:
     baseline: str
     groups: tuple[ComparedGroup, ...]  # fastest first
     warnings: tuple[str, ...]
-    benchmark_version: str
-    backend: str
-    precision: str
-    image_size: int  # 0 when mixed
-    train_images: int = 0  # training images per epoch; 0 when mixed
-    settings: str = ""  # how the network was computed and fed: "keras", "kernels", ...
-    batch_rule: str = ""  # how the batch was chosen: "steps", "largest", "given", "quick"
-    pipeline: str = ""  # as it ran
-    weights: str = ""
-    data: str = ""
-    epochs: int = 0  # 0 when mixed
+    # What the compared runs share in each dimension of the comparison key (by name):
+    # "mixed" (0 for a count) where allow_mixed let them differ.
+    shared: Mapping[str, Value] = field(default_factory=dict)
+    # The dimensions the compared groups differ in, with their values (allow_mixed).
+    mixed: tuple[MixedDimension, ...] = ()
     published: tuple[PublishedGroup, ...] = ()
 
-
-# The dimensions that must agree, with the `gpubench compare` flag that pins each
-# (docs/protocol.md, "The comparison key"). The epoch-2 time depends on the image size
-# and on how many images an epoch trains on (a smoke run with --limit-images has fewer),
-# so both must agree as much as the software does. So must the settings
-# (record.settings_label): the torch backend's own kernels or data kept on the device
-# make a run up to 4x faster than Keras's code path ("keras"). And the batch rule: the
-# largest batch that fits trains faster than the "steps" rule's smaller one. And the
-# pipeline as it ran: "seed" decodes the PNGs inside the epoch, "streaming" (a cached
-# run whose images did not fit the host) from disk every epoch. And the weights, the
-# data (another folder is other images, maybe other sizes) and the number of epochs.
-# A --memory-limit is not a dimension: such runs are a GPU configuration of their own.
-DIMENSIONS = (
-    ("benchmark_version", "benchmark_versions", "--benchmark-version"),
-    ("backend", "backends", "--backend"),
-    ("precision", "precisions", "--precision"),
-    ("image_size", "image_sizes", "--image-size"),
-    ("train_images", "train_images", "--train-images"),
-    ("settings", "settings", "--settings"),
-    ("batch_rule", "batch_rules", "--batch-rule"),
-    ("pipeline", "pipelines", "--pipeline"),
-    ("weights", "weights", "--weights"),
-    ("data", "data_sets", "--data"),
-    ("epochs", "epochs", "--epochs"),
-)
-# GroupFigures' attribute of each dimension, in DIMENSIONS' order.
-DIMENSION_ATTRIBUTES = tuple(attribute for _, attribute, _ in DIMENSIONS)
-# Dimensions counted in integers: these read 0, not "mixed", when they differ.
-_NUMERIC = {"image_size", "train_images", "epochs"}
+    def __getattr__(self, name: str) -> Value:
+        """What the compared runs share in the dimension `name` ("backend"), as `shared`."""
+        shared = self.__dict__.get("shared", {})
+        if name in shared:
+            return shared[name]
+        raise AttributeError(name)
 
 
-def _values(groups: list[GroupFigures], attribute: str) -> list[object]:
-    return sorted({v for g in groups for v in getattr(g, attribute)}, key=str)
+@dataclass(frozen=True)
+class MixedDimension:
+    """A dimension of the comparison key in which the compared runs differ."""
+
+    dimension: str  # its name (gpubench.comparison_key)
+    values: tuple[Value, ...]  # sorted as text; "" is unrecorded
+
+    @property
+    def flag(self) -> str:
+        """The `gpubench compare` flag that pins it."""
+        return comparison_key.BY_NAME[self.dimension].flag
 
 
-def mixed_dimensions(groups: list[GroupFigures]) -> list[str]:
-    """The dimensions (DIMENSIONS' names, in its order) in which the groups' runs differ."""
-    return [dimension for dimension, attribute, _ in DIMENSIONS
-            if len(_values(groups, attribute)) > 1]
+def _values(groups: list[GroupFigures], name: str) -> list[Value]:
+    return sorted({v for g in groups for v in g.values.get(name, ())}, key=str)
+
+
+def mixed_dimensions(groups: list[GroupFigures]) -> list[MixedDimension]:
+    """The dimensions in which the groups' runs differ, in the key's order."""
+    found = []
+    for d in DIMENSIONS:
+        values = _values(groups, d.name)
+        if len(values) > 1:
+            found.append(MixedDimension(d.name, tuple(values)))
+    return found
+
+
+def refusal(model: str, mixed: Sequence[MixedDimension]) -> MixedRuns:
+    """The refusal to compare runs that differ in `mixed`: in words, each difference
+    with the flag that pins it, and as data (MixedRuns.mixed)."""
+    named = "; ".join(f"{m.dimension} ({comparison_key.shown(m.values)}; pin one with "
+                      f"{m.flag})" for m in mixed)
+    error = MixedRuns(f"the {model} runs differ in {named}; or compare them anyway with "
+                      "allow_mixed (--allow-mixed)")
+    error.mixed = tuple(mixed)
+    return error
 
 
 def shared_settings(
     model: str, groups: list[GroupFigures], *, allow_mixed: bool
-) -> dict[str, str | int]:
+) -> dict[str, Value]:
     """What all groups' runs share per dimension; MixedRuns names any that differ.
 
-    With allow_mixed a differing dimension reads "mixed" (0 for image_size and
-    train_images) instead.
+    With allow_mixed a differing dimension reads "mixed" (0 for a count) instead.
     """
-    shared: dict[str, str | int] = {}
-    mixed: list[str] = []
-    for dimension, attribute, flag in DIMENSIONS:
-        numeric = dimension in _NUMERIC
-        values = _values(groups, attribute)
+    shared: dict[str, Value] = {}
+    for d in DIMENSIONS:
+        values = _values(groups, d.name)
         if len(values) <= 1:
-            shared[dimension] = values[0] if values else (0 if numeric else "")
-            continue
-        shared[dimension] = 0 if numeric else MIXED
-        shown = ", ".join(str(v) if v != "" else "unrecorded" for v in values)
-        mixed.append(f"{dimension} ({shown}; pin one with {flag})")
+            shared[d.name] = values[0] if values else d.empty
+        else:
+            shared[d.name] = 0 if d.numeric else MIXED
+    mixed = mixed_dimensions(groups)
     if mixed and not allow_mixed:
-        raise MixedRuns(
-            f"the {model} runs differ in {'; '.join(mixed)}; or compare them anyway with "
-            "allow_mixed (--allow-mixed)"
-        )
+        raise refusal(model, mixed)
     return shared
 
 
@@ -234,24 +220,25 @@ def _shown(values: tuple[object, ...]) -> str:
     return ", ".join(str(v) for v in values if v != "") or "unrecorded"
 
 
-def own_values(group: GroupFigures, mixed: Sequence[str]) -> tuple[str, ...]:
+def own_values(group: GroupFigures, mixed: Sequence[MixedDimension]) -> tuple[str, ...]:
     """How a group of a comparison of unlike runs ran in the `mixed` dimensions (those
     the groups differ in): "settings kernels+cuda-graphs", "batch rule steps", ..."""
-    return tuple(f"{dimension.replace('_', ' ')} {_shown(getattr(group, attribute))}"
-                 for dimension, attribute, _ in DIMENSIONS if dimension in mixed)
+    names = {m.dimension for m in mixed}
+    return tuple(f"{d.name.replace('_', ' ')} {_shown(group.values.get(d.name, ()))}"
+                 for d in DIMENSIONS if d.name in names)
 
 
-def differences(published: GroupFigures, shared: dict[str, str | int]) -> tuple[str, ...]:
+def differences(published: GroupFigures, shared: Mapping[str, Value]) -> tuple[str, ...]:
     """How published runs were made unlike the compared runs: "backend tensorflow",
     "pipeline seed", ... for each dimension whose value the compared runs share and the
     published runs do not."""
     found = []
-    for dimension, attribute, _ in DIMENSIONS:
-        theirs = getattr(published, attribute)
-        ours = shared.get(dimension)
+    for d in DIMENSIONS:
+        theirs = published.values.get(d.name, ())
+        ours = shared.get(d.name)
         if ours in (None, "", 0, MIXED) or theirs == (ours,):
             continue
-        found.append(f"{dimension.replace('_', ' ')} {_shown(theirs)}")
+        found.append(f"{d.name.replace('_', ' ')} {_shown(theirs)}")
     return tuple(found)
 
 
@@ -269,7 +256,8 @@ def compare(
     groups = [g for g in groups if g.runs > 0]
     if not groups:
         return Comparison(
-            model, "", (), (f"no OK runs of {model} match",), "", "", "", 0, 0, "", "",
+            model, "", (), (f"no OK runs of {model} match",),
+            shared={d.name: d.empty for d in DIMENSIONS},
             published=tuple(PublishedGroup(g, ()) for g in published),
         )
     shared = shared_settings(model, groups, allow_mixed=allow_mixed)
@@ -292,16 +280,7 @@ def compare(
         baseline=baseline.config_name,
         groups=compared,
         warnings=warnings,
-        benchmark_version=str(shared["benchmark_version"]),
-        backend=str(shared["backend"]),
-        precision=str(shared["precision"]),
-        image_size=int(shared["image_size"]),
-        train_images=int(shared["train_images"]),
-        settings=str(shared["settings"]),
-        batch_rule=str(shared["batch_rule"]),
-        pipeline=str(shared["pipeline"]),
-        weights=str(shared["weights"]),
-        data=str(shared["data"]),
-        epochs=int(shared["epochs"]),
+        shared=shared,
+        mixed=tuple(mixed),
         published=tuple(PublishedGroup(g, differences(g, shared)) for g in published),
     )

@@ -281,7 +281,7 @@ class Flusher:
             rows = table.select(columns.RUN_COLUMNS.names).cast(columns.RUN_COLUMNS)
             with self._backlog.lock:  # no submission of one of these run_ids slips in between
                 with registered(con, "pending_runs", rows), transaction(con):
-                    con.execute("INSERT INTO runs SELECT * FROM pending_runs")
+                    con.execute("INSERT INTO runs BY NAME SELECT * FROM pending_runs")
                 self._backlog.known.add(rows.column("run_id").to_pylist())
 
     def delete(self, run_id: str) -> str:

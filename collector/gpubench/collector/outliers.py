@@ -21,6 +21,8 @@ from typing import Any
 
 import duckdb
 
+from gpubench import comparison_key
+
 # Robust z-score (Iglewicz and Hoaglin): 0.6745 * (x - median) / MAD; beyond 3.5 is an outlier.
 OUTLIER_THRESHOLD = 3.5
 # ... and only this far from its group's median: in a tight group the MAD is tiny, and the
@@ -31,16 +33,12 @@ OUTLIER_MIN_SHARE = 0.10
 # A GPU configuration: the cards, how many, and a --memory-limit (a smaller card).
 CONFIG_COLUMNS = ("gpu_name", "gpu_count", "memory_limit_bytes")
 # The columns that decide which runs are "the same GPU configuration" for outliers,
-# in the order of group_figures' first columns: the configuration, and everything that
-# changes what was timed (compare.DIMENSIONS). train_images: a smoke run on a subset
-# of the images (agent --limit-images) is not timed like a full run; settings: nor is a
-# run computed or fed differently (record.settings_label: "keras", "kernels", ...);
-# batch_rule: nor one whose batch was chosen by another rule ("steps", "largest", ...);
-# pipeline: nor one that decoded its images in the epoch (seed) or streamed them; nor one
-# of other weights, data (a real folder against the synthetic set) or number of epochs.
+# in the order of group_figures' first columns: the model, the configuration, and
+# every dimension of the comparison key (gpubench.comparison_key: everything that
+# changes what was timed), the benchmark version last, where the migrations put it.
 OUTLIER_GROUP = (
-    "model", *CONFIG_COLUMNS, "backend", "precision", "image_size", "train_images",
-    "settings", "batch_rule", "pipeline", "weights", "data", "epochs", "benchmark_version",
+    "model", *CONFIG_COLUMNS,
+    *(n for n in comparison_key.NAMES if n != "benchmark_version"), "benchmark_version",
 )
 # The runs that belong to outlier groups (and so to Compare's figures): measured, OK,
 # not flagged as implausible.
@@ -54,21 +52,31 @@ VOICED = ("epoch2_seconds", "train_images_per_second", "peak_memory_bytes",
 # The figures of a set of runs (those with `keep` true, from a relation `voiced` made),
 # in GroupFigures' order.
 FIGURES = """
-    count(*) FILTER (WHERE keep),
-    count(*) FILTER (WHERE NOT keep),
-    median(voice_epoch2_seconds) FILTER (WHERE keep AND first_voice),
-    min(epoch2_seconds) FILTER (WHERE keep),
-    max(epoch2_seconds) FILTER (WHERE keep),
-    median(voice_train_images_per_second) FILTER (WHERE keep AND first_voice),
-    max(batch_per_gpu) FILTER (WHERE keep),
-    max(global_batch) FILTER (WHERE keep),
-    median(voice_peak_memory_bytes) FILTER (WHERE keep AND first_voice),
-    median(voice_memory_total_bytes) FILTER (WHERE keep AND first_voice),
-    median(voice_energy_per_epoch_joules) FILTER (WHERE keep AND first_voice),
-    median(voice_images_per_joule) FILTER (WHERE keep AND first_voice),
-    max(largest_batch_per_gpu) FILTER (WHERE keep),
-    count(DISTINCT submitter) FILTER (WHERE keep)
+    count(*) FILTER (WHERE keep) AS runs,
+    count(*) FILTER (WHERE NOT keep) AS outliers_excluded,
+    median(voice_epoch2_seconds) FILTER (WHERE keep AND first_voice) AS epoch2_median_seconds,
+    min(epoch2_seconds) FILTER (WHERE keep) AS epoch2_min_seconds,
+    max(epoch2_seconds) FILTER (WHERE keep) AS epoch2_max_seconds,
+    median(voice_train_images_per_second) FILTER (WHERE keep AND first_voice)
+        AS train_images_per_second_median,
+    max(batch_per_gpu) FILTER (WHERE keep) AS max_batch_per_gpu,
+    max(global_batch) FILTER (WHERE keep) AS max_global_batch,
+    median(voice_peak_memory_bytes) FILTER (WHERE keep AND first_voice)
+        AS peak_memory_median_bytes,
+    median(voice_memory_total_bytes) FILTER (WHERE keep AND first_voice) AS memory_total_bytes,
+    median(voice_energy_per_epoch_joules) FILTER (WHERE keep AND first_voice)
+        AS energy_per_epoch_median_joules,
+    median(voice_images_per_joule) FILTER (WHERE keep AND first_voice)
+        AS images_per_joule_median,
+    max(largest_batch_per_gpu) FILTER (WHERE keep) AS largest_batch_per_gpu_max,
+    count(DISTINCT submitter) FILTER (WHERE keep) AS submitters
 """
+# FIGURES' names, in its order: group_figures' columns after with_outliers.
+FIGURE_NAMES = ("runs", "outliers_excluded", "epoch2_median_seconds", "epoch2_min_seconds",
+                "epoch2_max_seconds", "train_images_per_second_median", "max_batch_per_gpu",
+                "max_global_batch", "peak_memory_median_bytes", "memory_total_bytes",
+                "energy_per_epoch_median_joules", "images_per_joule_median",
+                "largest_batch_per_gpu_max", "submitters")
 
 
 def voiced(relation: str, partition: str) -> str:
@@ -194,4 +202,4 @@ def rescore(con: duckdb.DuckDBPyConnection, groups: set[tuple] | None) -> None:
         con.execute("DELETE FROM group_figures")
     else:
         con.execute(f"DELETE FROM group_figures WHERE ({cols}) IN ({rows_in})", params)
-    con.execute(f"INSERT INTO group_figures {figures_sql('runs', where)}", params)
+    con.execute(f"INSERT INTO group_figures BY NAME {figures_sql('runs', where)}", params)

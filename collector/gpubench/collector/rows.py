@@ -15,7 +15,7 @@ from typing import Any
 
 from gpubench.collector import plausibility
 
-from gpubench import gpu_busy, record
+from gpubench import comparison_key, gpu_busy, record
 from gpubench.v1 import collector_pb2, run_pb2
 
 # How the flag reasons of a run are joined in the runs table's one text column.
@@ -81,24 +81,21 @@ def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
     blob = run.SerializeToString(deterministic=True)
     reasons = flag_reasons(run)
     return {
+        # Every dimension of the comparison key, a column each.
+        **comparison_key.key_of(run),
         "run_id": run.run_id,
         "content_sha256": hashlib.sha256(blob).hexdigest(),
         "submitter": submitter,
         "received_at": None,
         "created_at": run.created_at.ToDatetime() if run.HasField("created_at") else None,
         "schema_version": run.schema_version,
-        "benchmark_version": run.benchmark_version,
         "label": run.label,
         "status": record.status_name(res.status),
         "model": cfg.model,
-        "backend": run.software.backend,
-        "precision": cfg.precision,
-        "image_size": cfg.image_size,
         "gpu_name": " + ".join(names),
         "gpu_count": cfg.gpu_count,
         "batch_per_gpu": cfg.batch_per_gpu,
         "global_batch": cfg.global_batch,
-        "train_images": cfg.train_images,
         "epoch2_seconds": res.epoch2_seconds if ok and res.epoch2_seconds > 0 else None,
         "train_images_per_second": (
             res.train_images_per_second if ok and res.train_images_per_second > 0 else None
@@ -112,13 +109,7 @@ def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
         "outlier": False,
         "outlier_score": 0.0,
         "record": blob,
-        "settings": record.settings_label(cfg),
-        "batch_rule": record.batch_rule(cfg),
         "largest_batch_per_gpu": largest_batch_per_gpu(run),
-        "pipeline": record.pipeline_as_run(cfg),
-        "weights": cfg.weights,
-        "data": record.data_label(cfg),
-        "epochs": cfg.epochs,
         "memory_limit_bytes": cfg.memory_limit_bytes,
         "published": run.published,
         "flagged": bool(reasons),

@@ -25,7 +25,7 @@ from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import Store
 from gpubench.collector.tokens import TokenRow
 
-from gpubench import record
+from gpubench import comparison_key, record
 from gpubench.versions import SCHEMA_VERSION, VERSION
 from gpubench.errors import AccessDenied, InvalidRecord
 from gpubench.v1 import collector_pb2, collector_pb2_grpc
@@ -84,14 +84,15 @@ def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
         raise InvalidRecord(field, f"unknown {value[:64]!r} (one of {', '.join(allowed)})")
 
 
-def _check_settings(value: str) -> None:
-    if value and value not in record.SETTINGS_LABELS:
-        options = ", ".join(name for _, name in record.SETTINGS_OPTIONS)
-        raise InvalidRecord(
-            "settings",
-            f"unknown {value[:64]!r} (\"keras\", or the options on joined with '+' in this "
-            f"order: kernels, {options}; e.g. \"kernels+data-on-device\")",
-        )
+def _check_pins(message: Any, names: tuple[str, ...]) -> None:
+    """Refuse a pin of `message` (a field per dimension of the comparison key, of
+    `names`) that no run can have, naming the field and the values it takes."""
+    for name in names:
+        dimension = comparison_key.BY_NAME[name]
+        value = getattr(message, name)
+        if dimension.choices and value and value not in dimension.choices:
+            words = dimension.choices_words or f"one of {', '.join(dimension.choices)}"
+            raise InvalidRecord(name, f"unknown {value[:64]!r} ({words})")
 
 
 def _check_limit(field: str, value: int, default: int, most: int) -> int:
@@ -169,24 +170,10 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
         _check_choice("model", request.model, record.MODELS)
         if not request.model:
             raise InvalidRecord("model", f"missing (one of {', '.join(record.MODELS)})")
-        _check_choice("precision", request.precision, record.PRECISIONS)
-        _check_choice("backend", request.backend, record.BACKENDS)
-        _check_settings(request.settings)
-        _check_choice("batch_rule", request.batch_rule, validation.BATCH_RULES)
-        _check_choice("pipeline", request.pipeline, record.PIPELINE_MODES)
+        _check_pins(request, comparison_key.NAMES)
         query = CompareQuery(
-            model=request.model,
-            precision=request.precision,
-            backend=request.backend,
-            image_size=request.image_size,
-            train_images=request.train_images,
-            settings=request.settings,
-            batch_rule=request.batch_rule,
-            pipeline=request.pipeline,
-            weights=request.weights,
-            data=request.data,
-            epochs=request.epochs,
-            benchmark_version=request.benchmark_version,
+            request.model,
+            **comparison_key.pins_of(request),
             gpu_names=tuple(request.gpu_names),
             include_outliers=request.include_outliers,
             include_flagged=request.include_flagged,
@@ -207,10 +194,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
         if not request.model:
             raise InvalidRecord("model", f"missing (one of {', '.join(record.MODELS)})")
         _check_choice("model", request.model, record.MODELS)
-        _check_choice("precision", request.precision, record.PRECISIONS)
-        _check_choice("backend", request.backend, record.BACKENDS)
-        _check_settings(request.settings)
-        _check_choice("batch_rule", request.batch_rule, validation.BATCH_RULES)
+        _check_pins(request, _LEADERBOARD_PINS)
         limit = _check_limit("limit", request.limit, DEFAULT_LEADERBOARD, MAX_PAGE_SIZE)
         query = LeaderboardQuery(
             model=request.model, precision=request.precision, backend=request.backend,
@@ -221,37 +205,36 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             corroborated_only=request.corroborated_only, limit=limit,
         )
         rows, version = self._store.leaderboard(query)
-        return collector_pb2.LeaderboardResponse(
-            model=request.model,
-            benchmark_version=version,
-            settings=query.settings,
-            batch_rule=query.batch_rule,
-            entries=[
-                collector_pb2.LeaderboardEntry(
-                    rank=rank,
-                    gpu_name=r.gpu_name,
-                    gpu_count=r.gpu_count,
-                    runs=r.runs,
-                    best_epoch2_seconds=r.best_epoch2_seconds,
-                    epoch2_median_seconds=r.epoch2_median_seconds,
-                    train_images_per_second_median=r.train_images_per_second_median or 0.0,
-                    max_batch_per_gpu=r.max_batch_per_gpu,
-                    backend=r.backend,
-                    precision=r.precision,
-                    settings=r.settings,
-                    pipeline=r.pipeline,
-                    weights=r.weights,
-                    data=r.data,
-                    epochs=r.epochs,
-                    batch_rule=r.batch_rule,
-                    largest_batch_per_gpu_max=r.largest_batch_per_gpu_max,
-                    submitters=r.corroboration.submitters,
-                    corroborated=r.corroboration.corroborated,
-                    corroborated_by=r.corroboration.by,
-                )
-                for rank, r in enumerate(rows, start=1)
-            ],
-        )
+        response = collector_pb2.LeaderboardResponse(model=request.model)
+        # What every entry shares: the dimensions ranked one value at a time.
+        for name in comparison_key.RANKED_DIMENSIONS:
+            setattr(response, name, version if name == "benchmark_version"
+                    else getattr(query, name))
+        for rank, r in enumerate(rows, start=1):
+            entry = response.entries.add(
+                rank=rank,
+                gpu_name=r.gpu_name,
+                gpu_count=r.gpu_count,
+                runs=r.runs,
+                best_epoch2_seconds=r.best_epoch2_seconds,
+                epoch2_median_seconds=r.epoch2_median_seconds,
+                train_images_per_second_median=r.train_images_per_second_median or 0.0,
+                max_batch_per_gpu=r.max_batch_per_gpu,
+                largest_batch_per_gpu_max=r.largest_batch_per_gpu_max,
+                submitters=r.corroboration.submitters,
+                corroborated=r.corroboration.corroborated,
+                corroborated_by=r.corroboration.by,
+            )
+            for name, value in r.key.items():
+                if name in _ENTRY_FIELDS:
+                    setattr(entry, name, value)
+        return response
+
+
+# The pins a LeaderboardRequest has (the dimensions with a `gpubench leaderboard`
+# flag), and the dimensions a LeaderboardEntry carries.
+_LEADERBOARD_PINS = tuple(d.name for d in comparison_key.DIMENSIONS if d.leaderboard_help)
+_ENTRY_FIELDS = frozenset(collector_pb2.LeaderboardEntry.DESCRIPTOR.fields_by_name)
 
 
 def _group_message(f: compare.GroupFigures) -> collector_pb2.CompareGroup:
@@ -292,24 +275,19 @@ def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResp
         message = _group_message(p.figures)
         message.differences.extend(p.differences)
         published.append(message)
-    return collector_pb2.CompareResponse(
+    response = collector_pb2.CompareResponse(
         model=result.model,
         baseline=result.baseline,
         groups=groups,
         warnings=list(result.warnings),
-        benchmark_version=result.benchmark_version,
-        backend=result.backend,
-        precision=result.precision,
-        image_size=result.image_size,
-        train_images=result.train_images,
-        settings=result.settings,
-        batch_rule=result.batch_rule,
-        pipeline=result.pipeline,
-        weights=result.weights,
-        data=result.data,
-        epochs=result.epochs,
         published=published,
+        mixed=[collector_pb2.MixedDimension(dimension=m.dimension, flag=m.flag,
+                                            values=[str(v) for v in m.values])
+               for m in result.mixed],
     )
+    for name, value in result.shared.items():
+        setattr(response, name, value)
+    return response
 
 
 def token_message(row: TokenRow) -> collector_pb2.Token:

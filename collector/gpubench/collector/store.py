@@ -185,7 +185,7 @@ class Store:
         # Within load_backup's transaction and write lock.
         con = self.database.cursor()
         with registered(con, "loaded_runs", table.cast(RUN_COLUMNS)):
-            con.execute("INSERT INTO runs SELECT * FROM loaded_runs")
+            con.execute("INSERT INTO runs BY NAME SELECT * FROM loaded_runs")
 
     # -- reads (none takes the write lock: collector.visible) --------------------------------
 

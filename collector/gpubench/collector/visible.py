@@ -61,9 +61,9 @@ class Snapshot:
         cols = ", ".join(outliers.OUTLIER_GROUP)
         fresh = outliers.figures_sql(f"(SELECT * FROM {self.runs} AS r "
                                      f"SEMI JOIN {self.unscored} USING ({cols}))")
-        # Positional: figures_sql's columns are group_figures' in its order.
+        # By name: figures_sql names its columns as group_figures does.
         return (f"(SELECT * FROM group_figures ANTI JOIN {self.unscored} USING ({cols}) "
-                f"UNION ALL {fresh})")
+                f"UNION ALL BY NAME {fresh})")
 
 
 # How the reads get a Snapshot: `functools.partial(snapshot, database, backlog)`.
