@@ -93,7 +93,7 @@ def _estimate_group(runs: Runs, group: estimating.GroupEstimate) -> dict[str, An
               f"{figures.TIMED_BATCH} {', '.join(str(b) for b in group.batches)}")
     count = f"{len(members)} run" + ("s" if len(members) > 1 else "")
     return {
-        "setup": asdict(group.setup),
+        "setup": group.setup.as_dict(),
         "runs": len(members),
         "seconds_min": group.min_s,
         "seconds_median": group.median_s,
@@ -188,7 +188,8 @@ def _answer_document(result: fitting.Answer, memory_bytes: int) -> dict[str, Any
     runs = []
     for run_fit in result.deciding:
         answer, basis = _fit_lines(run_fit, memory_bytes)
-        runs.append({**asdict(run_fit), "extrapolated": run_fit.extrapolated,
+        runs.append({**asdict(run_fit), "setup": run_fit.setup.as_dict(),
+                     "extrapolated": run_fit.extrapolated,
                      "answer": answer, "basis_text": basis,
                      "settings": f"settings: {run_fit.setup.describe()}"})
     return {

@@ -190,10 +190,22 @@ class Key(Mapping[str, Value]):
         return self._values[name]
 
     def __getattr__(self, name: str) -> Value:
+        if name.startswith("_"):  # not a dimension (and _values not yet set: a copy)
+            raise AttributeError(name)
         try:
             return self._values[name]
         except KeyError:
             raise AttributeError(name) from None
+
+    # Immutable: a copy is the key itself; pickled as its values.
+    def __copy__(self) -> Key:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Key:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Key, (dict(self._values),))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)

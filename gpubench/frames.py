@@ -235,7 +235,7 @@ _ENTRY_FIELDS = frozenset(collector_pb2.LeaderboardEntry.DESCRIPTOR.fields_by_na
 _BOARD_FIELDS = frozenset(collector_pb2.LeaderboardResponse.DESCRIPTOR.fields_by_name)
 
 
-def _entry_key(response: collector_pb2.LeaderboardResponse,
+def entry_key(response: collector_pb2.LeaderboardResponse,
                entry: collector_pb2.LeaderboardEntry) -> dict[str, Any]:
     """A leaderboard entry's comparison key: what the entry says, else what every entry
     shares (the response's), else the standard benchmark's value (the model's native
@@ -352,7 +352,7 @@ def leaderboard_frame(response: collector_pb2.LeaderboardResponse) -> pd.DataFra
             "images_per_s_median": measured(e.train_images_per_second_median),
             "timed_batch_per_gpu": e.max_batch_per_gpu,
             "largest_batch_per_gpu": e.largest_batch_per_gpu_max,
-            **_entry_key(response, e),
+            **entry_key(response, e),
         }
         for e in response.entries
     ]

@@ -12,24 +12,32 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpubench import record
+from gpubench import comparison_key, record
 from gpubench.v1 import collector_pb2, run_pb2
 
 
 @dataclass(frozen=True, order=True)
 class Setup:
-    """Everything that changes what a run timed, as one group's key."""
+    """Everything that changes what a run timed, as one group's key: the GPU
+    configuration and the comparison key in comparison_key.SETUP_DIMENSIONS, which
+    leaves out the training images and the epochs: `estimate` scales a run's epoch-2
+    time by the images and epochs asked for, and `fit`'s memory does not depend on
+    them, so runs of other sizes answer alike. `setup.backend` reads the key's."""
 
     gpu_config: str  # "1x NVIDIA H200", "1x NVIDIA H200 as 16 GiB"
-    backend: str
-    precision: str
-    settings: str  # record.settings_label: "keras", "kernels+cuda-graphs", ...
-    batch_rule: str
-    pipeline: str  # record.pipeline_as_run
-    data: str  # record.data_label
-    weights: str
-    image_size: int
-    benchmark_version: str
+    key: comparison_key.Key
+
+    def __getattr__(self, name: str) -> comparison_key.Value:
+        if name == "key":  # not yet set (a copy being made)
+            raise AttributeError(name)
+        try:
+            return self.key[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def as_dict(self) -> dict[str, comparison_key.Value]:
+        """The GPU configuration and the key's values, by name (JSON-ready)."""
+        return {"gpu_config": self.gpu_config, **self.key}
 
     def describe(self) -> str:
         """How the runs were measured, in one line: 'torch float32 kernels+cuda-graphs,
@@ -52,19 +60,10 @@ def gpu_count(run: run_pb2.Run) -> int:
 
 def setup_of(run: run_pb2.Run) -> Setup:
     """The group a run belongs to."""
-    config = run.config
     return Setup(
         gpu_config=record.gpu_config_name(gpu_name(run), gpu_count(run),
-                                          config.memory_limit_bytes),
-        backend=run.software.backend,
-        precision=config.precision,
-        settings=record.settings_label(config),
-        batch_rule=config.batch_rule,
-        pipeline=record.pipeline_as_run(config),
-        data=record.data_label(config),
-        weights=config.weights,
-        image_size=config.image_size,
-        benchmark_version=run.benchmark_version,
+                                          run.config.memory_limit_bytes),
+        key=comparison_key.key_of(run).only(comparison_key.SETUP_DIMENSIONS),
     )
 
 

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpubench import figures, record
+from gpubench.comparison_key import key_of
 from gpubench.figures import MISSING
 from gpubench.tables import BATCH_LEGEND, narrow_table
 from gpubench.v1 import collector_pb2, run_pb2
@@ -85,27 +86,18 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
 # -- after the push: this run against the collector's others ------------------------------
 
 
-def comparison_key(run: run_pb2.Run) -> tuple[object, ...]:
-    """What two runs must share to be compared like for like (the collector's comparison
-    key): benchmark version, backend, precision, image size, training images, settings,
-    batch rule, pipeline as run, weights, data and epochs."""
-    config = run.config
-    return (run.benchmark_version, run.software.backend, config.precision, config.image_size,
-            config.train_images, record.settings_label(config), config.batch_rule,
-            record.pipeline_as_run(config), config.weights, record.data_label(config),
-            config.epochs)
-
-
 def others_like(run: run_pb2.Run, stored: Iterable[collector_pb2.StoredRun]
                 ) -> list[collector_pb2.StoredRun]:
     """The stored runs comparable with `run`: the same model and comparison key, finished
     and measured (not published, flagged or an outlier), and not `run` itself."""
-    key = comparison_key(run)
+    # The collector's own key (a record of schema 1 reads its batch rule from its
+    # batch_choice, as `gpubench compare` does).
+    key = key_of(run)
     return [s for s in stored
             if s.run.run_id != run.run_id and s.run.config.model == run.config.model
             and not (s.run.published or s.flagged or s.outlier)
             and s.run.result.status == run_pb2.RUN_STATUS_OK and s.run.result.epoch2_seconds
-            and comparison_key(s.run) == key]
+            and key_of(s.run) == key]
 
 
 def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Table | str:
@@ -116,11 +108,12 @@ def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Tab
 
     config = run.config
     if not others:
+        key = key_of(run)
         return (f"{config.model}: nothing to compare with yet: the collector holds no other "
-                f"run of {config.model} like this one ({run.software.backend}, "
-                f"{config.precision}, {config.image_size} px, {config.train_images} training "
-                f"images, settings {record.settings_label(config)}, batch "
-                f"{config.batch_rule or 'unrecorded'}); `gpubench compare --model "
+                f"run of {config.model} like this one ({key.backend}, "
+                f"{key.precision}, {key.image_size} px, {key.train_images} training "
+                f"images, settings {key.settings}, batch "
+                f"{key.batch_rule or 'unrecorded'}); `gpubench compare --model "
                 f"{config.model} --allow-mixed` shows unlike ones")
     frame = frames.runs_frame(others)
     groups = frame.groupby("gpu_config", sort=False).agg(

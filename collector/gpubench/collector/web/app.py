@@ -239,7 +239,7 @@ class Site:
             status, title = 502, "The collector failed"
             log.warning("collector failed: %s", exc)
         context: dict[str, Any] = {"title": title, "detail": detail, "status": status,
-                                   "differences": views.differences(detail)
+                                   "differences": views.differences(exc)
                                    if status == 409 else []}
         if page in ("compare", "cost") and status in (400, 404, 409):
             # The comparison page keeps its form, so the reader can pin what differs.

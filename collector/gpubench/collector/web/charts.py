@@ -14,7 +14,6 @@ from gpubench import figures
 from gpubench.v1 import collector_pb2
 
 ROW_HEIGHT = 46  # px: a label line above a bar
-BAR_HEIGHT = 16
 TOP = 8
 AXIS_HEIGHT = 28
 # Longer configuration names are cut in the chart (the table has them): a cut label and

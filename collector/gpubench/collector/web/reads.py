@@ -119,29 +119,24 @@ def leaderboard(client: Client, model: str, *, settings: str, batch_rule: str,
         batch_rule=batch_rule or None, include_flagged=include_flagged,
         corroborated_only=corroborated_only)
     board = Leaderboard(response)
+    # Each way of running among the entries: its whole comparison key (the entry's
+    # dimensions, the leaderboard's selection, the standard benchmark's size).
     ways: dict[tuple, list[collector_pb2.LeaderboardEntry]] = {}
     for entry in response.entries:
-        key = (entry.backend, entry.precision, entry.pipeline, entry.weights, entry.data,
-               entry.epochs)
-        ways.setdefault(key, []).append(entry)
+        key = frames.entry_key(response, entry)
+        ways.setdefault(tuple(key.items()), []).append(entry)
     groups: dict[tuple, collector_pb2.CompareGroup] = {}
-    for (way_backend, way_precision, pipeline, weights, data, epochs), entries in ways.items():
+    for way, entries in ways.items():
         compared = client.compare_response(
-            model, gpus=sorted({e.gpu_name for e in entries}), precision=way_precision,
-            backend=way_backend, image_size=record.NATIVE_IMAGE_SIZE[model],
-            train_images=record.STANDARD_TRAIN_IMAGES, settings=response.settings,
-            batch_rule=response.batch_rule, pipeline=pipeline, weights=weights, data=data,
-            epochs=epochs, benchmark_version=response.benchmark_version,
+            model, gpus=sorted({e.gpu_name for e in entries}), **dict(way),
             include_flagged=include_flagged)
         for group in compared.groups:
             if group.memory_limit_bytes == 0:  # the leaderboard is of whole cards
-                key = (way_backend, way_precision, pipeline, weights, data, epochs,
-                       group.gpu_name, group.gpu_count)
-                groups[key] = group
+                groups[(way, group.gpu_name, group.gpu_count)] = group
     for entry in response.entries:
-        key = (entry.backend, entry.precision, entry.pipeline, entry.weights, entry.data,
-               entry.epochs, entry.gpu_name, entry.gpu_count)
-        board.rows.append(LeaderboardRow(entry, groups.get(key)))
+        way = tuple(frames.entry_key(response, entry).items())
+        board.rows.append(LeaderboardRow(entry, groups.get((way, entry.gpu_name,
+                                                            entry.gpu_count))))
     return board
 
 

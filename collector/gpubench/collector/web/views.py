@@ -19,7 +19,7 @@ from gpubench.collector.validation import MAX_GPUS
 from gpubench.collector.web import charts, lists, reads
 from gpubench.collector.web.lists import Column
 
-from gpubench import answers, figures, frames, prices, record, sizes, tables
+from gpubench import answers, comparison_key, figures, frames, prices, record, sizes, tables
 from gpubench.client import Client
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.settings import BATCH_RULES
@@ -36,11 +36,8 @@ SORTED_RUNS = 2000
 DOWNLOAD_RUNS = 10_000
 # The most entries of a leaderboard the site ranks.
 LEADERBOARD_ENTRIES = 500
-# A Compare refusal names each difference as "DIMENSION (VALUES; pin one with --FLAG)".
-DIFFERENCE = re.compile(r"(\w+) \(([^;()]*); pin one with (--[\w-]+)\)")
 # The dimensions the comparison form pins, by the collector's name for them.
-FORM_FIELDS = {"settings": "Settings", "batch_rule": "Batch rule", "precision": "Precision",
-               "backend": "Backend", "pipeline": "Pipeline"}
+FORM_FIELDS = {d.name: d.form_label for d in comparison_key.DIMENSIONS if d.form_label}
 # A baseline as the comparison form's select encodes it: "2x NVIDIA H200".
 BASELINE = re.compile(r"(\d{1,3})x (.+)")
 # What the fit page asks when nothing is asked: the article's question.
@@ -75,14 +72,16 @@ class Difference:
     pin: str  # how to pin it: the form's field, else the CLI flag
 
 
-def differences(detail: str) -> list[Difference]:
-    """The differences a Compare refusal names (none found: the caller shows its words)."""
+def differences(refusal: Exception) -> list[Difference]:
+    """The differences a Compare refusal carries as data (gpubench.Client's `mixed`:
+    CompareResponse.mixed); none: the caller shows its words."""
     found = []
-    for dimension, values, flag in DIFFERENCE.findall(detail):
-        field_label = FORM_FIELDS.get(dimension)
+    for mixed in getattr(refusal, "mixed", ()):
+        field_label = FORM_FIELDS.get(mixed.dimension)
         pin = f"choose one in {field_label} above" if field_label else \
-            f"not on this page: gpubench compare {flag} ..."
-        found.append(Difference(dimension.replace("_", " "), values, pin))
+            f"not on this page: gpubench compare {mixed.flag} ..."
+        found.append(Difference(mixed.dimension.replace("_", " "),
+                                comparison_key.shown(list(mixed.values)), pin))
     return found
 
 
@@ -249,8 +248,7 @@ def leaderboard(client: Client, model: str, query: Mapping[str, str], path: str)
                               limit=LEADERBOARD_ENTRIES)
     # Entries that ran differently from one another say how (the collector ranks them
     # apart); one line above the table when they all ran alike.
-    ways = {(r.entry.backend, r.entry.precision, r.entry.pipeline, r.entry.weights,
-             r.entry.data, r.entry.epochs) for r in board.rows}
+    ways = {tuple(frames.entry_key(board.response, r.entry).items()) for r in board.rows}
     page = lists.paginate(sorting.apply(board.rows), path, query)
     return Answer("leaderboard.html", {
         "model": model, "board": board, "filters": filters, "page": page,
