@@ -34,6 +34,7 @@ import grpc
 from gpubench.collector.rows import Ack, ack_message
 from gpubench.collector.transport import Refusal, server_options
 
+from gpubench import comparison_key
 from gpubench.v1 import collector_ipc_pb2 as ipc_pb2
 
 HEADER_BYTES = 4
@@ -193,7 +194,12 @@ def nonce_of(message: ipc_pb2.OwnerMessage) -> bytes:
 
 # -- the runs-table row -----------------------------------------------------------------
 
-_ROW_FIELDS = ipc_pb2.RunRow.DESCRIPTOR.fields
+# The dimensions of the comparison key without a field of their own: in the maps.
+_KEY_MAPS = ("key_texts", "key_counts")
+_ROW_FIELDS = [f for f in ipc_pb2.RunRow.DESCRIPTOR.fields if f.name not in _KEY_MAPS]
+_MAPPED = tuple(d for d in comparison_key.DIMENSIONS
+                if d.name not in ipc_pb2.RunRow.DESCRIPTOR.fields_by_name)
+_MAPPED_NAMES = frozenset(d.name for d in _MAPPED)
 # The timestamps (unset: NULL), the other columns that may be NULL, and the rest.
 _TIMES = frozenset(f.name for f in _ROW_FIELDS if f.message_type is not None)
 _NULLABLE = tuple(f.name for f in _ROW_FIELDS if f.has_presence and f.message_type is None)
@@ -207,7 +213,9 @@ def fill_row(target: ipc_pb2.RunRow, row: dict[str, Any]) -> None:
     for name, value in row.items():
         if value is None:
             continue
-        if name in _TIMES:
+        if name in _MAPPED_NAMES:
+            (target.key_counts if isinstance(value, int) else target.key_texts)[name] = value
+        elif name in _TIMES:
             getattr(target, name).FromDatetime(value)
         else:
             setattr(target, name, value)
@@ -220,6 +228,9 @@ def row_of(message: ipc_pb2.RunRow) -> dict[str, Any]:
         row[name] = getattr(message, name) if message.HasField(name) else None
     for name in _TIMES:
         row[name] = getattr(message, name).ToDatetime() if message.HasField(name) else None
+    for dimension in _MAPPED:
+        held = message.key_counts if dimension.numeric else message.key_texts
+        row[dimension.name] = held.get(dimension.name, dimension.empty)
     return row
 
 

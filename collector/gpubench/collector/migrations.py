@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench.collector import rows
+from gpubench.collector import columns, outliers, rows
 
-from gpubench import record
+from gpubench import comparison_key, record
 from gpubench.v1 import run_pb2
 
 
@@ -149,6 +149,72 @@ def backfill_flags(con: Any) -> None:
             [[run_id for run_id, _ in found], [bool(r) for r in reasons],
              [rows.REASON_SEPARATOR.join(r) for r in reasons]],
         )
+
+# -- a new dimension of the comparison key -------------------------------------------------
+
+# group_figures' figure columns (collector.outliers.FIGURE_NAMES) with their types.
+_FIGURE_TYPES = {
+    "runs": "INTEGER NOT NULL", "outliers_excluded": "INTEGER NOT NULL",
+    "epoch2_median_seconds": "DOUBLE", "epoch2_min_seconds": "DOUBLE",
+    "epoch2_max_seconds": "DOUBLE", "train_images_per_second_median": "DOUBLE",
+    "max_batch_per_gpu": "INTEGER", "max_global_batch": "INTEGER",
+    "peak_memory_median_bytes": "DOUBLE", "memory_total_bytes": "DOUBLE",
+    "energy_per_epoch_median_joules": "DOUBLE", "images_per_joule_median": "DOUBLE",
+    "largest_batch_per_gpu_max": "INTEGER", "submitters": "INTEGER NOT NULL DEFAULT 0",
+}
+
+
+def group_figures_table() -> str:
+    """CREATE TABLE group_figures in this code's shape: keyed by every column of the
+    outlier groups (collector.outliers.OUTLIER_GROUP: the comparison key among them)
+    and with_outliers, then the figures.
+
+    A migration may create it in today's shape although migrations are never edited:
+    the table holds nothing but figures derived from the runs, refilled once every
+    pending migration has run (Migration.refill_group_figures), in today's shape."""
+    keys = [f"{c} {columns.SQL_TYPES[columns.RUN_COLUMNS.field(c).type]} NOT NULL"
+            for c in outliers.OUTLIER_GROUP]
+    figures = [f"{name} {_FIGURE_TYPES[name]}" for name in outliers.FIGURE_NAMES]
+    primary = ", ".join((*outliers.OUTLIER_GROUP, "with_outliers"))
+    return (f"CREATE TABLE group_figures ({', '.join(keys)}, with_outliers BOOLEAN NOT NULL, "
+            f"{', '.join(figures)}, PRIMARY KEY ({primary}))")
+
+
+def dimension_statements(name: str) -> tuple[str, ...]:
+    """A migration adding the comparison key's dimension `name` (a row of
+    gpubench.comparison_key.DIMENSIONS): its runs column, empty until
+    `backfill_dimension` fills it, and group_figures keyed by it too. Use with
+    refill_group_figures=True and backfill=backfill_dimension(name)."""
+    dimension = comparison_key.BY_NAME[name]
+    default = "0" if dimension.numeric else "''"
+    return (f"ALTER TABLE runs ADD COLUMN {name} {dimension.sql_type} NOT NULL "
+            f"DEFAULT {default}", "DROP TABLE group_figures", group_figures_table())
+
+
+def backfill_dimension(name: str) -> Callable[[Any], None]:
+    """The data step of `dimension_statements(name)`: runs.<name> from each stored
+    record, as comparison_key.key_of reads it (only the runs whose value is not the
+    column's default are written)."""
+    dimension = comparison_key.BY_NAME[name]
+
+    def backfill(con: Any) -> None:
+        for found in stored_records(con):
+            changed = [(run_id, value) for run_id, blob in found
+                       if (value := dimension.of(run_pb2.Run.FromString(blob)))
+                       != dimension.empty]
+            if changed:
+                con.execute(
+                    f"""
+                    UPDATE runs SET {name} = s.value
+                    FROM (SELECT unnest(?::VARCHAR[]) AS run_id,
+                                 unnest(?::{dimension.sql_type}[]) AS value) s
+                    WHERE runs.run_id = s.run_id
+                    """,
+                    [[r for r, _ in changed], [v for _, v in changed]],
+                )
+
+    return backfill
+
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
