@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -120,25 +121,18 @@ def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
     store = Store(db)
     store.submit_many([make_run(epoch2_seconds=s) for s in (16.0, 17.0, 19.0)], "lab")
     # As a database from before the figures existed: no table, no settings, batch rule
-    # or later columns, no record of them.
-    dropped = ["settings", "batch_rule", "largest_batch_per_gpu",
-               *COLUMNS_ADDED["0008_like_for_like_and_flags"]]
+    # or later columns, no record of them (the quarantine of 0006 kept: it is not runs').
+    undone = [m.name for m in migrations.MIGRATIONS[2:] if m.name != "0006_quarantine"]
+    dropped = [c for name in undone for c in COLUMNS_ADDED[name]]
     for statement in ("DROP TABLE group_figures",
                       *(f"ALTER TABLE runs DROP COLUMN {c}" for c in dropped)):
         store.database.cursor().execute(statement)
     store.database.cursor().execute(
-        "DELETE FROM schema_migrations WHERE name IN ('0003_group_figures', "
-        "'0004_group_figures_by_train_images', '0005_settings', '0007_batch_rule', "
-        "'0008_like_for_like_and_flags', '0009_gpu_catalogue_flags', "
-        "'0010_group_submitters')"
-    )
+        "DELETE FROM schema_migrations WHERE list_contains(?, name)", [undone])
     store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-7:] == [
-            "0003_group_figures", "0004_group_figures_by_train_images", "0005_settings",
-            "0007_batch_rule", "0008_like_for_like_and_flags", "0009_gpu_catalogue_flags",
-            "0010_group_submitters"]
+        assert store.applied_migrations()[-len(undone):] == undone
         [t4] = store.compare_groups(CompareQuery(model="B0"))
         assert (t4.gpu_name, t4.runs, t4.epoch2_median_seconds) == ("Tesla T4", 3, 17.0)
     finally:
@@ -166,11 +160,9 @@ GROUP_BEFORE_0008 = (
     "settings", "batch_rule", "benchmark_version",
 )
 # The runs table's columns each migration added.
-COLUMNS_ADDED = {"0005_settings": ("settings",),
-                 "0007_batch_rule": ("batch_rule", "largest_batch_per_gpu"),
-                 "0008_like_for_like_and_flags": (
-                     "pipeline", "weights", "data", "epochs", "memory_limit_bytes",
-                     "published", "flagged", "flag_reasons")}
+_ADDED = re.compile(r"ALTER TABLE runs ADD COLUMN (\w+)")
+COLUMNS_ADDED = {m.name: tuple(_ADDED.findall(" ".join(m.statements)))
+                 for m in migrations.MIGRATIONS}
 # group_figures' last figure column, added by migration 0007.
 LAST_FIGURE = "    max(largest_batch_per_gpu) FILTER (WHERE keep) AS largest_batch_per_gpu_max\n"
 # ... and the one after it, added by migration 0010.
@@ -251,7 +243,8 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         assert standard.epoch2_median_seconds == pytest.approx(17.5)
         assert standard.values["train_images"] == (1709,)
         [small] = store.compare_groups(CompareQuery(model="B0", train_images=192))
-        assert (small.runs, small.epoch2_median_seconds, small.values["train_images"]) == (1, 1.9, (192,))
+        assert (small.runs, small.epoch2_median_seconds,
+                small.values["train_images"]) == (1, 1.9, (192,))
         rows = store.database.cursor().execute(
             "SELECT train_images, with_outliers, runs FROM group_figures ORDER BY ALL"
         ).fetchall()
@@ -268,7 +261,8 @@ def test_a_fresh_database_keeps_smoke_runs_apart(tmp_path: Path) -> None:
                           "lab")
         assert not store.get(smoke.run_id).outlier
         groups = store.compare_groups(CompareQuery(model="B0"))
-        assert sorted((g.values["train_images"], g.runs) for g in groups) == [((192,), 1), ((1709,), 3)]
+        assert sorted((g.values["train_images"], g.runs) for g in groups) == [
+            ((192,), 1), ((1709,), 3)]
         [both] = store.compare_groups(CompareQuery(model="B0", allow_mixed=True))
         assert (both.runs, both.values["train_images"]) == (4, (192, 1709))
     finally:
