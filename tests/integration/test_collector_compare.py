@@ -384,3 +384,22 @@ def test_leaderboard_ranks_by_median_epoch2_without_outliers(populated) -> None:
         pb.LeaderboardRequest(model="B0", limit=2, precision="float32", **KERAS_GIVEN),
         metadata=collector.metadata())
     assert [e.rank for e in limited.entries] == [1, 2]
+
+
+def test_the_clients_refusal_carries_the_differences_as_data(populated) -> None:
+    """A refusal to compare unlike runs says how they differ in data, not only in words:
+    CompareResponse.mixed, which gpubench.Client reads into the refusal's `mixed`."""
+    from gpubench.client import Client
+    from gpubench.errors import RequestRefused
+
+    collector, _ = populated
+    mixed = compare(collector, model="B0", allow_mixed=True).mixed
+    assert [(m.dimension, list(m.values), m.flag) for m in mixed] == [
+        ("backend", ["tensorflow", "torch"], "--backend")]
+    assert not compare(collector, model="B0", backend="tensorflow", allow_mixed=True).mixed
+    with Client(collector.address, collector.admin_token) as client:
+        with pytest.raises(RequestRefused) as caught:
+            client.compare("B0")
+    assert caught.value.status_code == "FAILED_PRECONDITION"
+    assert [(m.dimension, list(m.values)) for m in caught.value.mixed] == [
+        ("backend", ["tensorflow", "torch"])]

@@ -123,7 +123,8 @@ def test_group_commit_stores_every_column_and_record_byte(tmp_path: Path) -> Non
         assert store.count() == len(runs)
         assert store.committed_runs / store.commits > 1  # shared commits
         store.catch_up()  # the rows below are read from the runs table itself
-        columns = ", ".join(f'"{name}"' for name in RUN_COLUMNS.names if name != "received_at")
+        names = [name for name in RUN_COLUMNS.names if name != "received_at"]
+        columns = ", ".join(f'"{name}"' for name in names)
         for run in runs:
             stored = store.get(run.run_id)
             assert stored.run.SerializeToString(deterministic=True) == run.SerializeToString(
@@ -134,7 +135,7 @@ def test_group_commit_stores_every_column_and_record_byte(tmp_path: Path) -> Non
             row = store.database.cursor().execute(
                 f"SELECT {columns} FROM runs WHERE run_id = ?", [run.run_id]
             ).fetchone()
-            stored = dict(zip(expected, row, strict=True))
+            stored = dict(zip(names, row, strict=True))
             expected["outlier"] = stored["outlier"]  # scored later
             expected["outlier_score"] = stored["outlier_score"]
             assert stored == expected

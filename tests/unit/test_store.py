@@ -169,6 +169,12 @@ LAST_FIGURE = "    max(largest_batch_per_gpu) FILTER (WHERE keep) AS largest_bat
 SUBMITTERS_FIGURE = "    count(DISTINCT submitter) FILTER (WHERE keep) AS submitters\n"
 
 
+def _upgraded(store: Store, first: str) -> list[str]:
+    """The migrations applied from `first` on, in order (later ones may follow)."""
+    applied = store.applied_migrations()
+    return applied[applied.index(first):]
+
+
 def _as_an_older_collector(
     patch: pytest.MonkeyPatch, migrations_applied: int, outlier_group: tuple[str, ...]
 ) -> None:
@@ -230,7 +236,7 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-6:-2] == [
+        assert _upgraded(store, "0004_group_figures_by_train_images")[:4] == [
             "0004_group_figures_by_train_images", "0005_settings", "0007_batch_rule",
             "0008_like_for_like_and_flags"]
         # The smoke run is alone in its group now: no outlier, score 0.
@@ -296,8 +302,8 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-5:-2] == ["0005_settings", "0007_batch_rule",
-                                                   "0008_like_for_like_and_flags"]
+        assert _upgraded(store, "0005_settings")[:3] == ["0005_settings", "0007_batch_rule",
+                                                         "0008_like_for_like_and_flags"]
         settings = dict(store.database.cursor().execute(
             "SELECT run_id, settings FROM runs").fetchall())
         assert {settings[r.run_id] for r in keras} == {"keras"}
@@ -378,8 +384,8 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-4:-2] == ["0007_batch_rule",
-                                                   "0008_like_for_like_and_flags"]
+        assert _upgraded(store, "0007_batch_rule")[:2] == ["0007_batch_rule",
+                                                           "0008_like_for_like_and_flags"]
         found = {r: (rule, largest) for r, rule, largest in store.database.cursor().execute(
             "SELECT run_id, batch_rule, largest_batch_per_gpu FROM runs").fetchall()}
         assert {found[r.run_id] for r in given} == {("given", 0)}
@@ -430,9 +436,8 @@ def test_upgrading_from_0007_flags_what_the_checks_would_refuse_and_folds_gpu_na
         store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-3:] == ["0008_like_for_like_and_flags",
-                                                   "0009_gpu_catalogue_flags",
-                                                   "0010_group_submitters"]
+        assert _upgraded(store, "0008_like_for_like_and_flags")[:3] == [
+            "0008_like_for_like_and_flags", "0009_gpu_catalogue_flags", "0010_group_submitters"]
         flagged = store.get(fabricated.run_id)
         assert flagged.flagged and not flagged.outlier
         assert any(r.startswith("inconsistent: run.result.epoch2_seconds: is 1e-09 s")
