@@ -145,7 +145,9 @@ class Answer:
 
 def memory_setup(setup: Setup) -> str:
     """What a run's peak memory depends on, as a label: 'torch float32
-    kernels+cuda-graphs, 600 px' (not the card, the batch rule or the data)."""
+    kernels+cuda-graphs, 600 px' (not the card, the batch rule or the data). Of the
+    comparison key (the setup's) only these: a batch takes the same memory whatever
+    the pipeline, the weights, the data or the epochs, so those runs answer as one."""
     return f"{setup.backend} {setup.precision} {setup.settings}, {setup.image_size} px"
 
 

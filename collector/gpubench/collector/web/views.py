@@ -418,7 +418,7 @@ def estimate(client: Client, model: str, query: Mapping[str, str], path: str) ->
 # -- runs ---------------------------------------------------------------------------------
 
 
-RUN_COLUMNS = (
+RUN_LIST_COLUMNS = (
     Column("created", "created (UTC)", lambda s: s.run.created_at.ToNanoseconds(), True),
     Column("model", "model", lambda s: s.run.config.model),
     Column("gpu", "GPU configuration", lambda s: summary_of(s)["config"].casefold()),
@@ -450,11 +450,11 @@ def runs(client: Client, query: Mapping[str, str], path: str, *, format: str = "
     precision): newest first, a page at a time through the collector's page tokens
     (`page`), or sorted by a column among the newest SORTED_RUNS."""
     filters = _runs_query(query)
-    sorting = lists.Sorting.of(query, RUN_COLUMNS)
+    sorting = lists.Sorting.of(query, RUN_LIST_COLUMNS)
     context: dict[str, Any] = {
         "model": filters["model"] or "", "gpu": filters["gpu"] or "",
         "backend": filters["backend"] or "", "precision": filters["precision"] or "",
-        "sorting": sorting, "columns": RUN_COLUMNS, "query": dict(query), "path": path,
+        "sorting": sorting, "columns": RUN_LIST_COLUMNS, "query": dict(query), "path": path,
         "capped": False, "sorted_runs": SORTED_RUNS,
     }
     name = "runs"
@@ -482,7 +482,7 @@ def gpu(client: Client, name: str, query: Mapping[str, str], path: str) -> Answe
     stored = reads.gpu_runs(client, wanted)
     if not stored.runs:
         raise NotFound(f"No runs on a GPU named {wanted[:200]}.")
-    sorting = lists.Sorting.of(query, RUN_COLUMNS)
+    sorting = lists.Sorting.of(query, RUN_LIST_COLUMNS)
     card = next((g for s in stored.runs for g in s.run.gpus
                  if record.normalize_gpu_name(g.name) == wanted), None)
     by_model = {}
@@ -492,7 +492,7 @@ def gpu(client: Client, name: str, query: Mapping[str, str], path: str) -> Answe
             by_model[model] = lists.paginate(members, path, query, name=f"{model.lower()}_start")
     return Answer("gpu.html", {
         "name": wanted, "stored": stored, "card": card, "by_model": by_model,
-        "sorting": sorting, "columns": RUN_COLUMNS, "query": dict(query), "path": path,
+        "sorting": sorting, "columns": RUN_LIST_COLUMNS, "query": dict(query), "path": path,
         "counts": sorted({s.run.config.gpu_count for s in stored.runs}),
     }, frame=frames.runs_frame(stored.runs), name="gpu-runs")
 
