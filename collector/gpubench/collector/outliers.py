@@ -50,7 +50,7 @@ SCORED_RUNS = ("status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published "
 VOICED = ("epoch2_seconds", "train_images_per_second", "peak_memory_bytes",
           "memory_total_bytes", "energy_per_epoch_joules", "images_per_joule")
 # The figures of a set of runs (those with `keep` true, from a relation `voiced` made),
-# in GroupFigures' order.
+# each named as its GroupFigures field and its group_figures column.
 FIGURES = """
     count(*) FILTER (WHERE keep) AS runs,
     count(*) FILTER (WHERE NOT keep) AS outliers_excluded,
