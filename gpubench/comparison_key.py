@@ -230,11 +230,17 @@ class Key(Mapping[str, Value]):
         return Key({n: v for n, v in self._values.items() if n in names})
 
 
+def values_of(run: run_pb2.Run) -> dict[str, Value]:
+    """The run's value in every dimension, by name, as a plain dict: what key_of holds
+    (the runs-table row takes this, made for every submission)."""
+    return {d.name: d.of(run) for d in DIMENSIONS}
+
+
 def key_of(run: run_pb2.Run) -> Key:
     """The run's comparison key: its value in every dimension, as the collector files it
     (a record of schema 1 reads its batch rule from its batch_choice, the pipeline is
     the one that ran)."""
-    return Key({d.name: d.of(run) for d in DIMENSIONS})
+    return Key(values_of(run))
 
 
 def pins_of(message: Any) -> dict[str, Value]:

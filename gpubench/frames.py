@@ -131,7 +131,7 @@ def flat_run(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         # The comparison key as the collector files it (a record of schema 1 reads its
         # batch rule from its batch_choice): a group-by over an export keeps apart what
         # `gpubench compare` keeps apart.
-        **comparison_key.key_of(run),
+        **comparison_key.values_of(run),
         "run_id": run.run_id,
         "short_id": stored.short_id or run.run_id,
         "created_at": _time(run, "created_at"),

@@ -82,7 +82,7 @@ def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
     reasons = flag_reasons(run)
     return {
         # Every dimension of the comparison key, a column each.
-        **comparison_key.key_of(run),
+        **comparison_key.values_of(run),
         "run_id": run.run_id,
         "content_sha256": hashlib.sha256(blob).hexdigest(),
         "submitter": submitter,
