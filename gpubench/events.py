@@ -1,94 +1,294 @@
 """The workload's event stream: versioned JSON lines from the workload to the agent.
 
 The workload (a child process or a container) writes one JSON object per line
-on its stdout; the agent reads them. Every event carries:
+on its stdout; the agent reads them. One frozen dataclass per kind of event,
+below, is the schema both sides use: the workload builds them where it measures
+(`EventWriter.emit`), the agent gets them back from `parse_line` and reads them
+by attribute. On the wire every event is
 
     {"event": KIND, "v": STREAM_VERSION, "t": <time.monotonic()>, "wall": <time.time()>, ...}
 
-`t` is CLOCK_MONOTONIC, which the agent's telemetry sampler uses too (it is the
-same clock in a container, which shares the host's kernel), so epochs and GPU
+with its dataclass's fields after the envelope (nested dataclasses as objects,
+tuples as lists). `t` is CLOCK_MONOTONIC when the event was made, which the
+agent's telemetry sampler uses too (it is the same clock in a container, which
+shares the host's kernel, and in the workload's own children), so epochs and GPU
 samples line up without wall-clock jumps.
 
-Kinds and their fields (all optional fields may be absent):
+`parse_line` checks a line against its kind's dataclass: a missing, unknown or
+mistyped field, an unknown kind, or another stream version is a `StreamError`
+that names it; a line that is not a JSON object with an "event" (a framework's
+stray print) is not an event, and the caller keeps it as log output.
 
-- started: backend, backend_version, keras_version, python_version,
-  cuda_runtime_version, cudnn_version, model, image_size, batch_per_gpu,
-  global_batch, batch_choice ("given"|"searched"), batch_rule, memory_limit_bytes,
-  precision, gpu_count, epochs,
-  pipeline, weights, jit_compile, cuda_graphs, data_on_device, batched_augmentation,
-  fused_batchnorm, channels_first,
-  dataset {name, image_count, fingerprint, train_images, validation_images,
-  validation_split, seed, skipped_files (count of non-image files), class_names}, pid
-- batch_trial: batch, fits, kind ("probe"|"confirm"), peak_memory_bytes,
-  reserved_peak_bytes, capacity_bytes, seconds, step_seconds, message
-- batch_chosen: batch, rule, largest, capped, fallbacks [int], search_seconds,
-  capacity_bytes, fixed_bytes, per_image_bytes, predicted_peak_bytes, stopped_by
-- search_done: model, batch, rule, memory_limit_bytes and batch_chosen's search
-  fields (the workload's `search` command: no training follows)
-- phase: phase ("search"|"build"|"first_step"), model, message   (what the
-  workload is doing before its first epoch ends, for the console)
-- epoch_started: epoch, steps
-- step: epoch, step, steps                       (progress; throttled)
-- epoch_finished: epoch, wall_seconds, train_seconds, validation_seconds,
-  loss, accuracy, val_loss, val_accuracy, t_start, t_end, steps,
-  train_images_per_second, step_time_median_seconds, step_time_cv, timed_steps
-- result: measured_epoch, epoch2_seconds, startup_seconds,
-  train_images_per_second, step_time_median_seconds, step_time_cv, timed_steps,
-  memory [{gpu_index, allocator_peak_bytes, memory_total_bytes, reserved_peak_bytes}],
-  memory_notes [str],
-  warnings [str], epochs [{epoch, wall_seconds, train_images_per_second, ...}],
-  batch_per_gpu, global_batch, pipeline_mode, cuda_graphs (whether graphs ran),
-  jit_compile (whether Keras compiled the step), decode_seconds, weights,
-  parameters {total, trainable, non_trainable}
-- warning: message
-- log: message
-- error: status ("out_of_memory"|"error"|"interrupted"), message
+Only what a reader uses is sent; the kinds, in the order a run tells them:
+
+- `Started`: what runs (the record's software and config), before the first epoch
+- `BatchTrial`: one batch size tried by the search
+- `BatchChosen`: the batch the run trains at, and the search's summary
+- `SearchDone`: the `search` command's answer (no training follows)
+- `Phase`: what the workload does before its first epoch ends (the console)
+- `EpochStarted`, `Step` (throttled), `EpochFinished`: an epoch's course and times
+- `Result`: the measured epoch's figures and memory, once training has ended
+- `WarningEvent`, `LogEvent`: words for the record and for the console
+- `ErrorEvent`: the workload failed (and how), just before it exits
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import re
 import sys
 import threading
 import time
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, ClassVar, Protocol
 
-STREAM_VERSION = 1
+from gpubench.errors import GpubenchError
+
+# 2: typed events (one dataclass a kind, every field checked); 1: untyped dicts.
+STREAM_VERSION = 2
 # Characters of an error message an event (error, batch_trial) carries at most.
 MESSAGE_LIMIT = 2000
 
-KINDS = frozenset(
-    {
-        "started",
-        "batch_trial",
-        "batch_chosen",
-        "phase",
-        "search_done",
-        "epoch_started",
-        "step",
-        "epoch_finished",
-        "result",
-        "warning",
-        "log",
-        "error",
-    }
-)
+
+class StreamError(GpubenchError):
+    """A line of the workload's event stream that this side cannot read: another stream
+    version, an unknown kind, or a field missing, unknown or of the wrong type."""
 
 
-@dataclass(frozen=True)
+# --- the events --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
 class Event:
-    """One event of the stream."""
+    """What every event carries: its kind (the class's), and when it was made."""
 
-    kind: str
-    t: float
-    wall: float
-    data: dict[str, Any] = field(default_factory=dict)
+    kind: ClassVar[str] = ""
+    t: float = field(default_factory=time.monotonic)  # CLOCK_MONOTONIC, the sampler's clock
+    wall: float = field(default_factory=time.time)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """A field of the event, or `default`."""
-        return self.data.get(key, default)
+
+@dataclass(frozen=True, kw_only=True)
+class Dataset:
+    """The data set of a run, as the record's config keeps it."""
+
+    name: str
+    image_count: int
+    fingerprint: str  # "sha256:<hex>" over file names, sizes and contents
+    train_images: int
+    validation_images: int
+    validation_split: float
+    seed: int
+    skipped_files: int  # files in the folder that are not images
+
+
+@dataclass(frozen=True, kw_only=True)
+class Started(Event):
+    """The run's software and what it runs, once the framework is loaded."""
+
+    kind: ClassVar[str] = "started"
+    backend: str
+    backend_version: str  # '' where the framework does not say
+    keras_version: str
+    python_version: str
+    cuda_runtime_version: str
+    cudnn_version: str
+    model: str
+    image_size: int
+    batch_per_gpu: int
+    global_batch: int
+    batch_choice: str  # "given" or "searched"
+    batch_rule: str
+    memory_limit_bytes: int  # 0: the whole card
+    precision: str
+    gpu_count: int
+    epochs: int
+    pipeline: str  # as asked; Result.pipeline_mode says how it ran
+    weights: str
+    # The run's switches (gpubench.settings.switches), as asked.
+    jit_compile: bool
+    cuda_graphs: bool
+    data_on_device: bool
+    batched_augmentation: bool
+    fused_batchnorm: bool
+    channels_first: bool
+    dataset: Dataset
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchTrial(Event):
+    """One batch size tried: whether it fit, and what it took."""
+
+    kind: ClassVar[str] = "batch_trial"
+    batch: int
+    fits: bool
+    trial_kind: str = "probe"  # why it was made: "probe" or "confirm" (the record's kind)
+    peak_memory_bytes: int = 0  # the allocator's allocated peak (address space on a CPU)
+    reserved_peak_bytes: int = 0  # what the allocator held at its peak (0: not known)
+    capacity_bytes: int = 0  # what the trial could use in all (0: not known)
+    seconds: float = 0.0
+    step_seconds: float = 0.0  # median training step after the first (0: not timed)
+    message: str = ""  # why it did not fit
+    # The `trial` command's peak of its address space, which --trial-address-space caps
+    # (the tests calibrate that cap from it); 0 elsewhere.
+    address_space_peak_bytes: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSummary:
+    """What the batch search found, besides its trials."""
+
+    largest: int  # the largest batch a trial confirmed
+    capped: bool  # the training set, not memory, bounded it
+    search_seconds: float
+    capacity_bytes: int  # what the trials could use (0: not known)
+    fixed_bytes: int  # the memory line through the trials' peaks (0, 0: no line)
+    per_image_bytes: int
+    stopped_by: str = ""  # "", "trials" or "time": the budget that ended it early
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchChosen(Event):
+    """The batch the run trains at, chosen by `rule` from the search."""
+
+    kind: ClassVar[str] = "batch_chosen"
+    batch: int
+    rule: str
+    fallbacks: tuple[int, ...]  # the batches to run again at after running out of memory
+    search: SearchSummary
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchDone(Event):
+    """The `search` command's answer for one model and memory limit."""
+
+    kind: ClassVar[str] = "search_done"
+    model: str
+    batch: int  # the batch the speed run would train at
+    rule: str
+    memory_limit_bytes: int  # 0: the whole card
+    search: SearchSummary
+
+
+@dataclass(frozen=True, kw_only=True)
+class Phase(Event):
+    """What the workload does before its first epoch ends."""
+
+    kind: ClassVar[str] = "phase"
+    phase: str  # "search", "build" or "first_step"
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochStarted(Event):
+    """An epoch begins: `steps` training steps."""
+
+    kind: ClassVar[str] = "epoch_started"
+    epoch: int  # 1-based
+    steps: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step(Event):
+    """Progress: `step` of the epoch's `steps` training steps are done (throttled)."""
+
+    kind: ClassVar[str] = "step"
+    epoch: int
+    step: int
+    steps: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochFinished(Event):
+    """An epoch ended: its times (on the stream's clock) and metrics."""
+
+    kind: ClassVar[str] = "epoch_finished"
+    epoch: int
+    wall_seconds: float  # training + validation
+    train_seconds: float
+    validation_seconds: float
+    t_start: float
+    t_end: float
+    steps: int  # training steps the epoch ran
+    loss: float | None = None  # None: Keras did not report it
+    accuracy: float | None = None
+    val_loss: float | None = None
+    val_accuracy: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuPeak:
+    """One GPU's allocator peak in the measured epoch."""
+
+    gpu_index: int
+    allocator_peak_bytes: int
+    memory_total_bytes: int  # the card's memory as the framework reports it
+    reserved_peak_bytes: int = 0  # what the allocator held at its peak (torch), 0 if unknown
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result(Event):
+    """The measured epoch's figures, once training has ended."""
+
+    kind: ClassVar[str] = "result"
+    measured_epoch: int
+    # From the measured epoch's steps after warm-up (None: no step was timed).
+    train_images_per_second: float | None = None
+    step_time_median_seconds: float | None = None
+    step_time_cv: float | None = None
+    memory: tuple[GpuPeak, ...] = ()
+    # What to know about the memory figures (a CPU run has none; under CUDA graphs the
+    # allocator peak covers the whole run): the record keeps them.
+    memory_notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    pipeline_mode: str = ""  # the pipeline as it ran
+    cuda_graphs: bool = False  # whether graphs ran (asked-for graphs may not)
+    jit_compile: bool = False  # whether Keras compiled the step
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarningEvent(Event):
+    """Something the record and the console should say."""
+
+    kind: ClassVar[str] = "warning"
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogEvent(Event):
+    """Something the console shows, dimmed."""
+
+    kind: ClassVar[str] = "log"
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorEvent(Event):
+    """The workload failed; it exits next."""
+
+    kind: ClassVar[str] = "error"
+    status: str  # "out_of_memory", "error" or "interrupted"
+    message: str
+
+
+KINDS: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (Started, BatchTrial, BatchChosen, SearchDone, Phase, EpochStarted, Step,
+                EpochFinished, Result, WarningEvent, LogEvent, ErrorEvent)
+}
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+class EventSink(Protocol):
+    """Where a part of the workload sends its events (an EventWriter, or a replica's queue)."""
+
+    def emit(self, event: Event) -> None:
+        """Send one event."""
 
 
 class EventWriter:
@@ -99,16 +299,38 @@ class EventWriter:
         # Events may come from two threads (a relayed child's and the run's own).
         self._lock = threading.Lock()
 
-    def emit(self, kind: str, /, **fields: Any) -> None:
+    def emit(self, event: Event) -> None:
         """Write one event and flush, so the agent sees it at once."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown event kind {kind!r}")
-        record = {"event": kind, "v": STREAM_VERSION, "t": time.monotonic(), "wall": time.time()}
-        record.update(_plain_fields(dict(fields)))
-        line = json.dumps(record, allow_nan=False, default=_jsonable) + "\n"
+        line = to_json(event) + "\n"
         with self._lock:
             self._stream.write(line)
             self._stream.flush()
+
+
+def to_json(event: Event) -> str:
+    """One event as its line of the stream (without the newline); its texts plain."""
+    fields = dataclasses.asdict(event)
+    record = {"event": event.kind, "v": STREAM_VERSION, "t": fields.pop("t"),
+              "wall": fields.pop("wall"), **fields}
+    return json.dumps(_plain(record), allow_nan=False, default=_jsonable)
+
+
+def _plain(value: Any) -> Any:
+    """`value` with every text in it made plain_text."""
+    if isinstance(value, str):
+        return plain_text(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    # A numpy scalar may reach a field from the framework's figures.
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not a field type of an event")
 
 
 # Terminal control sequences (CSI such as "\x1b[1m", OSC, and lone escapes) and the
@@ -124,32 +346,16 @@ def plain_text(text: str) -> str:
     return _CONTROLS.sub("", _ESCAPES.sub("", text))
 
 
-def _plain_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """Messages and warnings as plain text; other fields as they are."""
-    for key in ("message", "warnings", "memory_notes"):
-        value = fields.get(key)
-        if isinstance(value, str):
-            fields[key] = plain_text(value)
-        elif isinstance(value, list):
-            fields[key] = [plain_text(v) if isinstance(v, str) else v for v in value]
-    return fields
-
-
-def _jsonable(value: Any) -> Any:
-    # numpy scalars and paths reach the writer from the workload.
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
+# --- reading ------------------------------------------------------------------------------
 
 
 def parse_line(line: str) -> Event | None:
-    """Parse one line of the stream.
+    """The event on one line of the stream, or None for a line that is not one (a
+    framework's stray print: the caller keeps it as log output).
 
-    Returns None for a line that is not an event (a framework's stray print):
-    the caller shows it as log output. A line that claims to be an event but is
-    from a newer stream version, or of an unknown kind, is reported as a
-    `warning` event rather than dropped silently.
-    """
+    Raises StreamError for an event this side cannot read: of another stream
+    version, of an unknown kind, or with a field missing, unknown or mistyped.
+    Every text arrives as plain text (plain_text)."""
     line = line.strip()
     if not line.startswith("{"):
         return None
@@ -159,15 +365,87 @@ def parse_line(line: str) -> Event | None:
         return None
     if not isinstance(record, dict) or "event" not in record:
         return None
-    kind = record.pop("event")
-    version = record.pop("v", None)
-    t = float(record.pop("t", time.monotonic()))
-    wall = float(record.pop("wall", time.time()))
+    return from_json(record)
+
+
+def from_json(record: dict[str, Any]) -> Event:
+    """The event a decoded line holds (see parse_line)."""
+    fields = dict(record)
+    kind = fields.pop("event")
+    version = fields.pop("v", None)
     if version != STREAM_VERSION:
-        message = (
-            f"event stream version {version!r} is not {STREAM_VERSION}; ignored a {kind!r} event"
-        )
-        return Event("warning", t, wall, {"message": message})
-    if kind not in KINDS:
-        return Event("warning", t, wall, {"message": f"ignored an unknown event kind {kind!r}"})
-    return Event(kind, t, wall, _plain_fields(record))
+        raise StreamError(
+            f"the workload's event stream is version {version!r}, and this side reads "
+            f"version {STREAM_VERSION} (a {kind!r} event): the workload (or its image) and "
+            "the agent come from different versions of gpubench; run them from the same one")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise StreamError(f"the workload's event stream: unknown event kind {kind!r}")
+    return _build(cls, fields, f"{kind} event")
+
+
+def _build(cls: type, fields: Any, where: str) -> Any:
+    """An instance of the dataclass `cls` from JSON `fields`, every field checked."""
+    if not isinstance(fields, dict):
+        raise StreamError(f"the workload's event stream: {where}: expected an object, "
+                          f"got {fields!r:.80}")
+    hints = _hints(cls)
+    unknown = sorted(set(fields) - set(hints))
+    if unknown:
+        raise StreamError(f"the workload's event stream: {where}: unknown field {unknown[0]!r}")
+    values = {}
+    for item in dataclasses.fields(cls):
+        if item.name in fields:
+            values[item.name] = _value(fields[item.name], hints[item.name],
+                                       f"{where}, field {item.name!r}")
+        elif item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
+            raise StreamError(f"the workload's event stream: {where}: field {item.name!r} "
+                              "is missing")
+    return cls(**values)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The field types of a dataclass (its annotations are strings here)."""
+    return {name: hint for name, hint in typing.get_type_hints(cls).items()
+            if name in {f.name for f in dataclasses.fields(cls)}}
+
+
+def _value(value: Any, hint: Any, where: str) -> Any:
+    """`value` checked against the type `hint` (and turned into it: a list into a
+    tuple, an object into its dataclass, an int into a float)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        (hint,) = (arg for arg in typing.get_args(hint) if arg is not type(None))
+        origin = typing.get_origin(hint)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise _mistyped(where, "a list", value)
+        (item, _) = typing.get_args(hint)
+        return tuple(_value(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _mistyped(where, "true or false", value)
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _mistyped(where, "an integer", value)
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _mistyped(where, "a number", value)
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise _mistyped(where, "a string", value)
+        return plain_text(value)
+    raise TypeError(f"{where}: no reader for the type {hint!r}")  # a schema this module lacks
+
+
+def _mistyped(where: str, expected: str, value: Any) -> StreamError:
+    return StreamError(f"the workload's event stream: {where}: expected {expected}, "
+                       f"got {json.dumps(value)[:80]}")

@@ -4,6 +4,7 @@ in place of a GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -235,6 +236,42 @@ def test_a_searched_batch_records_its_rule_and_the_largest(tmp_path,
         [data] = json.loads(done.stdout)
         assert data["config"]["batch_rule"] == rule
         assert data["config"]["batch_choice"] == "BATCH_CHOICE_SEARCHED"
+
+
+def test_the_workloads_memory_notes_reach_the_record(tmp_path, fake_workload_command) -> None:
+    env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="noisy")
+    done = agent(["run", "--models", "B0", "--batch", "8", "--offline", "--json"], env)
+    assert done.returncode == 0, done.stderr
+    [data] = json.loads(done.stdout)
+    assert data["result"]["memory_notes"] == [
+        "CUDA graphs: the allocator peak covers the whole run"]
+
+
+def test_a_workload_of_another_stream_version_is_refused(tmp_path, fake_workload_command) -> None:
+    env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="old-stream")
+    done = agent(["run", "--models", "B0", "--batch", "8", "--offline"], env)
+    assert done.returncode != 0
+    assert "event stream is version 1, and this side reads version 2" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_largest_batch_json_has_its_declared_shape(tmp_path, fake_workload_command,
+                                                   trace_path) -> None:
+    from gpubench.agent.largest import Found, FoundTrial
+
+    env = agent_env(tmp_path, fake_workload_command, GPUBENCH_NVML_TRACE=str(trace_path))
+    done = agent(["largest-batch", "--models", "B0", "--memory-limit", "8GiB,16GiB", "--json"],
+                 env)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [row["memory_limit_bytes"] for row in rows] == [8 << 30, 16 << 30]
+    for row in rows:
+        assert list(row) == [f.name for f in dataclasses.fields(Found)]
+        assert (row["model"], row["largest"], row["batch"], row["rule"]) == ("B0", 16, 16, "steps")
+        assert [list(trial) for trial in row["trials"]] == [
+            [f.name for f in dataclasses.fields(FoundTrial)]] * 2
+        assert [(t["batch"], t["fits"], t["kind"]) for t in row["trials"]] == [
+            (32, False, "probe"), (16, True, "confirm")]
 
 
 def test_a_run_the_collector_refuses_is_moved_aside(tmp_path, fake_workload_command,

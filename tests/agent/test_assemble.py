@@ -3,6 +3,7 @@ validation must accept what the agent builds."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,38 +15,48 @@ from gpubench.agent.runners.base import Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick
 from gpubench.collector.validation import problems
 
-from gpubench.events import Event
+from gpubench.events import (
+    BatchChosen,
+    BatchTrial,
+    Dataset,
+    EpochFinished,
+    ErrorEvent,
+    GpuPeak,
+    Result,
+    SearchSummary,
+    Started,
+)
 from gpubench.v1 import run_pb2
 
 GIB = 1 << 30
 REQUEST = WorkloadRequest("B0", settings={"gpus": 1})
 
-
-def event(kind: str, t: float = 0.0, **data) -> Event:
-    return Event(kind, t, 1.7e9 + t, data)
-
-
-STARTED = event(
-    "started", backend="tensorflow", backend_version="2.21.0", keras_version="3.15.1",
+STARTED = Started(
+    t=0.0, backend="tensorflow", backend_version="2.21.0", keras_version="3.15.1",
     python_version="3.11.7", cuda_runtime_version="12.5", cudnn_version="9.3", model="B0",
-    image_size=224, batch_per_gpu=128, global_batch=128, batch_choice="searched",
-    precision="float32", gpu_count=1, epochs=2, pipeline="cached", weights="none",
-    jit_compile=False, dataset={"name": "synthetic-rps", "image_count": 2136,
-                                "fingerprint": "sha256:ab", "train_images": 1709,
-                                "validation_images": 427, "validation_split": 0.2, "seed": 12},
+    image_size=224, batch_per_gpu=128, global_batch=128, batch_choice="searched", batch_rule="",
+    memory_limit_bytes=0, precision="float32", gpu_count=1, epochs=2, pipeline="cached",
+    weights="none", jit_compile=False, cuda_graphs=False, data_on_device=False,
+    batched_augmentation=False, fused_batchnorm=False, channels_first=False,
+    dataset=Dataset(name="synthetic-rps", image_count=2136, fingerprint="sha256:ab",
+                    train_images=1709, validation_images=427, validation_split=0.2, seed=12,
+                    skipped_files=0),
 )
 EPOCHS = [
-    event("epoch_finished", epoch=1, wall_seconds=20.0, train_seconds=18.0,
-          validation_seconds=2.0, loss=1.0, accuracy=0.4, val_loss=1.1, val_accuracy=0.35,
-          t_start=100.0, t_end=120.0),
-    event("epoch_finished", epoch=2, wall_seconds=5.0, train_seconds=4.5, validation_seconds=0.5,
-          loss=0.5, accuracy=0.8, val_loss=0.6, val_accuracy=0.75, t_start=120.0, t_end=125.0),
+    EpochFinished(epoch=1, wall_seconds=20.0, train_seconds=18.0,
+                  validation_seconds=2.0, loss=1.0, accuracy=0.4, val_loss=1.1, val_accuracy=0.35,
+                  t_start=100.0, t_end=120.0, steps=14),
+    EpochFinished(epoch=2, wall_seconds=5.0, train_seconds=4.5, validation_seconds=0.5,
+                  loss=0.5, accuracy=0.8, val_loss=0.6, val_accuracy=0.75, t_start=120.0,
+                  t_end=125.0, steps=14),
 ]
-RESULT = event("result", measured_epoch=2, train_images_per_second=339.0,
-               step_time_median_seconds=0.37, step_time_cv=0.04,
-               memory=[{"gpu_index": 0, "allocator_peak_bytes": 19 * GIB,
-                        "memory_total_bytes": 140 * GIB}],
-               warnings=["step times vary by 12%"])
+RESULT = Result(measured_epoch=2, train_images_per_second=339.0,
+                step_time_median_seconds=0.37, step_time_cv=0.04,
+                memory=(GpuPeak(gpu_index=0, allocator_peak_bytes=19 * GIB,
+                                memory_total_bytes=140 * GIB),),
+                warnings=("step times vary by 12%",))
+SEARCH = SearchSummary(largest=128, capped=False, search_seconds=0.0, capacity_bytes=0,
+                       fixed_bytes=0, per_image_bytes=0)
 
 
 def ticks_every_second(start: float, end: float, watts: float) -> list[Tick]:
@@ -66,10 +77,10 @@ def ticks_every_second(start: float, end: float, watts: float) -> list[Tick]:
 def builder(trace_path: Path) -> RunBuilder:
     inventory = take_inventory(FakeNvml.from_trace(trace_path))
     built = RunBuilder(REQUEST, inventory, label="lab", gpu_indices=(0,))
-    for item in (event("batch_trial", batch=256, fits=False, message="OOM"),
-                 event("batch_trial", batch=128, fits=True, peak_memory_bytes=19 * GIB,
-                       seconds=30.0),
-                 event("batch_chosen", batch=128), STARTED, *EPOCHS, RESULT):
+    for item in (BatchTrial(batch=256, fits=False, message="OOM"),
+                 BatchTrial(batch=128, fits=True, peak_memory_bytes=19 * GIB, seconds=30.0),
+                 BatchChosen(batch=128, rule="steps", fallbacks=(), search=SEARCH), STARTED,
+                 *EPOCHS, RESULT):
         built.add(item)
     return built
 
@@ -131,19 +142,24 @@ def test_cpu_only_run_lists_no_gpu() -> None:
     from gpubench.agent.inventory import take_inventory as cpu_inventory
 
     builder = RunBuilder(WorkloadRequest("B0", batch=8, settings={"gpus": 0}), cpu_inventory(None))
-    builder.add(event("started", model="B0", gpu_count=0, batch_per_gpu=8, global_batch=8,
-                      backend="tensorflow", image_size=32))
+    builder.add(replace(STARTED, model="B0", gpu_count=0, batch_per_gpu=8, global_batch=8,
+                        backend="tensorflow", image_size=32))
     for item in EPOCHS:
         builder.add(item)
-    builder.add(event("result", measured_epoch=2, memory=[]))
+    builder.add(Result(measured_epoch=2, memory=(),
+                       memory_notes=("CPU run: there is no GPU allocator peak to report",)))
     run = builder.build(Outcome(exit_code=0))
     assert problems(run) == []
     assert run.config.gpu_count == 0 and not run.gpus and not run.result.memory
     assert run.result.energy_per_epoch_joules == 0.0 and run.result.epochs[1].energy_source == ""
+    # What the workload says of its memory figures is the record's.
+    assert list(run.result.memory_notes) == ["CPU run: there is no GPU allocator peak to report"]
 
 
 def test_long_messages_fit_the_collector(builder: RunBuilder) -> None:
-    builder.add(event("error", status="error", message="x" * 10_000))
+    builder.add(ErrorEvent(status="error", message="x" * 10_000))
+    builder.add(replace(RESULT, memory_notes=tuple(f"note {n} " + "z" * 2000
+                                                   for n in range(100))))
     for n in range(100):
         builder.warn(f"warning {n} " + "y" * 2000)
     run = builder.build(Outcome(exit_code=1))
@@ -158,8 +174,8 @@ def test_the_record_says_whether_cuda_graphs_ran(trace_path: Path, asked: bool,
     # event says what ran, and the record follows it.
     built = RunBuilder(REQUEST, take_inventory(FakeNvml.from_trace(trace_path)),
                        gpu_indices=(0,))
-    result = RESULT if ran is None else event("result", **{**RESULT.data, "cuda_graphs": ran})
-    for item in (event("started", **{**STARTED.data, "cuda_graphs": asked}), *EPOCHS, result):
+    result = RESULT if ran is None else replace(RESULT, cuda_graphs=ran)
+    for item in (replace(STARTED, cuda_graphs=asked), *EPOCHS, result):
         built.add(item)
     run = built.build(Outcome(exit_code=0), ticks_every_second(95.0, 130.0, 400.0), None)
     assert run.config.cuda_graphs is (asked if ran is None else ran)

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import io
-import json
 
 from gpubench.agent.display import RunDisplay
 from rich.console import Console
 
-from gpubench.events import parse_line
+from gpubench.events import EpochFinished, EpochStarted, Event, LogEvent, Step, WarningEvent
 
 
-def _printed(*events: dict) -> str:
+def _printed(*events: Event) -> str:
     out = io.StringIO()
     display = RunDisplay(Console(file=out, width=200, color_system=None))
     display.model_started("B0", 2, lambda: None)
-    for fields in events:
-        event = parse_line(json.dumps({"v": 1, "t": 0.0, **fields}))
-        assert event is not None
+    for event in events:
         display.event(event)
     display.model_finished()
     return out.getvalue()
@@ -25,10 +22,11 @@ def _printed(*events: dict) -> str:
 
 def test_log_warning_and_epoch_lines_are_shown() -> None:
     text = _printed(
-        {"event": "log", "message": "CUDA graphs: captured training 512x3x224x224; 6 replays"},
-        {"event": "warning", "message": "step times vary by 44%"},
-        {"event": "epoch_finished", "epoch": 2, "wall_seconds": 0.48},
-        {"event": "log", "message": ""},  # nothing to say: no line
+        LogEvent(message="CUDA graphs: captured training 512x3x224x224; 6 replays"),
+        WarningEvent(message="step times vary by 44%"),
+        EpochFinished(epoch=2, wall_seconds=0.48, train_seconds=0.4, validation_seconds=0.08,
+                      t_start=0.0, t_end=0.48, steps=4),
+        LogEvent(message=""),  # nothing to say: no line
     )
     lines = [line for line in text.splitlines() if line.strip()]
     assert lines == [
@@ -51,10 +49,7 @@ def test_a_long_silent_step_is_said_again_where_there_is_no_live_display() -> No
     out = io.StringIO()
     display = RunDisplay(Console(file=out, width=200, color_system=None), heartbeat_s=0.2)
     display.model_started("B0", 2, lambda: None)
-    for fields in ({"event": "epoch_started", "epoch": 1, "steps": 12},
-                   {"event": "step", "step": 3, "steps": 12}):
-        event = parse_line(json.dumps({"v": 1, "t": 0.0, **fields}))
-        assert event is not None
+    for event in (EpochStarted(epoch=1, steps=12), Step(epoch=1, step=3, steps=12)):
         display.event(event)
     time.sleep(0.7)
     display.model_finished()

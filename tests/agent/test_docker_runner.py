@@ -162,11 +162,11 @@ def test_the_real_workload_image(engine, tmp_path, image: str, backend: str) -> 
         outcome = workload.wait()
         container_id = workload.container_id
     result = next(e for e in events if e.kind == "result")
-    epochs = {e.get("epoch") for e in events if e.kind == "epoch_finished"}
+    epochs = {e.epoch for e in events if e.kind == "epoch_finished"}
     assert decide_ending(outcome, None, result, 2 in epochs).status == run_pb2.RUN_STATUS_OK
     started = next(e for e in events if e.kind == "started")
-    assert started.get("model") == "B0" and started.get("image_size") == 32
-    assert started.get("backend") == backend  # the image's one framework
+    assert started.model == "B0" and started.image_size == 32
+    assert started.backend == backend  # the image's one framework
     assert gone(engine, container_id)
 
 

@@ -80,17 +80,16 @@ def test_the_display_keeps_the_clock_and_fits_80_columns() -> None:
     display = RunDisplay(Console(file=out, width=80, color_system=None))
     display.suite_started(["B0", "B3", "B7"], 2)
     display.model_started("B0", 2, lambda: None, 0)
-    from gpubench.events import parse_line
+    from gpubench.events import BatchChosen, BatchTrial, Phase, SearchSummary
 
-    for line in (
-        '{"event": "phase", "v": 1, "t": 0, "phase": "search", "message": "searching"}',
-        '{"event": "batch_trial", "v": 1, "t": 1, "batch": 16, "fits": true, "kind": "probe",'
-        ' "reserved_peak_bytes": 1866465280, "seconds": 7.0, "step_seconds": 0.02}',
-        '{"event": "batch_chosen", "v": 1, "t": 2, "batch": 128, "largest": 1221,'
-        ' "capped": false, "search_seconds": 15.4, "rule": "steps"}',
+    for event in (
+        Phase(phase="search", message="searching"),
+        BatchTrial(batch=16, fits=True, trial_kind="probe", reserved_peak_bytes=1866465280,
+                   seconds=7.0, step_seconds=0.02),
+        BatchChosen(batch=128, rule="steps", fallbacks=(64, 32),
+                    search=SearchSummary(largest=1221, capped=False, search_seconds=15.4,
+                                         capacity_bytes=0, fixed_bytes=0, per_image_bytes=0)),
     ):
-        event = parse_line(line)
-        assert event is not None
         display.event(event)
     display.model_finished()
     lines = out.getvalue().splitlines()

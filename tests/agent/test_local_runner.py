@@ -41,7 +41,7 @@ def run_to_end(command, mode: str, tmp_path: Path, **env: str):
 def ending(events, outcome):
     error = next((e for e in events if e.kind == "error"), None)
     result = next((e for e in events if e.kind == "result"), None)
-    epochs = {e.get("epoch") for e in events if e.kind == "epoch_finished"}
+    epochs = {e.epoch for e in events if e.kind == "epoch_finished"}
     return decide_ending(outcome, error, result, 2 in epochs)
 
 

@@ -82,12 +82,12 @@ def test_a_run_searches_in_a_process_beside_its_own(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     kinds = [e.kind for e in events]
     trials = [e for e in events if e.kind == "batch_trial"]
-    assert len(trials) >= 2 and trials[0].get("fits")
+    assert len(trials) >= 2 and trials[0].fits
     chosen = [e for e in events if e.kind == "batch_chosen"]
     assert len(chosen) == 1 and kinds.index("batch_chosen") < kinds.index("started")
     started = events[kinds.index("started")]
-    assert started.get("batch_per_gpu") == chosen[0].get("batch")
-    assert started.get("batch_choice") == "searched"
-    logs = [str(e.get("message")) for e in events if e.kind == "log"]
+    assert started.batch_per_gpu == chosen[0].batch
+    assert started.batch_choice == "searched"
+    logs = [e.message for e in events if e.kind == "log"]
     assert any("ran in its own process" in line for line in logs), logs
     assert "search_done" not in kinds and "error" not in kinds

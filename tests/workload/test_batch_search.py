@@ -204,7 +204,7 @@ def test_real_search_with_capped_trial_processes(workload) -> None:
     env = {"MALLOC_ARENA_MAX": "1"}
     calibration = workload("trial", *common, "--batch", "16", env=env)
     assert calibration.returncode == 0, calibration.stderr[-2000:]
-    needed = calibration.one("batch_trial").get("address_space_peak_bytes")
+    needed = calibration.one("batch_trial").address_space_peak_bytes
     assert needed > 0
     # Room for batch 16 and some more, not for 64.
     cap = needed + 40 * 2**20
@@ -213,21 +213,20 @@ def test_real_search_with_capped_trial_processes(workload) -> None:
                    "--limit-images", "240", "--trial-address-space", str(cap), env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     trials = run.of("batch_trial")
-    assert [(t.get("batch"), t.get("kind")) for t in trials[:2]] == [(16, "probe"),
+    assert [(t.batch, t.trial_kind) for t in trials[:2]] == [(16, "probe"),
                                                                      (64, "probe")]
-    fits = [t.get("batch") for t in trials if t.get("fits")]
-    misses = [t for t in trials if not t.get("fits")]
-    assert misses and fits and max(fits) < min(t.get("batch") for t in misses)
+    fits = [t.batch for t in trials if t.fits]
+    misses = [t for t in trials if not t.fits]
+    assert misses and fits and max(fits) < min(t.batch for t in misses)
     # Only an out-of-memory failure makes "does not fit" (any other stops the search);
     # the message is the allocator's line (oneDNN's "could not create a primitive" on CPU).
-    assert all(t.get("message") for t in misses)
-    assert all(t.get("seconds") > 0 and t.get("capacity_bytes") == cap for t in trials)
+    assert all(t.message for t in misses)
+    assert all(t.seconds > 0 and t.capacity_bytes == cap for t in trials)
     chosen = run.one("batch_chosen")
-    assert chosen.get("largest") == max(fits) == chosen.get("batch")
-    assert chosen.get("rule") == "largest" and chosen.get("search_seconds") > 0
+    assert chosen.search.largest == max(fits) == chosen.batch
+    assert chosen.rule == "largest" and chosen.search.search_seconds > 0
     started = run.one("started")
-    assert (started.get("batch_per_gpu"), started.get("batch_choice"),
-            started.get("batch_rule")) == (max(fits), "searched", "largest")
-    assert run.one("result").get("batch_per_gpu") == max(fits)
+    assert (started.batch_per_gpu, started.batch_choice,
+            started.batch_rule) == (max(fits), "searched", "largest")
     kinds = [e.kind for e in run.events]
     assert kinds.index("batch_chosen") < kinds.index("started")  # searched before training

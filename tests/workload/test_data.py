@@ -93,7 +93,7 @@ def test_non_image_files_are_skipped_and_counted(image_folder) -> None:
     dataset = data.read_dataset(root, seed=12, validation_split=0.2)
     assert dataset.image_count == 6
     assert dataset.skipped_files == 2
-    assert dataset.describe()["skipped_files"] == 2
+    assert dataset.describe().skipped_files == 2
 
 
 def test_grayscale_palette_and_rgba_images_become_rgb(tmp_path: Path) -> None:

@@ -91,6 +91,7 @@ FALLBACK = MODEL + r"""
 import json, sys
 from gpubench.agent.workload import frameworks, stream, torch_async
 from keras.src.backend.torch import core, random
+from gpubench.events import LogEvent
 
 events = stream.claim_stdout()
 model = small_model()
@@ -99,16 +100,16 @@ if sys.argv[1] == "version":
 else:
     random.renamed_seed_generator = random.__dict__.pop("torch_seed_generator")
 original = core.convert_to_tensor
-torch = frameworks.get("torch")
+torch = frameworks.torch
 graphs = [torch.prepare_steps(model, gpus=1, cuda_graphs=True) for _ in range(2)]
 generators = [g for layer in model.layers for g in layer._seed_generators]
-events.emit("log", message=json.dumps({
+events.emit(LogEvent(message=json.dumps({
     "graphs": graphs,
     "converter_kept": core.convert_to_tensor is original,
     "host_seeds": sum(isinstance(getattr(g.next, "__self__", None), torch_async.HostSeeds)
                       for g in generators),
     "steps_wrapped": "make_train_function" in vars(model),
-}))
+})))
 """
 
 
@@ -137,9 +138,9 @@ def _fallback(case: str) -> tuple[list[str], dict]:
                           text=True, timeout=300, env={**os.environ, "KERAS_BACKEND": "torch"})
     assert done.returncode == 0, done.stderr[-3000:]
     events = [parse_line(line) for line in done.stdout.splitlines()]
-    warnings = [str(e.get("message")) for e in events if e is not None and e.kind == "warning"]
+    warnings = [e.message for e in events if e is not None and e.kind == "warning"]
     found = [e for e in events if e is not None and e.kind == "log"]
-    return warnings, json.loads(found[-1].get("message"))
+    return warnings, json.loads(found[-1].message)
 
 
 def _run(script: str) -> dict:

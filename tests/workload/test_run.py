@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from workload_helpers import write_png
 
+from gpubench import events
 from gpubench.errors import ExitCode
 from gpubench.events import STREAM_VERSION
-from gpubench.settings import PROTOCOL_PARAMETERS
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +71,8 @@ def test_events_come_in_the_documented_order(tiny_run) -> None:
     kinds = [e.kind for e in run.events if e.kind not in ("step", "log", "warning")]
     assert kinds == ["started", "phase", "phase", "epoch_started", "epoch_finished",
                      "epoch_started", "epoch_finished", "result"]
-    assert [e.get("phase") for e in run.of("phase")] == ["build", "first_step"]
-    assert all(e.data for e in run.events)
+    assert [e.phase for e in run.of("phase")] == ["build", "first_step"]
+    assert all(isinstance(e, events.KINDS[e.kind]) for e in run.events)
     times = [e.t for e in run.events]
     assert times == sorted(times)  # one monotonic clock
 
@@ -80,47 +80,47 @@ def test_events_come_in_the_documented_order(tiny_run) -> None:
 def test_started_says_what_runs_and_on_what(tiny_run) -> None:
     backend, run, expected = tiny_run
     started = run.one("started")
-    assert started.get("backend") == backend
-    assert started.get("backend_version") and started.get("keras_version")
-    assert started.get("python_version").count(".") == 2
-    assert (started.get("model"), started.get("image_size")) == ("B0", 32)
-    assert (started.get("batch_per_gpu"), started.get("global_batch")) == (
+    assert started.backend == backend
+    assert started.backend_version and started.keras_version
+    assert started.python_version.count(".") == 2
+    assert (started.model, started.image_size) == ("B0", 32)
+    assert (started.batch_per_gpu, started.global_batch) == (
         expected.batch_per_gpu, 8)
-    assert started.get("batch_choice") == "given"
-    assert (started.get("precision"), started.get("gpu_count")) == ("float32", 0)
-    assert (started.get("pipeline"), started.get("weights")) == (expected.pipeline, "none")
-    dataset = started.get("dataset")
-    assert (dataset["name"], dataset["image_count"]) == (expected.dataset_name, expected.images)
-    assert (dataset["train_images"], dataset["validation_images"]) == (
+    assert started.batch_choice == "given"
+    assert (started.precision, started.gpu_count) == ("float32", 0)
+    assert (started.pipeline, started.weights) == (expected.pipeline, "none")
+    dataset = started.dataset
+    assert (dataset.name, dataset.image_count) == (expected.dataset_name, expected.images)
+    assert (dataset.train_images, dataset.validation_images) == (
         expected.train, expected.validation)
-    assert dataset["skipped_files"] == expected.skipped
-    assert dataset["fingerprint"].startswith("sha256:") and len(dataset["fingerprint"]) == 71
-    assert dataset["seed"] == 12 and dataset["validation_split"] == 0.2
+    assert dataset.skipped_files == expected.skipped
+    assert dataset.fingerprint.startswith("sha256:") and len(dataset.fingerprint) == 71
+    assert dataset.seed == 12 and dataset.validation_split == 0.2
 
 
 def test_epochs_are_timed_on_the_stream_clock(tiny_run) -> None:
     _, run, expected = tiny_run
-    started_at = {e.get("epoch"): e.t for e in run.of("epoch_started")}
+    started_at = {e.epoch: e.t for e in run.of("epoch_started")}
     for epoch in run.of("epoch_finished"):
-        wall = epoch.get("wall_seconds")
-        assert wall == pytest.approx(epoch.get("t_end") - epoch.get("t_start"), abs=1e-5)
-        assert 0 < epoch.get("train_seconds") < wall
-        assert 0 < epoch.get("validation_seconds") < wall
-        assert epoch.get("train_seconds") + epoch.get("validation_seconds") <= wall + 1e-6
-        assert started_at[epoch.get("epoch")] <= epoch.get("t_start") + 1e-3
-        assert epoch.get("t_end") <= epoch.t
-        assert epoch.get("steps") == expected.steps
+        wall = epoch.wall_seconds
+        assert wall == pytest.approx(epoch.t_end - epoch.t_start, abs=1e-5)
+        assert 0 < epoch.train_seconds < wall
+        assert 0 < epoch.validation_seconds < wall
+        assert epoch.train_seconds + epoch.validation_seconds <= wall + 1e-6
+        assert started_at[epoch.epoch] <= epoch.t_start + 1e-3
+        assert epoch.t_end <= epoch.t
+        assert epoch.steps == expected.steps
         for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
-            assert isinstance(epoch.get(name), float)
+            assert isinstance(getattr(epoch, name), float)
     first, second = run.of("epoch_finished")
-    assert first.get("t_end") <= second.get("t_start")
+    assert first.t_end <= second.t_start
 
 
 def test_progress_steps_are_throttled_but_reach_the_end(tiny_run) -> None:
     _, run, expected = tiny_run
     for epoch in (1, 2):
-        steps = [e for e in run.of("step") if e.get("epoch") == epoch]
-        assert steps and steps[-1].get("step") == steps[-1].get("steps") == expected.steps
+        steps = [e for e in run.of("step") if e.epoch == epoch]
+        assert steps and steps[-1].step == steps[-1].steps == expected.steps
         gaps = [b.t - a.t for a, b in zip(steps, steps[1:-1], strict=False)]
         assert all(gap >= 0.49 for gap in gaps)
 
@@ -128,30 +128,26 @@ def test_progress_steps_are_throttled_but_reach_the_end(tiny_run) -> None:
 def test_result_reports_the_second_epoch(tiny_run) -> None:
     _, run, expected = tiny_run
     result = run.one("result")
-    epochs = {e.get("epoch"): e for e in run.of("epoch_finished")}
-    assert result.get("measured_epoch") == 2
-    assert result.get("epoch2_seconds") == epochs[2].get("wall_seconds")
-    assert result.get("startup_seconds") == pytest.approx(
-        epochs[1].get("wall_seconds") - epochs[2].get("wall_seconds"), abs=1e-5)
-    assert result.get("timed_steps") == expected.steps - 1  # the first step is warm-up
-    rate, median = result.get("train_images_per_second"), result.get("step_time_median_seconds")
-    assert rate > 0 and median > 0 and result.get("step_time_cv") >= 0
+    epochs = {e.epoch: e for e in run.of("epoch_finished")}
+    assert result.measured_epoch == 2 and sorted(epochs) == [1, 2]
+    rate, median = result.train_images_per_second, result.step_time_median_seconds
+    assert rate > 0 and median > 0 and result.step_time_cv >= 0
     # The rate and the step times agree: the rate is the timed images over the timed steps'
     # sum, so it sits at the batch over the median step, below it by as much as a few slow
     # steps of a loaded machine lengthen the mean (hence the wide lower bound).
     batch = expected.batch_per_gpu
     assert 0.2 * batch / median < rate < 2 * batch / median
-    assert not [w for w in result.get("warnings") if "replicas" in w]  # one model trained
-    assert [e["epoch"] for e in result.get("epochs")] == [1, 2]
-    assert tuple(result.get("parameters").values()) == PROTOCOL_PARAMETERS["B0"]
-    assert result.get("weights") == "none" and result.get("pipeline_mode") == expected.pipeline
+    assert not [w for w in result.warnings if "replicas" in w]  # one model trained
+    # The network is the protocol's: the run warns otherwise.
+    assert not [w for w in result.warnings if "parameter counts" in w]
+    assert result.pipeline_mode == expected.pipeline
 
 
 def test_cpu_run_reports_no_gpu_memory_and_says_why(tiny_run) -> None:
     _, run, expected = tiny_run
     result = run.one("result")
-    assert result.get("memory") == []
-    assert any("CPU run" in note for note in result.get("memory_notes"))
+    assert result.memory == ()
+    assert any("CPU run" in note for note in result.memory_notes)
 
 
 def test_bad_data_ends_with_an_error_event_naming_the_file(workload, image_folder) -> None:
@@ -161,19 +157,19 @@ def test_bad_data_ends_with_an_error_event_naming_the_file(workload, image_folde
     run = workload("run", "--backend", "torch", "--data", str(root), "--batch", "4", "--gpus", "0")
     assert run.returncode == ExitCode.BAD_DATA
     error = run.one("error")
-    assert error.get("status") == "error"
-    assert "rock/002.png: not a readable image" in error.get("message")
+    assert error.status == "error"
+    assert "rock/002.png: not a readable image" in error.message
     assert not run.of("started")
 
 
 def test_missing_data_folder_is_an_error_event(workload, tmp_path) -> None:
     run = workload("run", "--data", str(tmp_path / "absent"), "--batch", "4", "--gpus", "0")
     assert run.returncode == ExitCode.BAD_DATA
-    assert run.one("error").get("message").endswith("absent: no such data folder")
-    assert run.events[0].get("v") is None and STREAM_VERSION == 1  # v is popped by parse_line
+    assert run.one("error").message.endswith("absent: no such data folder")
+    assert STREAM_VERSION == 2 and not hasattr(run.events[0], "v")  # the envelope is parse_line's
 
 
 def test_bad_settings_are_an_error_event_with_the_usage_code(workload) -> None:
     run = workload("run", "--data-on-device", "--pipeline", "seed", "--batch", "4")
     assert run.returncode == ExitCode.USAGE
-    assert "--data-on-device" in run.one("error").get("message")
+    assert "--data-on-device" in run.one("error").message

@@ -49,13 +49,13 @@ def test_the_child_s_trials_are_relayed_and_its_choice_is_the_run_s() -> None:
         batch, found = beside.result()
     events = relayed(stream)
     kinds = [e.kind for e in events]
-    assert kinds[0] == "phase" and events[0].get("phase") == "search"
+    assert kinds[0] == "phase" and events[0].phase == "search"
     trials = [e for e in events if e.kind == "batch_trial"]
     # No memory figure on the CPU without a cap: the search doubles, two trials at most.
-    assert [t.get("batch") for t in trials] == [t.batch for t in found.trials] == [16, 64]
+    assert [t.batch for t in trials] == [t.batch for t in found.trials] == [16, 64]
     assert found.stopped_by == "trials" and found.seconds > 0
     chosen = [e for e in events if e.kind == "batch_chosen"]
-    assert len(chosen) == 1 and chosen[0].get("batch") == batch
+    assert len(chosen) == 1 and chosen[0].batch == batch
     assert found.largest == 64 and batch == 16  # the speed rule: 8 steps of 192 images
     # The agent's largest-batch answer is not part of a run.
     assert "search_done" not in kinds and "error" not in kinds
@@ -101,9 +101,9 @@ def test_the_run_imports_and_decodes_while_the_child_searches(dataset_cache) -> 
                           env={**os.environ, "GPUBENCH_CACHE": str(dataset_cache)})
     assert done.returncode == 0, done.stderr[-3000:]
     events = [e for e in map(parse_line, done.stdout.splitlines()) if e is not None]
-    logs = [str(e.get("message")) for e in events if e.kind == "log"]
+    logs = [e.message for e in events if e.kind == "log"]
     assert "decoding 240 images at 32x32 into memory" in logs
     assert any("ran in its own process" in line for line in logs)
-    assert [e.get("batch") for e in events if e.kind == "batch_trial"] == [16, 64]
+    assert [e.batch for e in events if e.kind == "batch_trial"] == [16, 64]
     # build_feed took the images decoded ahead, with the seconds that took.
     assert done.stderr.strip().splitlines()[-1] == "16 searched True"

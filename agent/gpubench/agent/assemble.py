@@ -9,14 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gpubench.agent.inventory import Inventory
 from gpubench.agent.runners.base import Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick, WindowTelemetry, aggregate
 
 from gpubench import gpu_busy, record
-from gpubench.events import Event, plain_text
+from gpubench.events import (
+    BatchChosen,
+    BatchTrial,
+    EpochFinished,
+    ErrorEvent,
+    Event,
+    GpuPeak,
+    Result,
+    Started,
+    WarningEvent,
+    plain_text,
+)
 from gpubench.settings import EXIT_OUT_OF_MEMORY, MEASURED_EPOCH, switches
 from gpubench.v1 import run_pb2
 
@@ -34,7 +44,7 @@ class Ending:
 
 
 def decide_ending(
-    outcome: Outcome, error: Event | None, result: Event | None, has_measured_epoch: bool
+    outcome: Outcome, error: ErrorEvent | None, result: Result | None, has_measured_epoch: bool
 ) -> Ending:
     """The run's status from how the workload ended and what it said last."""
     tail = "\n".join(outcome.output_tail[-ERROR_TAIL_LINES:])
@@ -42,8 +52,8 @@ def decide_ending(
     if outcome.interrupted:
         return Ending(Status.RUN_STATUS_INTERRUPTED, "stopped by the user (Ctrl-C)")
     if error is not None:
-        message = str(error.get("message", "")) or "the workload reported an error"
-        if error.get("status") == "out_of_memory":
+        message = error.message or "the workload reported an error"
+        if error.status == "out_of_memory":
             return Ending(Status.RUN_STATUS_OUT_OF_MEMORY, message)
         return Ending(Status.RUN_STATUS_ERROR, message)
     if outcome.exit_code == EXIT_OUT_OF_MEMORY:
@@ -79,12 +89,12 @@ class RunBuilder:
         self.request = request
         self.inventory = inventory
         self.gpu_indices = tuple(gpu_indices)
-        self.started: Event | None = None
-        self.result: Event | None = None
-        self.error: Event | None = None
-        self.epochs: dict[int, Event] = {}
-        self.trials: list[Event] = []
-        self.chosen: Event | None = None  # the workload's batch_chosen event
+        self.started: Started | None = None
+        self.result: Result | None = None
+        self.error: ErrorEvent | None = None
+        self.epochs: dict[int, EpochFinished] = {}
+        self.trials: list[BatchTrial] = []
+        self.chosen: BatchChosen | None = None  # the workload's batch_chosen event
         self.failed_runs: list[run_pb2.BatchTrial] = []  # real runs that ran out of memory
         self.warnings: list[str] = []
         # What the record's telemetry says of the measured epoch (gpubench.gpu_busy), for
@@ -98,20 +108,20 @@ class RunBuilder:
 
     def add(self, event: Event) -> None:
         """Take one event of the workload's stream."""
-        if event.kind == "started":
+        if isinstance(event, Started):
             self.started = event
-        elif event.kind == "batch_trial":
+        elif isinstance(event, BatchTrial):
             self.trials.append(event)
-        elif event.kind == "batch_chosen":
+        elif isinstance(event, BatchChosen):
             self.chosen = event
-        elif event.kind == "epoch_finished":
-            self.epochs[int(event.get("epoch", 0))] = event
-        elif event.kind == "result":
+        elif isinstance(event, EpochFinished):
+            self.epochs[event.epoch] = event
+        elif isinstance(event, Result):
             self.result = event
-        elif event.kind == "error":
+        elif isinstance(event, ErrorEvent):
             self.error = event
-        elif event.kind == "warning" and event.get("message"):
-            self.warnings.append(str(event.get("message")))
+        elif isinstance(event, WarningEvent) and event.message:
+            self.warnings.append(event.message)
 
     def warn(self, message: str) -> None:
         """Add the agent's own warning to the record."""
@@ -120,12 +130,12 @@ class RunBuilder:
     @property
     def started_batch(self) -> int:
         """The batch the current attempt trains at (0 before it started)."""
-        return int(self.started.get("batch_per_gpu") or 0) if self.started else 0
+        return self.started.batch_per_gpu if self.started else 0
 
     @property
     def chosen_batch(self) -> int | None:
         """The batch the workload chose from its search (None: given, or not yet)."""
-        return int(self.chosen.get("batch") or 0) or None if self.chosen else None
+        return self.chosen.batch or None if self.chosen else None
 
     def retry_batch(self, ending: Ending) -> int | None:
         """The batch to run again at after the run ran out of memory at a batch the
@@ -135,13 +145,13 @@ class RunBuilder:
             return None
         if self.started is None or self.result is not None:
             return None  # it failed in the search, not in the run
-        failed = self.started.get("batch_per_gpu")
-        return next((int(b) for b in self.chosen.get("fallbacks") or () if b < failed), None)
+        failed = self.started.batch_per_gpu
+        return next((b for b in self.chosen.fallbacks if b < failed), None)
 
     def begin_retry(self, ending: Ending, batch: int) -> None:
         """Keep the search and the failure, forget the failed run's events: the workload
         runs again at `batch`."""
-        failed = int(self.started.get("batch_per_gpu") or 0) if self.started else 0
+        failed = self.started_batch
         epochs = len(self.epochs)
         where = f"in epoch {epochs + 1}" if epochs < MEASURED_EPOCH else "after its epochs"
         self.failed_runs.append(run_pb2.BatchTrial(
@@ -161,8 +171,8 @@ class RunBuilder:
     @property
     def measured_epoch(self) -> int:
         """The headline epoch (the workload's result says; 2 by the protocol)."""
-        if self.result is not None and self.result.get("measured_epoch"):
-            return int(self.result.get("measured_epoch"))
+        if self.result is not None and self.result.measured_epoch:
+            return self.result.measured_epoch
         return MEASURED_EPOCH
 
     # -- building -------------------------------------------------------------------
@@ -186,9 +196,7 @@ class RunBuilder:
         windows: dict[int, WindowTelemetry] = {}
         for number in sorted(self.epochs):
             event = self.epochs[number]
-            window = WindowTelemetry()
-            if ticks and event.get("t_start") is not None and event.get("t_end") is not None:
-                window = aggregate(ticks, float(event.get("t_start")), float(event.get("t_end")))
+            window = aggregate(ticks, event.t_start, event.t_end) if ticks else WindowTelemetry()
             windows[number] = window
             result.epochs.append(_epoch(number, event, window))
 
@@ -198,30 +206,29 @@ class RunBuilder:
         result.error_message = _clip(ending.message, record.MAX_MESSAGE_CHARS)
         if measured in self.epochs:
             result.measured_epoch = measured
-            result.epoch2_seconds = float(self.epochs[measured].get("wall_seconds", 0.0))
+            result.epoch2_seconds = self.epochs[measured].wall_seconds
             if 1 in self.epochs and measured != 1:
-                result.startup_seconds = (
-                    float(self.epochs[1].get("wall_seconds", 0.0)) - result.epoch2_seconds
-                )
+                result.startup_seconds = self.epochs[1].wall_seconds - result.epoch2_seconds
             _telemetry(result, windows[measured])
             if result.startup_seconds < 0:
                 self.warn(slower_second_epoch(result, windows.get(1), windows[measured]))
         if self.result is not None:
             for name in ("train_images_per_second", "step_time_median_seconds", "step_time_cv"):
-                if self.result.get(name) is not None:
-                    setattr(result, name, float(self.result.get(name)))
-            self.warnings.extend(str(w) for w in self.result.get("warnings") or ())
+                value = getattr(self.result, name)
+                if value is not None:
+                    setattr(result, name, value)
+            self.warnings.extend(self.result.warnings)
         self._memory(run, windows.get(measured))
         for trial in self.trials:
             result.batch_trials.append(
                 run_pb2.BatchTrial(
-                    batch=int(trial.get("batch", 0)),
-                    fits=bool(trial.get("fits", False)),
-                    peak_memory_bytes=int(trial.get("peak_memory_bytes") or 0),
-                    reserved_peak_bytes=int(trial.get("reserved_peak_bytes") or 0),
-                    seconds=float(trial.get("seconds") or 0.0),
-                    message=_clip(str(trial.get("message") or ""), record.MAX_TEXT_CHARS),
-                    kind=str(trial.get("kind") or ""),
+                    batch=trial.batch,
+                    fits=trial.fits,
+                    peak_memory_bytes=trial.peak_memory_bytes,
+                    reserved_peak_bytes=trial.reserved_peak_bytes,
+                    seconds=trial.seconds,
+                    message=_clip(trial.message, record.MAX_TEXT_CHARS),
+                    kind=trial.trial_kind,
                 )
             )
         result.batch_trials.extend(self.failed_runs)
@@ -245,14 +252,15 @@ class RunBuilder:
         """The memory answer: the largest batch the search confirmed, and its cost."""
         if self.chosen is None:
             return
-        largest = int(self.chosen.get("largest") or 0)
+        search = self.chosen.search
+        largest = search.largest
         failed = [trial.batch for trial in self.failed_runs]
         if failed and largest >= min(failed) and self.started is not None:
             # A real run at a smaller batch failed: only the batch that trained counts.
-            largest = int(self.started.get("batch_per_gpu") or 0)
+            largest = self.started.batch_per_gpu
         result.largest_batch_per_gpu = largest
-        result.largest_batch_capped = bool(self.chosen.get("capped")) and not failed
-        result.search_seconds = float(self.chosen.get("search_seconds") or 0.0)
+        result.largest_batch_capped = search.capped and not failed
+        result.search_seconds = search.search_seconds
 
     def _host(self, run: run_pb2.Run, outcome: Outcome) -> None:
         run.host.CopyFrom(self.inventory.host)
@@ -260,92 +268,103 @@ class RunBuilder:
         run.host.container_image_digest = outcome.image_digest
 
     def _software(self, run: run_pb2.Run) -> None:
-        started = self.started.data if self.started is not None else {}
         software = run.software
-        software.backend = str(started.get("backend") or self.request.setting("backend")
-                               or "tensorflow")
-        for name in ("backend_version", "keras_version", "python_version",
-                     "cuda_runtime_version", "cudnn_version"):
-            if started.get(name):
-                setattr(software, name, str(started[name]))
+        started = self.started
+        if started is None:  # what was asked: the workload never said
+            software.backend = str(self.request.setting("backend") or "tensorflow")
+            return
+        software.backend = started.backend or str(self.request.setting("backend")
+                                                  or "tensorflow")
+        software.backend_version = started.backend_version
+        software.keras_version = started.keras_version
+        software.python_version = started.python_version
+        software.cuda_runtime_version = started.cuda_runtime_version
+        software.cudnn_version = started.cudnn_version
 
     def _config(self, run: run_pb2.Run) -> None:
         # What the workload says it ran; what was asked where it never said.
-        started: dict[str, Any] = self.started.data if self.started is not None else {}
+        started = self.started
         request = self.request
         config = run.config
-        config.model = str(started.get("model") or request.model)
-        config.precision = str(started.get("precision") or request.setting("precision")
-                               or "float32")
-        gpu_count = started.get("gpu_count")
-        if gpu_count is None:
+        if started is not None:
+            config.model = started.model
+            config.precision = started.precision
+            config.gpu_count = started.gpu_count
+            config.image_size = started.image_size
+        else:
+            config.model = request.model
+            config.precision = str(request.setting("precision") or "float32")
             gpu_count = request.setting("gpus")
-            if gpu_count is None:
-                gpu_count = len(self.gpu_indices)
-        config.gpu_count = int(gpu_count)
-        config.image_size = int(
-            started.get("image_size")
-            or request.setting("image_size")
-            or record.NATIVE_IMAGE_SIZE.get(config.model, 0)
-        )
-        batch = started.get("batch_per_gpu") or self.chosen_batch or request.batch
+            config.gpu_count = int(len(self.gpu_indices) if gpu_count is None else gpu_count)
+            config.image_size = int(request.setting("image_size")
+                                    or record.NATIVE_IMAGE_SIZE.get(config.model, 0))
+        batch = (started.batch_per_gpu if started else 0) or self.chosen_batch or request.batch
         if batch:
             config.batch_per_gpu = int(batch)
-            config.global_batch = int(
-                started.get("global_batch") or config.batch_per_gpu * max(config.gpu_count, 1)
-            )
+            config.global_batch = ((started.global_batch if started else 0)
+                                   or config.batch_per_gpu * max(config.gpu_count, 1))
         if self.chosen is not None:  # a retry runs at a given batch; the search chose it
-            choice, rule = "searched", str(self.chosen.get("rule") or request.batch_rule)
+            choice, rule = "searched", self.chosen.rule or request.batch_rule
+        elif started is not None:
+            choice, rule = started.batch_choice, started.batch_rule or request.batch_rule
         else:
-            choice = started.get("batch_choice") or ("given" if request.batch else "searched")
-            rule = str(started.get("batch_rule") or request.batch_rule)
+            choice, rule = ("given" if request.batch else "searched"), request.batch_rule
         config.batch_choice = (
             run_pb2.BATCH_CHOICE_GIVEN if choice == "given" else run_pb2.BATCH_CHOICE_SEARCHED
         )
         config.batch_rule = rule
-        config.memory_limit_bytes = int(started.get("memory_limit_bytes")
+        config.memory_limit_bytes = int((started.memory_limit_bytes if started else 0)
                                         or request.setting("memory_limit_bytes") or 0)
-        config.epochs = int(started.get("epochs") or request.setting("epochs")
+        config.epochs = int((started.epochs if started else 0) or request.setting("epochs")
                             or MEASURED_EPOCH)
-        config.pipeline = str(started.get("pipeline") or request.setting("pipeline") or "")
+        config.pipeline = str((started.pipeline if started else "")
+                              or request.setting("pipeline") or "")
+        config.weights = str((started.weights if started else "")
+                             or request.setting("weights") or "")
+        if started is not None:
+            for name in switches():
+                setattr(config, name, getattr(started, name))
+            self._dataset(config, started)
         # What ran, which the pipeline asked for may not be: a cached run whose images do
         # not fit the host streams them ("streaming"); --data-on-device keeps them on the GPU.
-        if self.result is not None and self.result.get("pipeline_mode"):
-            config.pipeline_mode = str(self.result.get("pipeline_mode"))
-        config.weights = str(started.get("weights") or request.setting("weights") or "")
-        for name in switches():
-            setattr(config, name, bool(started.get(name, False)))
-        for name in ("cuda_graphs", "jit_compile"):  # what ran, which may not be as asked
-            if self.result is not None and self.result.get(name) is not None:
-                setattr(config, name, bool(self.result.get(name)))
-        dataset = started.get("dataset") or {}
-        config.dataset_name = str(dataset.get("name") or "")
-        config.image_count = int(dataset.get("image_count") or 0)
+        if self.result is not None:
+            if self.result.pipeline_mode:
+                config.pipeline_mode = self.result.pipeline_mode
+            # What ran, which may not be as asked.
+            config.cuda_graphs = self.result.cuda_graphs
+            config.jit_compile = self.result.jit_compile
+
+    def _dataset(self, config: run_pb2.Config, started: Started) -> None:
+        dataset = started.dataset
+        config.dataset_name = dataset.name
+        config.image_count = dataset.image_count
         # The record's hashes are bare hex digests (like hostname_hash and uuid_hash).
-        fingerprint = str(dataset.get("fingerprint") or "")
-        config.dataset_fingerprint = fingerprint.removeprefix("sha256:")
-        config.validation_split = float(dataset.get("validation_split") or 0.0)
-        config.train_images = int(dataset.get("train_images") or 0)
-        config.validation_images = int(dataset.get("validation_images") or 0)
-        config.seed = int(dataset.get("seed") or 0)
-        skipped = dataset.get("skipped_files")
-        if skipped:
-            count = len(skipped) if isinstance(skipped, list) else int(skipped)
-            self.warn(f"{count} file(s) in the dataset folder are not images and were skipped")
+        config.dataset_fingerprint = dataset.fingerprint.removeprefix("sha256:")
+        config.validation_split = dataset.validation_split
+        config.train_images = dataset.train_images
+        config.validation_images = dataset.validation_images
+        config.seed = dataset.seed
+        if dataset.skipped_files:
+            self.warn(f"{dataset.skipped_files} file(s) in the dataset folder are not images "
+                      "and were skipped")
 
     def _memory(self, run: run_pb2.Run, window: WindowTelemetry | None) -> None:
         totals = {gpu.index: gpu.memory_total_bytes for gpu in run.gpus}
-        allocator: dict[int, dict[str, Any]] = {}
+        allocator: dict[int, GpuPeak] = {}
         if self.result is not None:
-            for entry in self.result.get("memory") or ():
-                allocator[int(entry.get("gpu_index", 0))] = entry
+            for entry in self.result.memory:
+                allocator[entry.gpu_index] = entry
+            run.result.memory_notes.extend(
+                _clip(note, record.MAX_TEXT_CHARS)
+                for note in self.result.memory_notes[:record.MAX_WARNINGS])
         for index in sorted(set(totals) | set(allocator)):
-            entry = allocator.get(index, {})
+            entry = allocator.get(index)
             memory = run_pb2.GpuMemory(
                 gpu_index=index,
-                allocator_peak_bytes=int(entry.get("allocator_peak_bytes") or 0),
-                allocator_reserved_peak_bytes=int(entry.get("reserved_peak_bytes") or 0),
-                memory_total_bytes=int(totals.get(index) or entry.get("memory_total_bytes") or 0),
+                allocator_peak_bytes=entry.allocator_peak_bytes if entry else 0,
+                allocator_reserved_peak_bytes=entry.reserved_peak_bytes if entry else 0,
+                memory_total_bytes=int(totals.get(index)
+                                       or (entry.memory_total_bytes if entry else 0)),
             )
             if window is not None:
                 memory.process_peak_bytes = window.process_peak_bytes.get(index, 0)
@@ -355,13 +374,14 @@ class RunBuilder:
             run.result.memory.append(memory)
 
 
-def _epoch(number: int, event: Event, window: WindowTelemetry) -> run_pb2.Epoch:
-    epoch = run_pb2.Epoch(number=number, samples=window.samples)
-    for name in ("wall_seconds", "train_seconds", "validation_seconds", "loss", "accuracy",
-                 "val_loss", "val_accuracy"):
-        value = event.get(name)
+def _epoch(number: int, event: EpochFinished, window: WindowTelemetry) -> run_pb2.Epoch:
+    epoch = run_pb2.Epoch(number=number, samples=window.samples, wall_seconds=event.wall_seconds,
+                          train_seconds=event.train_seconds,
+                          validation_seconds=event.validation_seconds)
+    for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        value = getattr(event, name)
         if value is not None:
-            setattr(epoch, name, float(value))
+            setattr(epoch, name, value)
     if window.energy_source:
         epoch.energy_joules = window.energy_joules
         epoch.energy_source = window.energy_source

@@ -419,7 +419,7 @@ def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image
     if as_json:
         import json
 
-        click.echo(json.dumps(found, indent=1))
+        click.echo(json.dumps([row.as_json() for row in found], indent=1))
     elif found:  # every search failed: its error was said, and there is no table
         from rich.console import Console
 

@@ -19,7 +19,19 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn,
 from rich.text import Text
 
 from gpubench import figures
-from gpubench.events import Event
+from gpubench.events import (
+    BatchChosen,
+    BatchTrial,
+    EpochFinished,
+    EpochStarted,
+    ErrorEvent,
+    Event,
+    LogEvent,
+    Phase,
+    Started,
+    Step,
+    WarningEvent,
+)
 
 GIB = 1 << 30
 # Seconds between "still ..." lines where stderr is not a terminal.
@@ -167,72 +179,69 @@ class RunDisplay:
     def event(self, event: Event) -> None:
         """Reflect one workload event."""
         model = self._model
-        if event.kind == "started":
-            batch = event.get("global_batch") or event.get("batch_per_gpu")
-            self.note(f"{model}: {event.get('backend', '')} {event.get('backend_version', '')}, "
-                      f"{event.get('image_size', '')} px, batch {batch}")
+        if isinstance(event, Started):
+            batch = event.global_batch or event.batch_per_gpu
+            self.note(f"{model}: {event.backend} {event.backend_version}, "
+                      f"{event.image_size} px, batch {batch}")
             self._update(description=f"{model}: loading the images")
-        elif event.kind == "phase":
+        elif isinstance(event, Phase):
             self._phase(event)
-        elif event.kind == "batch_trial":
+        elif isinstance(event, BatchTrial):
             self._trial(event)
-        elif event.kind == "batch_chosen":
+        elif isinstance(event, BatchChosen):
             self._chosen(event)
-        elif event.kind == "epoch_started":
-            epoch = event.get("epoch")
+        elif isinstance(event, EpochStarted):
+            epoch = event.epoch
             if self.clock is not None:
-                self.clock.epoch_started(int(event.get("steps") or 0))
+                self.clock.epoch_started(event.steps)
             self._update(
                 description=f"{model} epoch {epoch}/{self._epochs}"
                 + (" (set-up)" if epoch == 1 else ""),
-                total=event.get("steps") or None,
+                total=event.steps or None,
                 completed=0,
             )
-        elif event.kind == "step":
+        elif isinstance(event, Step):
             if self.clock is not None:
-                self.clock.step(int(event.get("step") or 0), time.monotonic())
-            self._update(completed=event.get("step", 0), total=event.get("steps") or None)
-            if event.get("steps"):
-                self._step = f", step {event.get('step', 0)}/{event.get('steps')}"
-        elif event.kind == "epoch_finished":
-            seconds = float(event.get("wall_seconds", 0))
+                self.clock.step(event.step, time.monotonic())
+            self._update(completed=event.step, total=event.steps or None)
+            if event.steps:
+                self._step = f", step {event.step}/{event.steps}"
+        elif isinstance(event, EpochFinished):
             if self.clock is not None:
-                self.clock.epoch(seconds)
-            self.note(f"{model} epoch {event.get('epoch')}: {seconds:.1f} s")
-        elif event.kind == "warning":
-            self.note(f"{model}: warning: {event.get('message')}", style="yellow")
-        elif event.kind == "log" and event.get("message"):
-            self.note(f"{model}: {event.get('message')}", style="dim")
-        elif event.kind == "error":
-            status = event.get("status", "error")
-            self.note(f"{model}: {status}: {event.get('message')}", style="red")
+                self.clock.epoch(event.wall_seconds)
+            self.note(f"{model} epoch {event.epoch}: {event.wall_seconds:.1f} s")
+        elif isinstance(event, WarningEvent):
+            self.note(f"{model}: warning: {event.message}", style="yellow")
+        elif isinstance(event, LogEvent) and event.message:
+            self.note(f"{model}: {event.message}", style="dim")
+        elif isinstance(event, ErrorEvent):
+            self.note(f"{model}: {event.status}: {event.message}", style="red")
 
-    def _phase(self, event: Event) -> None:
-        model, phase = self._model, event.get("phase")
-        message = event.get("message") or phase
+    def _phase(self, event: Phase) -> None:
+        model, phase = self._model, event.phase
+        message = event.message or phase
         self.note(f"{model}: {message}", style="dim")
         short = {"search": "searching the batch", "build": "building the model",
-                 "first_step": "first steps (set-up)"}.get(str(phase), str(phase))
+                 "first_step": "first steps (set-up)"}.get(phase, phase)
         self._update(description=f"{model}: {short}")
 
-    def _trial(self, event: Event) -> None:
+    def _trial(self, event: BatchTrial) -> None:
         model = self._model
-        batch = int(event.get("batch") or 0)
+        batch = event.batch
         if self.clock is not None:
-            self.clock.trial(batch, float(event.get("step_seconds") or 0.0))
-        verdict = "fits" if event.get("fits") else "does not fit"
-        used = int(event.get("reserved_peak_bytes") or event.get("peak_memory_bytes") or 0)
-        figure = f" ({used / GIB:.1f} GiB)" if used and event.get("fits") else ""
-        self.note(f"{model}: {event.get('kind') or 'trial'} batch {batch} {verdict}{figure}, "
-                  f"{float(event.get('seconds') or 0):.0f} s")
+            self.clock.trial(batch, event.step_seconds)
+        verdict = "fits" if event.fits else "does not fit"
+        used = event.reserved_peak_bytes or event.peak_memory_bytes
+        figure = f" ({used / GIB:.1f} GiB)" if used and event.fits else ""
+        self.note(f"{model}: {event.trial_kind or 'trial'} batch {batch} {verdict}{figure}, "
+                  f"{event.seconds:.0f} s")
         self._update(description=f"{model}: trial {batch}")
 
-    def _chosen(self, event: Event) -> None:
-        largest, batch = event.get("largest"), event.get("batch")
-        capped = "+ (every image)" if event.get("capped") else ""
-        seconds = float(event.get("search_seconds") or 0)
-        self.note(f"{self._model}: fits batch {largest}{capped}; timed at {batch} "
-                  f"(search {seconds:.0f} s)")
+    def _chosen(self, event: BatchChosen) -> None:
+        search = event.search
+        capped = "+ (every image)" if search.capped else ""
+        self.note(f"{self._model}: fits batch {search.largest}{capped}; timed at {event.batch} "
+                  f"(search {search.search_seconds:.0f} s)")
 
     def model_finished(self) -> None:
         """The model's run ended: remove its rows."""

@@ -469,6 +469,9 @@ def _result(c: _Checker, run: run_pb2.Run, gpu_memory: dict[int, int]) -> None:
     c.count("run.result.warnings", res.warnings, MAX_WARNINGS)
     for i, warning in enumerate(res.warnings[:MAX_WARNINGS]):
         c.text(f"run.result.warnings[{i}]", warning, LONG)
+    c.count("run.result.memory_notes", res.memory_notes, MAX_WARNINGS)
+    for i, note in enumerate(res.memory_notes[:MAX_WARNINGS]):
+        c.text(f"run.result.memory_notes[{i}]", note, LONG)
     c.count("run.result.batch_trials", res.batch_trials, MAX_TRIALS)
     for i, trial in enumerate(res.batch_trials[:MAX_TRIALS]):
         at = f"run.result.batch_trials[{i}]"

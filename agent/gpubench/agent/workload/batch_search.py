@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpubench.errors import GpubenchError
+from gpubench.events import BatchTrial, SearchSummary
 from gpubench.memory_line import HEADROOM, MemoryLine
 from gpubench.settings import (
     DEFAULT_MAX_TRIALS,
@@ -67,33 +68,24 @@ class Trial:
         """The figure held against the capacity: reserved where known, else the peak."""
         return self.reserved_peak_bytes or self.peak_memory_bytes
 
-    def as_event(self) -> dict[str, object]:
-        """The fields of a batch_trial event."""
-        return {
-            "batch": self.batch,
-            "fits": self.fits,
-            "kind": self.kind,
-            "peak_memory_bytes": self.peak_memory_bytes,
-            "reserved_peak_bytes": self.reserved_peak_bytes,
-            "capacity_bytes": self.capacity_bytes,
-            "seconds": round(self.seconds, 3),
-            "step_seconds": round(self.step_seconds, 6),
-            "message": self.message,
-        }
+    def as_event(self) -> BatchTrial:
+        """The batch_trial event that tells this trial."""
+        return BatchTrial(
+            batch=self.batch, fits=self.fits, trial_kind=self.kind,
+            peak_memory_bytes=self.peak_memory_bytes,
+            reserved_peak_bytes=self.reserved_peak_bytes, capacity_bytes=self.capacity_bytes,
+            seconds=round(self.seconds, 3), step_seconds=round(self.step_seconds, 6),
+            message=self.message,
+        )
 
     @classmethod
-    def from_event(cls, fields: dict[str, object]) -> Trial:
-        """A trial from a batch_trial event's fields."""
+    def from_event(cls, event: BatchTrial) -> Trial:
+        """A trial from the batch_trial event another process told it in."""
         return cls(
-            batch=int(fields.get("batch") or 0),  # type: ignore[arg-type]
-            fits=bool(fields.get("fits")),
-            peak_memory_bytes=int(fields.get("peak_memory_bytes") or 0),  # type: ignore[arg-type]
-            reserved_peak_bytes=int(fields.get("reserved_peak_bytes") or 0),  # type: ignore[arg-type]
-            capacity_bytes=int(fields.get("capacity_bytes") or 0),  # type: ignore[arg-type]
-            seconds=float(fields.get("seconds") or 0.0),  # type: ignore[arg-type]
-            step_seconds=float(fields.get("step_seconds") or 0.0),  # type: ignore[arg-type]
-            message=str(fields.get("message") or ""),
-            kind=str(fields.get("kind") or PROBE),
+            batch=event.batch, fits=event.fits, peak_memory_bytes=event.peak_memory_bytes,
+            reserved_peak_bytes=event.reserved_peak_bytes, capacity_bytes=event.capacity_bytes,
+            seconds=event.seconds, step_seconds=event.step_seconds, message=event.message,
+            kind=event.trial_kind,
         )
 
 
@@ -114,30 +106,30 @@ class SearchResult:
         """Every batch a trial confirmed, largest first."""
         return sorted({t.batch for t in self.trials if t.fits}, reverse=True)
 
-    def as_event(self) -> dict[str, object]:
-        """The search's fields of the batch_chosen event."""
+    def summary(self) -> SearchSummary:
+        """What the batch_chosen and search_done events say of the search."""
         line = self.line
-        return {
-            "largest": self.largest,
-            "capped": self.capped,
-            "search_seconds": round(self.seconds, 3),
-            "capacity_bytes": self.capacity_bytes,
-            "fixed_bytes": int(line.fixed_bytes) if line else 0,
-            "per_image_bytes": int(line.per_image_bytes) if line else 0,
-            "stopped_by": self.stopped_by,
-        }
+        return SearchSummary(
+            largest=self.largest,
+            capped=self.capped,
+            search_seconds=round(self.seconds, 3),
+            capacity_bytes=self.capacity_bytes,
+            fixed_bytes=int(line.fixed_bytes) if line else 0,
+            per_image_bytes=int(line.per_image_bytes) if line else 0,
+            stopped_by=self.stopped_by,
+        )
 
     @classmethod
-    def from_event(cls, fields: dict[str, object], trials: list[Trial]) -> SearchResult:
-        """The search another process made: its batch_chosen fields and its trials."""
+    def from_summary(cls, summary: SearchSummary, trials: list[Trial]) -> SearchResult:
+        """The search another process made: its summary and its trials."""
         return cls(
-            largest=int(fields.get("largest") or 0),  # type: ignore[call-overload]
-            capped=bool(fields.get("capped")),
+            largest=summary.largest,
+            capped=summary.capped,
             trials=tuple(trials),
             line=MemoryLine.fit(trials),
-            capacity_bytes=int(fields.get("capacity_bytes") or 0),  # type: ignore[call-overload]
-            seconds=float(fields.get("search_seconds") or 0.0),  # type: ignore[arg-type]
-            stopped_by=str(fields.get("stopped_by") or ""),
+            capacity_bytes=summary.capacity_bytes,
+            seconds=summary.search_seconds,
+            stopped_by=summary.stopped_by,
         )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from gpubench import events
 from gpubench.errors import DataError
 
 # image_dataset_from_directory's allow-list; every other file is skipped and counted.
@@ -58,19 +59,18 @@ class Dataset:
         """Absolute paths of the given images."""
         return [self.root / self.files[i] for i in indices]
 
-    def describe(self) -> dict[str, object]:
-        """The dataset fields of the `started` event."""
-        return {
-            "name": self.name,
-            "image_count": self.image_count,
-            "fingerprint": self.fingerprint,
-            "train_images": self.train_count,
-            "validation_images": self.validation_count,
-            "validation_split": self.validation_split,
-            "seed": self.seed,
-            "skipped_files": self.skipped_files,
-            "class_names": list(self.class_names),
-        }
+    def describe(self) -> events.Dataset:
+        """The data set as the `started` event tells it."""
+        return events.Dataset(
+            name=self.name,
+            image_count=self.image_count,
+            fingerprint=self.fingerprint,
+            train_images=self.train_count,
+            validation_images=self.validation_count,
+            validation_split=self.validation_split,
+            seed=self.seed,
+            skipped_files=self.skipped_files,
+        )
 
 
 def read_dataset(

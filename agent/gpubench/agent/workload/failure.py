@@ -7,24 +7,25 @@ import traceback
 from gpubench.agent.workload import backend, batch_search
 
 from gpubench.errors import ExitCode, GpubenchError
-from gpubench.events import MESSAGE_LIMIT, EventWriter
+from gpubench.events import MESSAGE_LIMIT, ErrorEvent, EventSink
 from gpubench.settings import EXIT_ERROR, EXIT_OUT_OF_MEMORY
 
 
-def report_failure(events: EventWriter, exc: BaseException) -> int:
+def report_failure(events: EventSink, exc: BaseException) -> int:
     """One `error` event for `exc`, and the exit code that goes with it."""
     if isinstance(exc, KeyboardInterrupt):
-        events.emit("error", status="interrupted", message="interrupted")
+        events.emit(ErrorEvent(status="interrupted", message="interrupted"))
         return ExitCode.INTERRUPTED
     if isinstance(exc, batch_search.NoBatchFits) or (
         not isinstance(exc, GpubenchError) and backend.is_out_of_memory(exc)
     ):
-        events.emit("error", status="out_of_memory",
-                    message=backend.error_line(exc)[:MESSAGE_LIMIT])
+        events.emit(ErrorEvent(status="out_of_memory",
+                               message=backend.error_line(exc)[:MESSAGE_LIMIT]))
         return EXIT_OUT_OF_MEMORY
     if isinstance(exc, GpubenchError):
-        events.emit("error", status="error", message=str(exc)[:MESSAGE_LIMIT])
+        events.emit(ErrorEvent(status="error", message=str(exc)[:MESSAGE_LIMIT]))
         return exc.exit_code
     traceback.print_exc()  # a bug: keep the whole story on stderr
-    events.emit("error", status="error", message=f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT])
+    events.emit(ErrorEvent(status="error",
+                           message=f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT]))
     return EXIT_ERROR

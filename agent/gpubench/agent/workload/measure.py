@@ -30,15 +30,6 @@ class StepStats:
     timed_steps: int
     warnings: list[str] = field(default_factory=list)
 
-    def as_event(self) -> dict[str, object]:
-        """The fields these figures have in the event stream."""
-        return {
-            "train_images_per_second": round(self.images_per_second, 3),
-            "step_time_median_seconds": round(self.step_time_median_seconds, 6),
-            "step_time_cv": round(self.step_time_cv, 4),
-            "timed_steps": self.timed_steps,
-        }
-
 
 def step_stats(
     epoch_start: float,

@@ -10,36 +10,8 @@ not from here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from gpubench.agent.workload import frameworks
-
-
-@dataclass(frozen=True)
-class GpuMemory:
-    """One GPU's allocator peak and the memory the framework says the card has."""
-
-    gpu_index: int
-    allocator_peak_bytes: int
-    memory_total_bytes: int
-    reserved_peak_bytes: int = 0  # what the allocator held at its peak (torch), 0 if unknown
-
-    def as_event(self) -> dict[str, int]:
-        """The fields of one entry of the `result` event's memory list."""
-        return {
-            "gpu_index": self.gpu_index,
-            "allocator_peak_bytes": self.allocator_peak_bytes,
-            "memory_total_bytes": self.memory_total_bytes,
-            "reserved_peak_bytes": self.reserved_peak_bytes,
-        }
-
-
-@dataclass(frozen=True)
-class MemoryReport:
-    """Peaks of every GPU of the run, and what to know about them."""
-
-    gpus: list[GpuMemory]
-    notes: list[str] = field(default_factory=list)
+from gpubench.agent.workload.frameworks.types import MemoryReport, TrialMemory
 
 
 def reset_peaks(backend: str, gpus: int) -> None:
@@ -57,22 +29,6 @@ def read_peaks(backend: str, gpus: int) -> MemoryReport:
 
 
 # --- the memory of one batch-size trial ---------------------------------------------
-
-MIB = 1 << 20
-# What a card's CUDA context and libraries take before the first allocation, where the
-# framework cannot measure it before its allocator is set up (TensorFlow): a card of
-# --memory-limit bytes leaves the allocator this much less.
-CONTEXT_ALLOWANCE_BYTES = 512 * MIB
-
-
-@dataclass(frozen=True)
-class TrialMemory:
-    """What one trial used and could have used, in the units the search compares."""
-
-    peak_bytes: int  # allocated peak (address space or resident peak on a CPU)
-    reserved_bytes: int  # what the allocator held at its peak (0: not known)
-    capacity_bytes: int  # what the trial could use in all (0: not known)
-
 
 def start_trial(backend: str, gpus: int) -> None:
     """Free what the allocator caches and start new peaks, before a trial's first step."""

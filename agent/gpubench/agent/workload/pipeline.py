@@ -24,12 +24,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
 
 import keras
 import numpy as np
 from gpubench.agent.workload import frameworks, hostmemory
 from gpubench.agent.workload.data import Dataset, decode_images, decoder_pool
+from gpubench.agent.workload.frameworks.types import Source
 
 
 @dataclass(frozen=True)
@@ -41,16 +41,6 @@ class Feed:
     mode: str  # "cached", "cached-on-device", "streaming" or "seed"
     decode_seconds: float  # time spent decoding up front (cached modes)
     warnings: tuple[str, ...]
-
-
-class Source(Protocol):
-    """Where a batch's images and one-hot labels come from."""
-
-    def order(self, indices: np.ndarray) -> object:
-        """An epoch's order of dataset indices, where `batch` wants its slices."""
-
-    def batch(self, indices: object) -> tuple[object, object]:
-        """Images and labels of the given slice of an epoch's order."""
 
 
 @dataclass(frozen=True)

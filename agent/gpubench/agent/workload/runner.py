@@ -29,10 +29,11 @@ from gpubench.agent.workload import (
     trials,
 )
 from gpubench.agent.workload.failure import report_failure
-from gpubench.agent.workload.memory import MemoryReport
+from gpubench.agent.workload.frameworks.types import MemoryReport
 from gpubench.agent.workload.network import prepare_network
 
-from gpubench.events import EventWriter
+from gpubench import events as ev
+from gpubench.events import EventSink
 from gpubench.settings import (
     EXIT_OK,
     MEASURED_EPOCH,
@@ -42,7 +43,6 @@ from gpubench.settings import (
     SYNTHETIC,
     VALIDATION_SPLIT,
     RunSettings,
-    switches,
 )
 
 GRAPH_MEMORY_NOTE = ("CUDA graphs: the allocator peak covers the whole run, not only the "
@@ -79,7 +79,7 @@ class BatchChoice:
         return "searched" if self.search is not None else "given"
 
 
-def run(settings: RunSettings, events: EventWriter) -> int:
+def run(settings: RunSettings, events: EventSink) -> int:
     """Run the benchmark; returns the process's exit code."""
     try:
         dataset = load_dataset(settings)
@@ -94,7 +94,7 @@ def run(settings: RunSettings, events: EventWriter) -> int:
             from gpubench.agent.workload import torch_ddp
 
             assert choice is not None  # several devices: never warm
-            return torch_ddp.launch(settings, dataset, choice.batch, choice.choice, events,
+            return torch_ddp.launch(train, settings, dataset, choice.batch, choice.choice, events,
                                     replicas=settings.replicas_on_cpu or None)
         if choice is None:  # warm trials, in a process beside this one's import
             choice = search_while_loading(settings, dataset, events)
@@ -135,7 +135,7 @@ def open_gpus(settings: RunSettings) -> list[str]:
 
 
 def search_while_loading(settings: RunSettings, dataset: data.Dataset,
-                         events: EventWriter) -> BatchChoice:
+                         events: EventSink) -> BatchChoice:
     """The batch search in a process beside this one (search_beside) while this one
     imports its framework and decodes the images; then the batch it chose."""
     with search_beside.SearchBeside(settings, events) as beside:
@@ -143,17 +143,17 @@ def search_while_loading(settings: RunSettings, dataset: data.Dataset,
         from gpubench.agent.workload import pipeline  # imports Keras: after the backend
 
         pipeline.decode_ahead(dataset, settings.size, settings.pipeline,
-                              log=lambda message: events.emit("log", message=message))
+                              log=lambda message: events.emit(ev.LogEvent(message=message)))
         ready = beside.seconds
         batch, found = beside.result()
     waited = max(0.0, beside.seconds - ready)
-    events.emit("log", message="the batch search ran in its own process beside the "
-                               "framework's import and the decoding; the run waited "
-                               f"{waited:.1f} s for it")
+    events.emit(ev.LogEvent(message="the batch search ran in its own process beside the "
+                                    "framework's import and the decoding; the run waited "
+                                    f"{waited:.1f} s for it"))
     return BatchChoice(batch, settings.batch_rule, found)
 
 
-def search_only(settings: RunSettings, limits: Sequence[int], events: EventWriter) -> int:
+def search_only(settings: RunSettings, limits: Sequence[int], events: EventSink) -> int:
     """The `search` command: the largest batch for the whole card or each of `limits`
     (bytes), one search_done event each; no training."""
     from dataclasses import replace
@@ -175,12 +175,13 @@ def search_only(settings: RunSettings, limits: Sequence[int], events: EventWrite
             else:
                 make = trials.ProcessTrials(plan)
             choice = choose_batch(plan, make, dataset.train_count, events)
-            events.emit("search_done", model=plan.model, batch=choice.batch,
-                        rule=choice.rule, memory_limit_bytes=plan.memory_limit_bytes or 0,
-                        **(choice.search.as_event() if choice.search else {}))
+            assert choice.search is not None  # choose_batch searched
+            events.emit(ev.SearchDone(model=plan.model, batch=choice.batch, rule=choice.rule,
+                                      memory_limit_bytes=plan.memory_limit_bytes or 0,
+                                      search=choice.search.summary()))
         if warm:
-            events.emit("log", message=f"the trials' network took {make.build_seconds:.1f} s "
-                                       "to build")
+            events.emit(ev.LogEvent(message=f"the trials' network took "
+                                            f"{make.build_seconds:.1f} s to build"))
         # The process ends here and its GPU memory goes with it: no teardown of the trial
         # network first (giving a card's worth of cached blocks back one by one took 4 s
         # of the 10.6 s a B0 run waited for its search on an H200:
@@ -210,11 +211,11 @@ def load_dataset(settings: RunSettings) -> data.Dataset:
 
 
 def search(settings: RunSettings, make_trial: batch_search.TryBatch, train_images: int,
-           events: EventWriter) -> batch_search.SearchResult:
+           events: EventSink) -> batch_search.SearchResult:
     """The largest per-GPU batch that fits, every trial reported as it ends."""
-    events.emit("phase", phase="search", model=settings.model,
-                message=f"searching the largest batch that fits ({settings.max_trials} trials "
-                        f"and {settings.search_budget:.0f} s at most)")
+    events.emit(ev.Phase(phase="search",
+                         message=f"searching the largest batch that fits ({settings.max_trials} "
+                                 f"trials and {settings.search_budget:.0f} s at most)"))
     return batch_search.search(
         make_trial,
         probes=batch_search.PROBES[settings.model],
@@ -223,48 +224,58 @@ def search(settings: RunSettings, make_trial: batch_search.TryBatch, train_image
                          if settings.batch_rule != RULE_LARGEST else 0),
         max_trials=settings.max_trials,
         budget_seconds=settings.search_budget,
-        on_trial=lambda trial: events.emit("batch_trial", **trial.as_event()),
+        on_trial=lambda trial: events.emit(trial.as_event()),
     )
 
 
 def choose_batch(settings: RunSettings, make_trial: batch_search.TryBatch,
-                 train_images: int, events: EventWriter) -> BatchChoice:
+                 train_images: int, events: EventSink) -> BatchChoice:
     """Search, then pick the run's batch by settings.batch_rule; one batch_chosen event."""
     found = search(settings, make_trial, train_images, events)
     if settings.batch_rule == RULE_LARGEST:
         batch = found.largest
     else:
         batch = batch_search.speed_batch(found.largest, train_images, settings.devices)
-    line = found.line
-    events.emit("batch_chosen", batch=batch, rule=settings.batch_rule,
-                fallbacks=batch_search.fallbacks(settings.batch_rule, batch, found),
-                predicted_peak_bytes=int(line.peak(batch)) if line else 0,
-                **found.as_event())
+    events.emit(ev.BatchChosen(
+        batch=batch, rule=settings.batch_rule,
+        fallbacks=tuple(batch_search.fallbacks(settings.batch_rule, batch, found)),
+        search=found.summary()))
     return BatchChoice(batch, settings.batch_rule, found)
 
 
-def started_fields(settings: RunSettings, dataset: data.Dataset, batch: int, choice: str,
-                   rule: str = "") -> dict:
-    """The `started` event's fields other than the versions."""
+def started_event(settings: RunSettings, dataset: data.Dataset, batch: int, choice: str,
+                  rule: str = "") -> ev.Started:
+    """The `started` event: the framework's versions and what the run runs."""
     from gpubench.agent.workload import model as net
 
-    return {
-        "model": settings.model,
-        "image_size": settings.size,
-        "batch_per_gpu": batch,
-        "global_batch": batch * settings.devices,
-        "batch_choice": choice,
-        "batch_rule": rule or settings.batch_rule,
-        "memory_limit_bytes": settings.memory_limit_bytes or 0,
-        "precision": settings.precision,
-        "gpu_count": settings.gpus,
-        "epochs": settings.epochs,
-        "pipeline": settings.pipeline,
-        "weights": net.weights_label(settings.weights),
-        **{name: getattr(settings, name) for name in switches()},
-        "dataset": dataset.describe(),
-        "pid": os.getpid(),
-    }
+    versions = backend.versions(settings.backend)
+    return ev.Started(
+        backend=versions["backend"],
+        backend_version=versions["backend_version"],
+        keras_version=versions["keras_version"],
+        python_version=versions["python_version"],
+        cuda_runtime_version=versions["cuda_runtime_version"],
+        cudnn_version=versions["cudnn_version"],
+        model=settings.model,
+        image_size=settings.size,
+        batch_per_gpu=batch,
+        global_batch=batch * settings.devices,
+        batch_choice=choice,
+        batch_rule=rule or settings.batch_rule,
+        memory_limit_bytes=settings.memory_limit_bytes or 0,
+        precision=settings.precision,
+        gpu_count=settings.gpus,
+        epochs=settings.epochs,
+        pipeline=settings.pipeline,
+        weights=net.weights_label(settings.weights),
+        jit_compile=bool(settings.jit_compile),
+        cuda_graphs=bool(settings.cuda_graphs),
+        data_on_device=bool(settings.data_on_device),
+        batched_augmentation=bool(settings.batched_augmentation),
+        fused_batchnorm=bool(settings.fused_batchnorm),
+        channels_first=bool(settings.channels_first),
+        dataset=dataset.describe(),
+    )
 
 
 def train(
@@ -272,7 +283,7 @@ def train(
     dataset: data.Dataset,
     batch: int,
     choice: str,
-    events: EventWriter | None,
+    events: EventSink | None,
     *,
     shard: tuple[int, int] = (0, 1),
     hooks: ReplicaHooks | None = None,
@@ -292,25 +303,30 @@ def train(
     if shard[1] == 1:
         backend.check_gpus(settings.backend, settings.gpus)
     keras.utils.set_random_seed(settings.seed + shard[0])
-    emit = events.emit if events is not None else (lambda kind, **fields: None)
-    emit("started", **backend.versions(settings.backend),
-         **started_fields(settings, dataset, batch, choice, rule))
+
+    def emit(event: ev.Event) -> None:
+        if events is not None:  # replicas other than the first stay silent
+            events.emit(event)
+
+    def log(message: str) -> None:
+        emit(ev.LogEvent(message=message))
+
+    emit(started_event(settings, dataset, batch, choice, rule))
 
     feed = pipeline.build_feed(
         dataset, size=settings.size, global_batch=batch * settings.devices,
         pipeline=settings.pipeline, seed=settings.seed, on_device=settings.data_on_device,
         channels_first=settings.channels_first,
-        shard=shard, log=lambda message: emit("log", message=message),
+        shard=shard, log=log,
     )
     for warning in feed.warnings:
-        emit("warning", message=warning)
+        emit(ev.WarningEvent(message=warning))
     if feed.decode_seconds:
-        emit("log", message=f"decoded {dataset.image_count} images in {feed.decode_seconds:.1f} s")
+        log(f"decoded {dataset.image_count} images in {feed.decode_seconds:.1f} s")
 
     if shard[1] == 1:  # the batch search's trials may have run in this process
         memory.reset_peaks(settings.backend, settings.gpus)
-    emit("phase", phase="build", model=settings.model,
-         message=f"building EfficientNet{settings.model}")
+    emit(ev.Phase(phase="build", message=f"building EfficientNet{settings.model}"))
     began = time.monotonic()
     with distribute.replicas(settings):
         network, graphs = prepare_network(settings, weights=settings.weights,
@@ -318,14 +334,14 @@ def train(
         if hooks is not None:
             hooks.prepare(network)
     counts = net.parameter_counts(network)
-    emit("log", message=f"built in {time.monotonic() - began:.1f} s")
-    emit("phase", phase="first_step", model=settings.model,
-         message="the first steps set up the framework's kernels"
-                 + (" and record each step shape as a CUDA graph" if graphs is not None else "")
-                 + " (once, in epoch 1)")
+    log(f"built in {time.monotonic() - began:.1f} s")
+    emit(ev.Phase(phase="first_step",
+                  message="the first steps set up the framework's kernels"
+                  + (" and record each step shape as a CUDA graph" if graphs is not None else "")
+                  + " (once, in epoch 1)"))
 
     local_gpus = settings.gpus if shard[1] == 1 else 0  # a torch replica reads its own GPU
-    peaks: list[memory.MemoryReport] = []
+    peaks: list[MemoryReport] = []
 
     def before_epoch(epoch: int) -> None:
         if epoch == MEASURED_EPOCH:
@@ -350,45 +366,35 @@ def train(
     if events is None:
         return EXIT_OK
     if graphs is not None:
-        emit("log", message=graphs.describe())
+        log(graphs.describe())
 
     report = peaks[0]
-    report = memory.MemoryReport(report.gpus, report.notes + list(memory_notes)
+    report = MemoryReport(report.gpus, report.notes + list(memory_notes)
                                  + ([GRAPH_MEMORY_NOTE] if graphs is not None else []))
-    first, measured = timer.epochs[0], timer.epochs[MEASURED_EPOCH - 1]
+    measured = timer.epochs[MEASURED_EPOCH - 1]
     warnings = list(feed.warnings) + list(measured.stats.warnings if measured.stats else [])
     warnings += replica_warnings
     expected = PROTOCOL_PARAMETERS[settings.model]
     if len(dataset.class_names) == 3 and tuple(counts.values()) != expected:
         warnings.append(f"parameter counts {counts} differ from the protocol's {expected}")
     for warning in warnings[len(feed.warnings):]:
-        emit("warning", message=warning)
-    emit(
-        "result",
+        emit(ev.WarningEvent(message=warning))
+    stats = measured.stats
+    emit(ev.Result(
         measured_epoch=MEASURED_EPOCH,
-        epoch2_seconds=round(measured.wall_seconds, 6),
-        startup_seconds=round(first.wall_seconds - measured.wall_seconds, 6),
-        **(measured.stats.as_event() if measured.stats else {}),
-        memory=[gpu.as_event() for gpu in report.gpus],
-        memory_notes=report.notes,
-        warnings=warnings,
-        epochs=[
-            {"epoch": e.epoch, "wall_seconds": round(e.wall_seconds, 6),
-             **(e.stats.as_event() if e.stats else {})}
-            for e in timer.epochs
-        ],
-        batch_per_gpu=batch,
-        global_batch=batch * settings.devices,
+        train_images_per_second=round(stats.images_per_second, 3) if stats else None,
+        step_time_median_seconds=round(stats.step_time_median_seconds, 6) if stats else None,
+        step_time_cv=round(stats.step_time_cv, 4) if stats else None,
+        memory=tuple(gpu.as_event() for gpu in report.gpus),
+        memory_notes=tuple(report.notes),
+        warnings=tuple(warnings),
         pipeline_mode=feed.mode,
         # What ran: asked-for graphs are not used where the Keras internals they patch
         # differ (agent/gpubench/agent/workload/keras_internals.py).
         cuda_graphs=graphs is not None,
         # Keras compiles the step only where every layer allows it (it warns otherwise).
         jit_compile=bool(network.jit_compile),
-        decode_seconds=round(feed.decode_seconds, 3),
-        weights=net.weights_label(settings.weights),
-        parameters=counts,
-    )
+    ))
     return EXIT_OK
 
 

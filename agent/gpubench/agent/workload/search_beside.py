@@ -26,12 +26,20 @@ from dataclasses import asdict
 
 from gpubench.agent.workload.batch_search import NoBatchFits, SearchResult, Trial, TrialFailed
 
-from gpubench.events import MESSAGE_LIMIT, Event, EventWriter, parse_line
+from gpubench.events import (
+    MESSAGE_LIMIT,
+    BatchChosen,
+    BatchTrial,
+    ErrorEvent,
+    EventSink,
+    SearchDone,
+    parse_line,
+)
 from gpubench.settings import WORKLOAD_MODULE, RunSettings, arguments
 
 # Not relayed: the run reports its own ending, and search_done is the `search`
 # command's answer to the agent's largest-batch, not part of a run.
-_NOT_RELAYED = frozenset({"error", "search_done"})
+_NOT_RELAYED = (ErrorEvent, SearchDone)
 
 
 def command(settings: RunSettings) -> list[str]:
@@ -46,14 +54,14 @@ class SearchBeside:
     Use as a context manager: the child starts on entry and is killed on exit if it
     is still running (the run failed or was interrupted meanwhile)."""
 
-    def __init__(self, settings: RunSettings, events: EventWriter) -> None:
+    def __init__(self, settings: RunSettings, events: EventSink) -> None:
         self.settings = settings
         self.events = events
         self._process: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
         self._found: list[Trial] = []
-        self._errors: list[Event] = []
-        self._chosen: dict[str, object] | None = None
+        self._errors: list[ErrorEvent] = []
+        self._chosen: BatchChosen | None = None
         self.started = 0.0
 
     def __enter__(self) -> SearchBeside:
@@ -80,14 +88,14 @@ class SearchBeside:
                 if line.strip():
                     sys.stderr.write(line)
                 continue
-            if event.kind == "batch_trial":
-                self._found.append(Trial.from_event(event.data))
-            elif event.kind == "batch_chosen":
-                self._chosen = dict(event.data)
-            elif event.kind == "error":
+            if isinstance(event, BatchTrial):
+                self._found.append(Trial.from_event(event))
+            elif isinstance(event, BatchChosen):
+                self._chosen = event
+            elif isinstance(event, ErrorEvent):
                 self._errors.append(event)
-            if event.kind not in _NOT_RELAYED:
-                self.events.emit(event.kind, **event.data)
+            if not isinstance(event, _NOT_RELAYED):
+                self.events.emit(event)  # with the child's t: the same clock
 
     def result(self) -> tuple[int, SearchResult]:
         """Wait for the child; the batch it chose and what its search found.
@@ -99,11 +107,11 @@ class SearchBeside:
         self._reader.join()
         if self._chosen is not None and code == 0:
             chosen = self._chosen
-            return int(chosen["batch"]), SearchResult.from_event(chosen, self._found)  # type: ignore[call-overload]
+            return chosen.batch, SearchResult.from_summary(chosen.search, self._found)
         last = self._errors[-1] if self._errors else None
-        message = (str(last.get("message") or "") if last is not None
+        message = (last.message if last is not None
                    else f"the search process ended with exit {code} and no answer")
-        if last is not None and last.get("status") == "out_of_memory":
+        if last is not None and last.status == "out_of_memory":
             raise NoBatchFits(message[:MESSAGE_LIMIT])
         raise TrialFailed(f"--batch auto: the batch search failed: {message}"[:MESSAGE_LIMIT])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpubench.events import EventWriter
+from gpubench.events import EventWriter, WarningEvent
 
 _claimed: list[EventWriter] = []  # the writer claim_stdout made in this process
 
@@ -33,6 +33,6 @@ def warn(message: str) -> None:
     run's record keeps) on the stream claim_stdout made, or one line on stderr where
     this process claimed none (a data-parallel replica, a script)."""
     if _claimed:
-        _claimed[-1].emit("warning", message=message)
+        _claimed[-1].emit(WarningEvent(message=message))
     else:
         print(f"warning: {message}", file=sys.stderr, flush=True)

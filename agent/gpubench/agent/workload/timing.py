@@ -29,7 +29,7 @@ import keras
 from gpubench.agent.workload import frameworks
 from gpubench.agent.workload.measure import StepStats, step_stats
 
-from gpubench.events import EventWriter
+from gpubench.events import EpochFinished, EpochStarted, Event, EventSink, Step
 
 PROGRESS_INTERVAL_SECONDS = 0.5  # step events at most about twice a second
 
@@ -64,7 +64,7 @@ class EpochTimer(keras.callbacks.Callback):
 
     def __init__(
         self,
-        events: EventWriter | None,
+        events: EventSink | None,
         images_in_step: Callable[[int], int],
         steps: int,
         *,
@@ -82,13 +82,13 @@ class EpochTimer(keras.callbacks.Callback):
         self._validation_end = 0.0
         self.epochs: list[EpochRecord] = []
 
-    def _emit(self, kind: str, **fields: object) -> None:
+    def _emit(self, event: Event) -> None:
         if self._events is not None:  # replicas other than the first stay silent
-            self._events.emit(kind, **fields)
+            self._events.emit(event)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._before_epoch(epoch + 1)
-        self._emit("epoch_started", epoch=epoch + 1, steps=self._steps)
+        self._emit(EpochStarted(epoch=epoch + 1, steps=self._steps))
         self.epochs.append(EpochRecord(epoch=epoch + 1, t_start=self._epoch_start()))
 
     def _epoch_start(self) -> float:
@@ -105,7 +105,7 @@ class EpochTimer(keras.callbacks.Callback):
         now = time.monotonic()
         if now - self._last_progress >= PROGRESS_INTERVAL_SECONDS or done == self._steps:
             self._last_progress = now
-            self._emit("step", epoch=self.epochs[-1].epoch, step=done, steps=self._steps)
+            self._emit(Step(epoch=self.epochs[-1].epoch, step=done, steps=self._steps))
 
     def on_test_begin(self, logs: dict | None = None) -> None:
         self._validation_start = time.monotonic()
@@ -124,8 +124,7 @@ class EpochTimer(keras.callbacks.Callback):
         record.metrics = {k: float(v) for k, v in (logs or {}).items() if _is_number(v)}
         record.stats = step_stats(record.t_start, record.step_ends, record.step_images,
                                   label=f"epoch {record.epoch}: ")
-        self._emit(
-            "epoch_finished",
+        self._emit(EpochFinished(
             epoch=record.epoch,
             wall_seconds=round(record.wall_seconds, 6),
             train_seconds=round(record.train_seconds, 6),
@@ -137,8 +136,7 @@ class EpochTimer(keras.callbacks.Callback):
             t_start=record.t_start,
             t_end=record.t_end,
             steps=len(record.step_ends),
-            **record.stats.as_event(),
-        )
+        ))
 
     def _collect_steps(self, record: EpochRecord) -> None:
         """Fill in the epoch's step ends if they are known only now."""

@@ -19,13 +19,13 @@ from __future__ import annotations
 import os
 import queue
 import socket
-import time
+from collections.abc import Callable
 from typing import Any
 
 from gpubench.agent.workload.data import Dataset
-from gpubench.agent.workload.memory import GpuMemory, MemoryReport
+from gpubench.agent.workload.frameworks.types import GpuMemory, MemoryReport
 
-from gpubench.events import EventWriter
+from gpubench.events import Event, EventSink
 from gpubench.settings import EXIT_OK, RunSettings
 
 
@@ -39,8 +39,12 @@ class _QueuedEvents:
     def __init__(self, channel: Any) -> None:
         self._channel = channel
 
-    def emit(self, kind: str, /, **fields: Any) -> None:
-        self._channel.put((kind, {**fields, "t": time.monotonic(), "wall": time.time()}))
+    def emit(self, event: Event) -> None:
+        self._channel.put(event)
+
+
+# runner.train, which each replica runs: handed over by the caller, which owns it.
+Train = Callable[..., int]
 
 
 class ReplicaHooks:
@@ -124,9 +128,10 @@ class ReplicaHooks:
         return MemoryReport([GpuMemory(i, int(t[0]), int(t[1])) for i, t in enumerate(everyone)])
 
 
-def launch(settings: RunSettings, dataset: Dataset, batch: int, choice: str,
-           events: EventWriter, *, replicas: int | None = None) -> int:
-    """Run one process per GPU (or `replicas` CPU processes over gloo, for tests)."""
+def launch(train: Train, settings: RunSettings, dataset: Dataset, batch: int, choice: str,
+           events: EventSink, *, replicas: int | None = None) -> int:
+    """Run `train` (runner.train) in one process per GPU (or in `replicas` CPU processes
+    over gloo, for tests)."""
     import torch.multiprocessing as mp
 
     world = replicas or settings.gpus
@@ -134,7 +139,8 @@ def launch(settings: RunSettings, dataset: Dataset, batch: int, choice: str,
     channel = context.Queue()
     port = _free_port()
     processes = mp.start_processes(
-        _replica, args=(world, settings, dataset, batch, choice, port, channel, bool(replicas)),
+        _replica,
+        args=(world, train, settings, dataset, batch, choice, port, channel, bool(replicas)),
         nprocs=world, join=False, start_method="spawn",
     )
     done = False
@@ -145,18 +151,18 @@ def launch(settings: RunSettings, dataset: Dataset, batch: int, choice: str,
     return EXIT_OK
 
 
-def _forward(channel: Any, events: EventWriter) -> None:
+def _forward(channel: Any, events: EventSink) -> None:
     while True:
         try:
-            kind, fields = channel.get_nowait()
+            event = channel.get_nowait()
         except queue.Empty:
             return
-        events.emit(kind, **fields)  # the replica's t and wall replace the parent's
+        events.emit(event)  # with the replica's t and wall
 
 
-def _replica(rank: int, world: int, settings: RunSettings, dataset: Dataset, batch: int,
-             choice: str, port: int, channel: Any, on_cpu: bool) -> None:
-    from gpubench.agent.workload import backend, runner
+def _replica(rank: int, world: int, train: Train, settings: RunSettings, dataset: Dataset,
+             batch: int, choice: str, port: int, channel: Any, on_cpu: bool) -> None:
+    from gpubench.agent.workload import backend
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -170,9 +176,8 @@ def _replica(rank: int, world: int, settings: RunSettings, dataset: Dataset, bat
         torch.cuda.set_device(rank)  # Keras's torch backend places tensors on "cuda": this one
     dist.init_process_group("gloo" if on_cpu else "nccl", rank=rank, world_size=world)
     try:
-        runner.train(settings, dataset, batch, choice,
-                     _QueuedEvents(channel) if rank == 0 else None,  # type: ignore[arg-type]
-                     shard=(rank, world), hooks=ReplicaHooks(rank, world))
+        train(settings, dataset, batch, choice, _QueuedEvents(channel) if rank == 0 else None,
+              shard=(rank, world), hooks=ReplicaHooks(rank, world))
     finally:
         dist.destroy_process_group()
 

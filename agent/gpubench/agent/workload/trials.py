@@ -29,7 +29,7 @@ from gpubench.agent.workload import backend, frameworks
 from gpubench.agent.workload.batch_search import Trial, TrialFailed
 
 from gpubench.errors import GpubenchError
-from gpubench.events import MESSAGE_LIMIT, EventWriter, parse_line
+from gpubench.events import MESSAGE_LIMIT, BatchTrial, ErrorEvent, EventSink, parse_line
 from gpubench.settings import (
     EXIT_OK,
     EXIT_OUT_OF_MEMORY,
@@ -163,13 +163,13 @@ class ProcessTrials:
             ) from exc
         seconds = time.monotonic() - started
         events = [e for e in map(parse_line, done.stdout.splitlines()) if e is not None]
-        verdicts = [e for e in events if e.kind == "batch_trial"]
+        verdicts = [e for e in events if isinstance(e, BatchTrial)]
         if verdicts:
-            return replace(Trial.from_event(verdicts[-1].data), seconds=seconds)
-        errors = [e for e in events if e.kind == "error"]
-        last_lines = (str(errors[-1].get("message")) if errors
+            return replace(Trial.from_event(verdicts[-1]), seconds=seconds)
+        errors = [e for e in events if isinstance(e, ErrorEvent)]
+        last_lines = (errors[-1].message if errors
                       else " | ".join(done.stderr.strip().splitlines()[-3:]))
-        if errors and errors[-1].get("status") == "out_of_memory":
+        if errors and errors[-1].status == "out_of_memory":
             return Trial(batch, False, seconds=seconds, kind=kind, message=last_lines[-300:])
         if done.returncode == -signal.SIGKILL:
             return Trial(batch, False, seconds=seconds, kind=kind,
@@ -182,7 +182,7 @@ class ProcessTrials:
         )
 
 
-def trial_main(settings: RunSettings, batch: int, kind: str, events: EventWriter) -> int:
+def trial_main(settings: RunSettings, batch: int, kind: str, events: EventSink) -> int:
     """The `trial` command: one trial in this process, told as one batch_trial event."""
     from gpubench.agent.workload import memory
     from gpubench.agent.workload.failure import report_failure
@@ -203,6 +203,6 @@ def trial_main(settings: RunSettings, batch: int, kind: str, events: EventWriter
     except Exception as exc:
         return report_failure(events, exc)
     # The address space's peak too: what --trial-address-space caps (tests calibrate it).
-    events.emit("batch_trial", **trial.as_event(),
-                address_space_peak_bytes=memory.address_space_peak_bytes())
+    events.emit(replace(trial.as_event(),
+                        address_space_peak_bytes=memory.address_space_peak_bytes()))
     return EXIT_OK if trial.fits else EXIT_OUT_OF_MEMORY

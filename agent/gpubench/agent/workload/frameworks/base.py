@@ -19,12 +19,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from gpubench.agent.workload.frameworks.types import GpuMemory, MemoryReport, Source, TrialMemory
+
 from gpubench.errors import GpubenchError
 
 if TYPE_CHECKING:
     import numpy as np
-    from gpubench.agent.workload.memory import MemoryReport, TrialMemory
-    from gpubench.agent.workload.pipeline import Source
 
 
 class Framework(ABC):
@@ -78,8 +78,6 @@ class Framework(ABC):
 
     def read_trial(self) -> TrialMemory:
         """A batch trial's peak and capacity on GPU 0 (no reserved figure by default)."""
-        from gpubench.agent.workload.memory import GpuMemory, TrialMemory
-
         report = self.read_peaks(1)
         gpu = report.gpus[0] if report.gpus else GpuMemory(0, 0, 0)
         return TrialMemory(gpu.allocator_peak_bytes, 0, gpu.memory_total_bytes)

@@ -17,7 +17,7 @@ from gpubench.agent.workload.frameworks.base import (
     cuda_version_text,
     cudnn_version_text,
 )
-from gpubench.agent.workload.memory import GpuMemory, MemoryReport
+from gpubench.agent.workload.frameworks.types import GpuMemory, MemoryReport
 
 
 class Jax(Framework):

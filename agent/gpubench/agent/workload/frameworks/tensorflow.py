@@ -13,12 +13,13 @@ import contextlib
 from collections.abc import Iterator
 
 from gpubench.agent.workload.frameworks.base import Framework
-from gpubench.agent.workload.memory import (
-    CONTEXT_ALLOWANCE_BYTES,
-    MIB,
-    GpuMemory,
-    MemoryReport,
-)
+from gpubench.agent.workload.frameworks.types import GpuMemory, MemoryReport
+
+MIB = 1 << 20
+# What a card's CUDA context and libraries take before the first allocation, where the
+# framework cannot measure it before its allocator is set up (TensorFlow): a card of
+# --memory-limit bytes leaves the allocator this much less.
+CONTEXT_ALLOWANCE_BYTES = 512 * MIB
 
 
 class TensorFlow(Framework):
