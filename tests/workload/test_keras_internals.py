@@ -100,7 +100,7 @@ if sys.argv[1] == "version":
 else:
     random.renamed_seed_generator = random.__dict__.pop("torch_seed_generator")
 original = core.convert_to_tensor
-torch = frameworks.torch
+torch = frameworks.get("torch")
 graphs = [torch.prepare_steps(model, gpus=1, cuda_graphs=True) for _ in range(2)]
 generators = [g for layer in model.layers for g in layer._seed_generators]
 events.emit(LogEvent(message=json.dumps({
