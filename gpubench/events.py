@@ -30,6 +30,11 @@ Only what a reader uses is sent; the kinds, in the order a run tells them:
 - `Result`: the measured epoch's figures and memory, once training has ended
 - `WarningEvent`, `LogEvent`: words for the record and for the console
 - `ErrorEvent`: the workload failed (and how), just before it exits
+
+Version 1 also sent what no reader used; version 2 leaves it out. The record
+takes epoch 2's time and the start-up from the epochs, the batch, weights and
+data set from `Started`; the decode time is a `LogEvent`, a network other than
+the protocol's a `WarningEvent`; the workload's pid is the runner's to know.
 """
 
 from __future__ import annotations
