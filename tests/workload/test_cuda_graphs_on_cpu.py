@@ -39,7 +39,7 @@ def test_keras_random_draws_from_the_default_generator() -> None:
 
 CAPTURE_ERROR = r"""
 import json
-from gpubench.agent.workload.backend import error_line
+from gpubench.agent.workload.error_text import error_line
 from gpubench.agent.workload.cuda_graphs import _first_error, _where
 
 def optimizer_step():

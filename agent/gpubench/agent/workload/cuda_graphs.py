@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import keras
-from gpubench.agent.workload.backend import error_line, is_out_of_memory
+from gpubench.agent.workload.error_text import error_line, is_out_of_memory
 
 from gpubench.errors import GpubenchError
 

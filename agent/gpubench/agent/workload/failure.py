@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import traceback
 
-from gpubench.agent.workload import backend, batch_search
+from gpubench.agent.workload import batch_search, error_text
 
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import MESSAGE_LIMIT, ErrorEvent, EventSink
@@ -17,10 +17,10 @@ def report_failure(events: EventSink, exc: BaseException) -> int:
         events.emit(ErrorEvent(status="interrupted", message="interrupted"))
         return ExitCode.INTERRUPTED
     if isinstance(exc, batch_search.NoBatchFits) or (
-        not isinstance(exc, GpubenchError) and backend.is_out_of_memory(exc)
+        not isinstance(exc, GpubenchError) and error_text.is_out_of_memory(exc)
     ):
         events.emit(ErrorEvent(status="out_of_memory",
-                               message=backend.error_line(exc)[:MESSAGE_LIMIT]))
+                               message=error_text.error_line(exc)[:MESSAGE_LIMIT]))
         return EXIT_OUT_OF_MEMORY
     if isinstance(exc, GpubenchError):
         events.emit(ErrorEvent(status="error", message=str(exc)[:MESSAGE_LIMIT]))

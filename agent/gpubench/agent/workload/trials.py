@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
-from gpubench.agent.workload import backend, frameworks
+from gpubench.agent.workload import backend, error_text, frameworks
 from gpubench.agent.workload.batch_search import Trial, TrialFailed
 
 from gpubench.errors import GpubenchError
@@ -95,9 +95,9 @@ class WarmTrials:
         try:
             step_seconds = self._steps(network, batch, settings.trial_steps)
         except Exception as exc:
-            if isinstance(exc, GpubenchError) or not backend.is_out_of_memory(exc):
+            if isinstance(exc, GpubenchError) or not error_text.is_out_of_memory(exc):
                 raise
-            message = backend.error_line(exc)[:MESSAGE_LIMIT] or "out of memory"
+            message = error_text.error_line(exc)[:MESSAGE_LIMIT] or "out of memory"
             step_seconds = 0.0
         # Outside the handler: the error's traceback no longer holds the step's tensors.
         found = memory.read_trial(settings.backend, settings.gpus,
@@ -174,7 +174,7 @@ class ProcessTrials:
         if done.returncode == -signal.SIGKILL:
             return Trial(batch, False, seconds=seconds, kind=kind,
                          message="killed (SIGKILL), most likely out of memory")
-        if backend.is_out_of_memory(RuntimeError(done.stderr[-4000:])):
+        if error_text.is_out_of_memory(RuntimeError(done.stderr[-4000:])):
             return Trial(batch, False, seconds=seconds, kind=kind, message=last_lines[-300:])
         raise TrialFailed(
             f"--batch auto: the trial at batch {batch} failed (exit {done.returncode}): "
