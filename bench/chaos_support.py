@@ -25,10 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test suite
 
 from factories import make_run  # noqa: E402
+
 from gpubench.collector.auth import TokenBook  # noqa: E402
 from gpubench.collector.queries import RunFilter  # noqa: E402
 from gpubench.collector.store import Store  # noqa: E402
-
 from gpubench.v1 import collector_pb2 as pb  # noqa: E402
 from gpubench.v1 import collector_pb2_grpc  # noqa: E402
 

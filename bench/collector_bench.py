@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test suite
 
 from factories import CARDS, make_run  # noqa: E402
+
+from gpubench import record  # noqa: E402
 from gpubench.collector import group_commit  # noqa: E402
 from gpubench.collector.auth import TokenBook  # noqa: E402
 from gpubench.collector.columns import RUN_COLUMNS  # noqa: E402
@@ -56,8 +58,6 @@ from gpubench.collector.server import (  # noqa: E402
     make_gate,
 )
 from gpubench.collector.store import Store  # noqa: E402
-
-from gpubench import record  # noqa: E402
 
 TARGET_SUBMISSIONS = 2000.0
 TARGET_COMPARE_P99_MS = 50.0

@@ -38,6 +38,7 @@ def measure(args: argparse.Namespace) -> None:
     """One measurement, in this process; prints it as one JSON line."""
     sys.path.insert(0, str(ROOT / "bench"))
     import collector_bench
+
     from gpubench.collector import owner
 
     if args.server_cpus:  # the front-ends inherit it

@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test
 from datetime import datetime  # noqa: E402
 
 from factories import make_run  # noqa: E402
+
 from gpubench.collector import ipc  # noqa: E402
 from gpubench.collector.rows import Ack, run_row  # noqa: E402
-
 from gpubench.v1 import collector_ipc_pb2 as ipc_pb2  # noqa: E402
 
 LIMIT = ipc.frame_limit(1 << 20)

@@ -59,9 +59,9 @@ def profile_one(settings: dict[str, str]) -> dict:
     import keras
     import numpy as np
     import torch
+
     from gpubench.agent.workload import augment, batchnorm, cuda_graphs, torch_async
     from gpubench.agent.workload import model as net
-
     from gpubench.settings import NATIVE_IMAGE_SIZE
 
     net.set_data_format(settings["format"] == "first")

@@ -18,9 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / part) for part in ("", "agent", "collector")]  # the three source roots
 
-from gpubench.collector import ceilings, plausibility  # noqa: E402
-
 from gpubench import record  # noqa: E402
+from gpubench.collector import ceilings, plausibility  # noqa: E402
 
 COLUMNS = ("rate", "steps", "power", "flops", "bandwidth", "verified")
 WHAT = {

@@ -62,7 +62,6 @@ def main() -> None:
 
     from gpubench.agent.workload import backend, memory, trials
     from gpubench.agent.workload.runner import load_framework
-
     from gpubench.settings import RunSettings
 
     began = time.monotonic()

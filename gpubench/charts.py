@@ -9,8 +9,8 @@ from typing import Any
 import pandas as pd
 
 from gpubench import figures, plot_data, tables
-from gpubench.versions import DISTRIBUTION
 from gpubench.errors import ExitCode, GpubenchError
+from gpubench.versions import DISTRIBUTION
 
 
 def speedup_chart(frame: pd.DataFrame, path: str | Path) -> Path:

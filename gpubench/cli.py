@@ -17,7 +17,6 @@ import click
 import pandas as pd
 
 from gpubench import answers, answers_cli, comparison_key, frames, prices, record, tables
-from gpubench.versions import VERSION
 from gpubench.cli_shared import (
     MODEL,
     connection_origins,
@@ -27,6 +26,7 @@ from gpubench.cli_shared import (
 )
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
+from gpubench.versions import VERSION
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 

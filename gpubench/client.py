@@ -24,7 +24,6 @@ import grpc
 import pandas as pd
 
 from gpubench import comparison_key, frames
-from gpubench.versions import VERSION
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,
@@ -34,6 +33,7 @@ from gpubench.errors import (
     RequestRefused,
 )
 from gpubench.v1 import collector_pb2, collector_pb2_grpc, run_pb2
+from gpubench.versions import VERSION
 
 DEFAULT_PORT = 50051  # the port `gpubench-collector serve` listens on unless told
 DEFAULT_ADDRESS = f"127.0.0.1:{DEFAULT_PORT}"

@@ -18,7 +18,6 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from gpubench.versions import BENCHMARK_VERSION, SCHEMA_VERSION
 from gpubench.errors import InvalidRecord
 
 # The protocol's tables are defined with the run settings (the workload reads them
@@ -36,6 +35,7 @@ from gpubench.settings import (  # noqa: F401
     RULE_STEPS,
 )
 from gpubench.v1 import run_pb2
+from gpubench.versions import BENCHMARK_VERSION, SCHEMA_VERSION
 
 Run = run_pb2.Run
 RunStatus = run_pb2.RunStatus

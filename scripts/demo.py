@@ -240,8 +240,8 @@ def standing(address: str, token: str) -> None:
     from demo_standing import standing_tables
     from rich.console import Console
 
-    from gpubench.client import Client
     from gpubench.cli_shared import output_width
+    from gpubench.client import Client
 
     step("where you stand: this run beside the reference runs (B0)")
     with Client(address, token) as client:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from gpubench import record
-from gpubench.versions import BENCHMARK_VERSION, SCHEMA_VERSION
 from gpubench.v1 import run_pb2
+from gpubench.versions import BENCHMARK_VERSION, SCHEMA_VERSION
 
 MIB = 1 << 20
 TRAIN_IMAGES = 1709

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from gpubench.collector import backup
 from gpubench.collector.auth import secret_hash
-
 from gpubench.v1 import run_pb2
 
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from gpubench.agent.assemble import RunBuilder
 from gpubench.agent.inventory import take_inventory
 from gpubench.agent.nvml import GpuSample
@@ -14,7 +15,6 @@ from gpubench.agent.nvml_replay import FakeNvml
 from gpubench.agent.runners.base import Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick
 from gpubench.collector.validation import problems
-
 from gpubench.events import (
     BatchChosen,
     BatchTrial,

@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
+
 from gpubench.agent import compat
 from gpubench.agent.inventory import take_inventory
 from gpubench.agent.nvml_replay import FakeNvml
-
 from gpubench.errors import ExitCode
 
 DATA = Path(__file__).resolve().parent.parent / "data"

@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+from test_agent_cli import agent, agent_env
+
+from gpubench import record
 from gpubench.agent import host
 from gpubench.agent.display import RunDisplay
 from gpubench.agent.inventory import take_inventory
 from gpubench.agent.nvml_replay import FakeNvml
 from gpubench.agent.runners.local import LocalRunner
-from test_agent_cli import agent, agent_env
-
-from gpubench import record
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GTX_1070 = DATA / "nvml-gtx1070-laptop.json"

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpubench.agent import devices, inventory
-from gpubench.agent.nvml_replay import FakeNvml
-from gpubench.agent.telemetry import Sampler, aggregate
 from test_agent_cli import agent, agent_env
 
 from gpubench import record
+from gpubench.agent import devices, inventory
+from gpubench.agent.nvml_replay import FakeNvml
+from gpubench.agent.telemetry import Sampler, aggregate
 
 UUIDS = [f"GPU-{k}{k}{k}{k}aaaa-0000-1111-2222-33334444555{k}" for k in range(4)]
 # The card the tests train on: NVML's device 2, an H200 among T4s.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 
-from gpubench.agent.display import RunDisplay
 from rich.console import Console
 
+from gpubench.agent.display import RunDisplay
 from gpubench.events import EpochFinished, EpochStarted, Event, LogEvent, Step, WarningEvent
 
 

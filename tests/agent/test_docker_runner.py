@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpubench.agent.assemble import decide_ending
 from gpubench.agent.runners.base import WorkloadRequest
 from gpubench.agent.runners.docker import DockerRunner, DockerUnavailable
-
 from gpubench.v1 import run_pb2
 
 pytestmark = pytest.mark.docker

@@ -5,15 +5,15 @@ from __future__ import annotations
 import io
 
 import pytest
+from rich.console import Console
+
+from gpubench import figures
 from gpubench.agent.display import RunDisplay
 from gpubench.agent.eta import (
     FIRST_OVERHEAD_SECONDS,
     RELATIVE_IMAGE_COST,
     SuiteClock,
 )
-from rich.console import Console
-
-from gpubench import figures
 
 IMAGES = 1709 + 427 / 3  # what an epoch costs, in training images
 

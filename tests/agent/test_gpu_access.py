@@ -10,9 +10,9 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from gpubench.agent.runners import gpu_access
 from gpubench.agent.runners.gpu_access import NoGpuAccess, choose
-
 from gpubench.errors import ExitCode
 
 NVIDIA_MAJOR = 195

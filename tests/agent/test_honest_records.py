@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpubench.agent.assemble import slower_second_epoch
-from gpubench.agent.telemetry import WindowTelemetry
 from test_agent_cli import agent, agent_env
 
+from gpubench.agent.assemble import slower_second_epoch
+from gpubench.agent.telemetry import WindowTelemetry
 from gpubench.client import Client
 from gpubench.v1 import run_pb2
 

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+
 from gpubench.agent import cli, host, runners
 from gpubench.agent.display import RunDisplay
 from gpubench.agent.runners import RUNNERS, Runner, RunnerOptions, Workload, WorkloadRequest
@@ -19,8 +21,6 @@ from gpubench.agent.runners.base import Outcome
 from gpubench.agent.runners.docker import DockerRunner
 from gpubench.agent.runners.gpu_access import NoGpuAccess
 from gpubench.agent.runners.local import LocalRunner
-from rich.console import Console
-
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import Event
 from gpubench.settings import BadSettings

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpubench.agent.assemble import decide_ending
 from gpubench.agent.runners.base import WorkloadRequest
 from gpubench.agent.runners.local import LocalRunner
-
 from gpubench.v1 import run_pb2
 
 REQUEST = WorkloadRequest(

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from gpubench.agent.workload import probe
 
 WORKLOAD = [sys.executable, "-m", "gpubench.agent.workload"]

@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
+
 from gpubench.agent.push import (
     FreshConnection,
     RetryPolicy,
@@ -14,7 +15,6 @@ from gpubench.agent.push import (
     submit_with_retries,
 )
 from gpubench.agent.spool import Spool
-
 from gpubench.client import Client
 from gpubench.errors import AccessDenied, CollectorUnavailable
 

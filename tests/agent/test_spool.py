@@ -10,9 +10,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from gpubench.agent.spool import Spool, default_spool_dir
 
 from gpubench import record
+from gpubench.agent.spool import Spool, default_spool_dir
 from gpubench.errors import InvalidRecord
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpubench.agent import nvml
 from gpubench.agent.nvml import GpuSample
 from gpubench.agent.nvml_replay import FakeNvml

@@ -40,7 +40,6 @@ def test_out_of_memory_is_caught_and_the_next_trial_fits(torch_keras) -> None:
     from gpubench.agent.workload import memory
     from gpubench.agent.workload.batch_search import MemoryLine
     from gpubench.agent.workload.trials import WarmTrials
-
     from gpubench.settings import RunSettings
 
     settings = RunSettings(model="B0", backend="torch", memory_limit_bytes=8 * GIB)

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from factories import import_reference_runs
-from gpubench.agent.summary import summary_table
 
 from gpubench import record
-from gpubench.client import Client
+from gpubench.agent.summary import summary_table
 from gpubench.cli import cli
+from gpubench.client import Client
 
 ADA = "NVIDIA RTX 6000 Ada Generation"
 WIDTH = 80

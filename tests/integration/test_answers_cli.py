@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpubench import record
-from gpubench.client import Client
 from gpubench.cli import cli
+from gpubench.client import Client
 from gpubench.errors import ExitCode
 
 RUNS = Path(__file__).resolve().parents[2] / "docs" / "results" / "runs"

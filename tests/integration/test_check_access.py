@@ -7,11 +7,10 @@ import grpc
 import pytest
 from factories import make_run
 
-from gpubench.client import Client
-from gpubench.versions import SCHEMA_VERSION, VERSION
-from gpubench.client import TokenAccess
+from gpubench.client import Client, TokenAccess
 from gpubench.errors import AccessDenied, ExitCode, is_retryable
 from gpubench.v1 import collector_pb2 as pb
+from gpubench.versions import SCHEMA_VERSION, VERSION
 
 
 @pytest.fixture(params=[1, 2], ids=["1-process", "2-frontends"])

@@ -13,8 +13,7 @@ from factories import CARDS, TRAIN_IMAGES
 from rich.console import Console
 
 from gpubench import frames, tables
-from gpubench.client import Client
-from gpubench.client import RequestLimited
+from gpubench.client import Client, RequestLimited
 from gpubench.errors import AccessDenied, ExitCode, NotFound, RequestRefused
 
 GIB = 1024**3

@@ -16,14 +16,14 @@ from pathlib import Path
 import grpc
 import pytest
 from factories import make_run
+from waiting import STOP_DEADLINE_S
+
+from gpubench.client import Client
 from gpubench.collector.auth import TokenBook
 from gpubench.collector.backup import key_path
 from gpubench.collector.intake import journal_folder
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
-from waiting import STOP_DEADLINE_S
-
-from gpubench.client import Client
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc
 

@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from factories import make_run
-from gpubench.collector.intake import Journal, JournalEntry, journal_folder
 
 from gpubench import record
+from gpubench.collector.intake import Journal, JournalEntry, journal_folder
 from gpubench.versions import VERSION
 
 COLLECTOR = str(Path(sys.executable).with_name("gpubench-collector"))

@@ -15,6 +15,8 @@ from concurrent import futures
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from gpubench.collector.door import HTTP2_PREFACE
 from gpubench.collector.transport import (
     PEER_CONNECTIONS,
@@ -22,8 +24,6 @@ from gpubench.collector.transport import (
     listen_behind,
     open_door,
 )
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import grpc
 import pytest
 from factories import make_run
-from gpubench.collector.intake import journal_folder
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_collector_frontends import channels_to_each_frontend
 
 from gpubench.client import Client
+from gpubench.collector.intake import journal_folder
 from gpubench.errors import is_retryable
 from gpubench.v1 import collector_pb2 as pb
 
@@ -213,7 +213,6 @@ def test_a_start_on_a_full_disk_exits_with_one_line_saying_what_to_do(
 
     from gpubench.collector import local_admin
     from gpubench.collector.store import Store
-
     from gpubench.v1 import collector_pb2_grpc
 
     db = small_disk / "c.duckdb"

@@ -225,7 +225,6 @@ def test_frontends_that_cannot_start_stop_the_collector_saying_so(
     collector_factory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gpubench.collector.owner import Frontends
-
     from gpubench.errors import GpubenchError
 
     collector = collector_factory(frontends=2, restart_backoff_s=(0.05, 0.1), give_up_after=3)

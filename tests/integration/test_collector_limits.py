@@ -10,9 +10,9 @@ import time
 import grpc
 import pytest
 from factories import make_run
+
 from gpubench.collector.statuses import MAX_DETAILS_CHARS
 from gpubench.collector.transport import MAX_CONCURRENT_STREAMS
-
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from factories import make_run
-from gpubench.collector.stats import REFUSAL_REASONS
 
 from gpubench.client import Client
+from gpubench.collector.stats import REFUSAL_REASONS
 from gpubench.errors import GpubenchError
 
 CLI = [sys.executable, "-m", "gpubench.collector.cli"]

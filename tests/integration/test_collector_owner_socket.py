@@ -21,11 +21,11 @@ from pathlib import Path
 import grpc
 import pytest
 from factories import make_run
+
 from gpubench.collector import ipc
 from gpubench.collector.frontend import OwnerClient
 from gpubench.collector.server import DEFAULT_MAX_MESSAGE_BYTES
 from gpubench.collector.transport import Refusal
-
 from gpubench.v1 import collector_ipc_pb2 as ipc_pb2
 from gpubench.v1 import collector_pb2 as pb
 

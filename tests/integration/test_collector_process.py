@@ -19,13 +19,13 @@ from pathlib import Path
 import grpc
 import pytest
 from factories import make_run
+from waiting import STOP_DEADLINE_S
+
+from gpubench import record
 from gpubench.collector import local_admin
 from gpubench.collector.frontend import OWNER_GONE
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
-from waiting import STOP_DEADLINE_S
-
-from gpubench import record
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc
 

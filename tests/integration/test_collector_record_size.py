@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 from factories import make_run
 
-from gpubench.client import Client
 from gpubench.cli import cli
+from gpubench.client import Client
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import run_pb2
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 from factories import make_run
+from tampering import TAMPERED, backdoor_admin, faster, resign, rewrite
+
 from gpubench.collector import backup
 from gpubench.collector.auth import TokenBook
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
-from tampering import TAMPERED, backdoor_admin, faster, resign, rewrite
 
 CLI = [sys.executable, "-m", "gpubench.collector.cli"]
 

@@ -235,9 +235,8 @@ def test_many_threads_submitting_at_once_each_get_their_own_acknowledgement(coll
 def test_a_bug_is_internal_with_its_traceback_in_the_log_and_not_retryable(
     collector, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from gpubench.collector import compare
-
     from gpubench.client import Client
+    from gpubench.collector import compare
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the comparison")

@@ -13,11 +13,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from factories import make_run
-from gpubench.collector.server import TlsFiles, create_server, is_loopback
-from gpubench.collector.store import Store
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from gpubench.collector.server import TlsFiles, create_server, is_loopback
+from gpubench.collector.store import Store
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc

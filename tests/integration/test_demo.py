@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from gpubench.agent.cli import main as agent
 
+from gpubench.agent.cli import main as agent
 from gpubench.cli import EXIT_CODES
 from gpubench.cli import cli as query
 from gpubench.client import DEFAULT_PORT

@@ -11,10 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gpubench.collector import metrics
-from gpubench.collector.web.metrics import SiteMetrics
 from prometheus_client import CollectorRegistry, generate_latest
 
+from gpubench.collector import metrics
+from gpubench.collector.web.metrics import SiteMetrics
 from gpubench.v1 import collector_pb2
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "monitoring"

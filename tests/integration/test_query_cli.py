@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from factories import CARDS, TRAIN_IMAGES
 
 from gpubench import frames
-from gpubench.client import Client
 from gpubench.cli import cli
+from gpubench.client import Client
 from gpubench.errors import ExitCode
 
 GIB = 1024**3

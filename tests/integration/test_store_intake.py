@@ -19,12 +19,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from factories import make_run
+
+from gpubench import record
 from gpubench.collector import backlog, columns
 from gpubench.collector.errors import RunConflict, StorageUnavailable
 from gpubench.collector.intake import Journal, JournalEntry, journal_folder
 from gpubench.collector.store import Store
-
-from gpubench import record
 from gpubench.errors import NotFound
 
 TESTS = Path(__file__).resolve().parents[1]

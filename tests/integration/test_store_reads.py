@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 from factories import make_run
+
 from gpubench.collector import columns
 from gpubench.collector.rows import run_row, utc_now
-
 from gpubench.v1 import collector_pb2 as pb
 
 # Far longer than any read takes here, far shorter than the writes are held.

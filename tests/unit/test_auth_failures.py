@@ -4,6 +4,7 @@ ever slow the failing calls down."""
 from __future__ import annotations
 
 import pytest
+
 from gpubench.collector.auth import HELD_PER_PEER, HELD_TOTAL, MAX_HOLD_S, AuthFailures, peer_key
 
 

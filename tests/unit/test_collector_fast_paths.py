@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from factories import make_run
+
+from gpubench import record
 from gpubench.collector import validation
 from gpubench.collector.columns import RUN_COLUMNS
 from gpubench.collector.rows import run_row
 from gpubench.collector.store import Store
-
-from gpubench import record
 from gpubench.v1 import run_pb2
 
 # Values that fail a ">= 0, finite" check, and the words of the problem each gets.

@@ -14,11 +14,11 @@ from pathlib import Path
 import grpc
 import pytest
 from factories import make_run
+
+from gpubench import comparison_key
 from gpubench.collector import ipc
 from gpubench.collector.rows import Ack, run_row
 from gpubench.collector.transport import Refusal
-
-from gpubench import comparison_key
 from gpubench.v1 import collector_ipc_pb2 as ipc_pb2
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+
+from gpubench import comparison_key
 from gpubench.collector import compare
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.errors import MixedRuns
-
-from gpubench import comparison_key
 from gpubench.errors import NotFound
 
 GIB = 1 << 30

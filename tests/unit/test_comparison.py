@@ -1,4 +1,5 @@
-"""What to compare: the filters of Client.compare and `gpubench compare`, written once (gpubench.client.CompareFilters)."""
+"""What to compare: the filters of Client.compare and `gpubench compare`, written once
+(gpubench.client.CompareFilters)."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import duckdb
 import pytest
 from factories import make_run
-from gpubench.collector import aggregates, columns, migrations, outliers, rows
 
 from gpubench import comparison_key, frames, stored_runs, tables
+from gpubench.collector import aggregates, columns, migrations, outliers, rows
 from gpubench.comparison_key import DIMENSIONS, NAMES, key_of
 from gpubench.v1 import collector_pb2, run_pb2
 

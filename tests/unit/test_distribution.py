@@ -85,9 +85,8 @@ def test_version_needs_no_distribution_metadata(command: str, monkeypatch) -> No
     """A copy installed under the new name (or run from a checkout) has no `gpubench`
     distribution to ask, and must not find the unrelated one's."""
     from gpubench.agent.cli import main as agent
-    from gpubench.collector.cli import cli as collector
-
     from gpubench.cli import cli as query
+    from gpubench.collector.cli import cli as collector
 
     def no_metadata(name: str) -> str:
         raise importlib.metadata.PackageNotFoundError(name)

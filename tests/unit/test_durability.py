@@ -6,6 +6,7 @@ import errno
 
 import duckdb
 import pytest
+
 from gpubench.collector.durability import Durability, storage_error
 from gpubench.collector.errors import StorageFull, StorageUnavailable
 

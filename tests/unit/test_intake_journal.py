@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from factories import make_run
+
 from gpubench.collector import intake
 from gpubench.collector.intake import Journal, JournalEntry, KnownRuns
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from factories import make_run
-from gpubench.collector import ceilings, plausibility
 
 from gpubench import record
+from gpubench.collector import ceilings, plausibility
 
 ROOT = Path(__file__).resolve().parents[2]
 

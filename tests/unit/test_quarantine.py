@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from factories import make_run
+
 from gpubench.collector.quarantine import first_line, insert_sorting_out, refused_by_database
 from gpubench.collector.rows import run_row, utc_now
 from gpubench.collector.store import Store

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpubench import record
-from gpubench.versions import SCHEMA_VERSION
 from gpubench.errors import InvalidRecord
+from gpubench.versions import SCHEMA_VERSION
 
 
 def test_new_run_has_identity_and_versions() -> None:

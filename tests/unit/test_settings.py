@@ -172,7 +172,6 @@ def test_the_agent_offers_each_of_its_settings_once(command: str) -> None:
 
 def test_the_workload_defaults_are_the_schema_s() -> None:
     from gpubench.agent.workload import cli
-
     from gpubench.settings_cli import as_fields
 
     context = cli.main.commands["run"].make_context("run", [])

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 from factories import make_run
+
+from gpubench import record
 from gpubench.collector import columns, migrations, outliers, queries
 from gpubench.collector.aggregates import CompareQuery
 from gpubench.collector.errors import RunConflict, SchemaTooNew
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.rows import run_row
 from gpubench.collector.store import Store
-
-from gpubench import record
 from gpubench.v1 import run_pb2
 
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from factories import make_run
 from google.protobuf.descriptor import FieldDescriptor
+
 from gpubench.collector import validation
 from gpubench.collector.validation import InvalidRun
-
-from gpubench.versions import SCHEMA_VERSION
 from gpubench.v1 import run_pb2
+from gpubench.versions import SCHEMA_VERSION
 
 GIB = 1 << 30
 

@@ -11,12 +11,13 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from live_site import LiveSite, _start, community_runs
+
 from gpubench.collector.web import views
 from gpubench.collector.web.app import SECURITY_HEADERS
 from gpubench.collector.web.connections import SiteLimits
 from gpubench.collector.web.reads import SiteConfig
 from gpubench.collector.web.server import start_in_thread
-from live_site import LiveSite, _start, community_runs
 
 
 def has_security_headers(headers: dict[str, str]) -> bool:

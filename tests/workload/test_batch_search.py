@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from gpubench.agent.workload import batch_search
 from gpubench.agent.workload.batch_search import (
     HEADROOM,
@@ -23,7 +24,6 @@ from gpubench.agent.workload.batch_search import (
     speed_batch,
 )
 from gpubench.agent.workload.trials import ProcessTrials
-
 from gpubench.settings import RULE_LARGEST, RULE_STEPS, RunSettings
 
 GIB = 1 << 30

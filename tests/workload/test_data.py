@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpubench.agent.workload import data, synthetic
 from PIL import Image
 from workload_helpers import write_png
 
+from gpubench.agent.workload import data, synthetic
 from gpubench.errors import DataError, ExitCode
 from gpubench.settings import VALIDATION_SPLIT
 

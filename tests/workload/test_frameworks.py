@@ -11,13 +11,13 @@ import subprocess
 import sys
 
 import pytest
+
 from gpubench.agent.workload import frameworks, memory
 from gpubench.agent.workload.frameworks.base import (
     Framework,
     cuda_version_text,
     cudnn_version_text,
 )
-
 from gpubench.errors import GpubenchError
 
 NAMES = ("tensorflow", "torch", "jax")
@@ -83,7 +83,6 @@ def test_version_numbers_as_text() -> None:
 
 def test_trials_stay_in_the_run_s_process_only_where_the_framework_recovers() -> None:
     from gpubench.agent.workload.trials import warm_applies
-
     from gpubench.settings import RunSettings
 
     # torch goes on after an out-of-memory error; TensorFlow's process cannot.
@@ -98,7 +97,6 @@ def test_only_processes_that_make_trials_only_take_the_trial_environment() -> No
     import os
 
     from gpubench.agent.workload.trials import use_trial_environment
-
     from gpubench.settings import RunSettings
 
     # torch: cuDNN's older API sets up a new batch shape in a fraction of the time.

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpubench.agent.workload import keras_internals
 
+from gpubench.agent.workload import keras_internals
 from gpubench.events import parse_line
 
 pytestmark = pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gpubench.agent.workload.measure import CV_WARNING, step_stats
 
 

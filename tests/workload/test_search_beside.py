@@ -13,9 +13,9 @@ import subprocess
 import sys
 
 import pytest
+
 from gpubench.agent.workload.batch_search import TrialFailed
 from gpubench.agent.workload.search_beside import SearchBeside, command
-
 from gpubench.events import EventWriter, parse_line
 from gpubench.settings import RunSettings
 

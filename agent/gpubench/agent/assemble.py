@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpubench import gpu_busy, record
 from gpubench.agent.inventory import Inventory
 from gpubench.agent.runners.base import Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick, WindowTelemetry, aggregate
-
-from gpubench import gpu_busy, record
 from gpubench.events import (
     BatchChosen,
     BatchTrial,

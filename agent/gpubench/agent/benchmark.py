@@ -32,7 +32,6 @@ from gpubench.agent.telemetry import (
     Tick,
     wait_for_idle,
 )
-
 from gpubench.errors import GpubenchError
 from gpubench.settings import DEFAULT_EPOCHS
 from gpubench.v1 import run_pb2

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from gpubench.agent.runners import DEFAULT_RUNNER, RUNNERS
 from gpubench.agent.runners import gpu_access as ways
 from gpubench.agent.runners.docker import DEFAULT_IMAGE
-
-from gpubench.versions import VERSION
 from gpubench.errors import ExitCode, GpubenchError, wrap_message
 from gpubench.settings import (
     NATIVE_IMAGE_SIZE,
@@ -31,6 +30,7 @@ from gpubench.settings import (
     parse_size,
 )
 from gpubench.settings_cli import Model, agent_options, given_settings, model_names
+from gpubench.versions import VERSION
 
 EXIT_OK, EXIT_FAILED = ExitCode.OK, ExitCode.FAILURE
 EXIT_UNAVAILABLE, EXIT_AUTH, EXIT_INTERRUPTED = (ExitCode.UNAVAILABLE, ExitCode.AUTH,
@@ -242,6 +242,7 @@ def run(ctx: click.Context, models: list[str], quick: bool,
     steps an epoch; docs/protocol.md says why.
     """
     from click.core import ParameterSource
+
     from gpubench.agent.benchmark import Benchmark, IdleRule
     from gpubench.agent.display import RunDisplay
     from gpubench.agent.host import check_settings, set_up
@@ -337,9 +338,8 @@ def _exit_code(outcome: Any) -> int:
 
 def _report(outcome: Any, display: Any, as_json: bool, collector: str | None,
             token: str | None, ca: Path | None) -> None:
-    from gpubench.agent.summary import summary_table
-
     from gpubench import record
+    from gpubench.agent.summary import summary_table
 
     if as_json:
         import json
@@ -363,7 +363,6 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
     """How each run compares with the collector's other runs like it (the same model and
     comparison key, itself left out), or that there is nothing to compare with yet."""
     from gpubench.agent.summary import others_like, standing
-
     from gpubench.client import Client
     from gpubench.errors import GpubenchError
 
@@ -434,10 +433,10 @@ def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image
 def push(collector: str | None, token: str | None, ca: Path | None,
          spool_dir: Path | None) -> int:
     """Send the runs waiting in the spool to the collector."""
-    from gpubench.agent.push import FreshConnection, RetryPolicy, push_pending
-    from gpubench.agent.spool import Spool
     from rich.console import Console
 
+    from gpubench.agent.push import FreshConnection, RetryPolicy, push_pending
+    from gpubench.agent.spool import Spool
     from gpubench.errors import AccessDenied
 
     if not collector:

@@ -12,13 +12,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from gpubench.agent.eta import SuiteClock
-from gpubench.agent.telemetry import Tick
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from gpubench import figures
+from gpubench.agent.eta import SuiteClock
+from gpubench.agent.telemetry import Tick
 from gpubench.events import (
     BatchChosen,
     BatchTrial,

@@ -21,7 +21,6 @@ from gpubench.agent.nvml import Nvml
 from gpubench.agent.runners import Runner, RunnerOptions, make_runner
 from gpubench.agent.runners.base import SearchRequest, WorkloadRequest
 from gpubench.agent.runners.gpu_access import NoGpuAccess
-
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.settings import BadSettings, RunSettings, default_backend, environment_backend
 

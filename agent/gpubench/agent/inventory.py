@@ -17,9 +17,8 @@ from typing import Any
 
 from gpubench.agent.hostid import HostKey, host_id, host_key
 from gpubench.agent.nvml import Nvml, NvmlUnavailable, open_nvml
-
-from gpubench.versions import VERSION
 from gpubench.v1 import run_pb2
+from gpubench.versions import VERSION
 
 UNSUPPORTED = "unsupported"
 

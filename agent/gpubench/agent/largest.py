@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench.agent.display import RunDisplay
-from gpubench.agent.runners.base import Runner, SearchRequest
 from rich.console import Console
 from rich.table import Table
 
+from gpubench.agent.display import RunDisplay
+from gpubench.agent.runners.base import Runner, SearchRequest
 from gpubench.events import BatchTrial, ErrorEvent, SearchDone
 
 GIB = 1 << 30

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpubench.versions import SCHEMA_VERSION
 from gpubench.errors import AccessDenied, CollectorUnavailable, GpubenchError
+from gpubench.versions import SCHEMA_VERSION
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpubench.agent.spool import Spool, SpoolEntry
-
 from gpubench.errors import (
     AccessDenied,
     GpubenchError,

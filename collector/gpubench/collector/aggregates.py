@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+
+from gpubench import comparison_key, record
 from gpubench.collector import ceilings, corroboration, outliers
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.visible import Snapshot, Snapshots
-
-from gpubench import comparison_key, record
 from gpubench.comparison_key import Value
 from gpubench.v1 import run_pb2
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import message_factory
+
 from gpubench.collector.door import address_key
 from gpubench.collector.errors import ShuttingDown
 from gpubench.collector.rows import utc_now
@@ -45,7 +46,6 @@ from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import Store
 from gpubench.collector.tokens import TokenRow
 from gpubench.collector.transport import Refusal, held_for, parse_request
-
 from gpubench.errors import InvalidRecord
 from gpubench.v1 import collector_pb2
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+
 from gpubench.collector import outliers
 from gpubench.collector.durability import Durability, storage_error
 from gpubench.collector.intake import Journal, KnownRuns

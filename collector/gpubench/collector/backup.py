@@ -42,9 +42,8 @@ from gpubench.collector.database import database_in_use
 from gpubench.collector.errors import DatabaseLocked
 from gpubench.collector.intake import journal_folder
 from gpubench.collector.store import Store
-
-from gpubench.versions import VERSION
 from gpubench.errors import ExitCode, GpubenchError
+from gpubench.versions import VERSION
 
 MANIFEST = "gpubench-backup.json"
 FORMAT = 2

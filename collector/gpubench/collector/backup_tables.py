@@ -16,10 +16,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 from google.protobuf.message import DecodeError
+
 from gpubench.collector import columns
 from gpubench.collector.database import sql_text
 from gpubench.collector.rows import run_row
-
 from gpubench.errors import GpubenchError
 from gpubench.v1 import run_pb2
 

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gpubench import record
-from gpubench.versions import DISTRIBUTION, VERSION
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
+from gpubench.versions import DISTRIBUTION, VERSION
 
 err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 out = Console(highlight=False, markup=False, soft_wrap=True)

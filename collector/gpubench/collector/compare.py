@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpubench.collector.errors import MixedRuns
-
 from gpubench import comparison_key
+from gpubench.collector.errors import MixedRuns
 from gpubench.comparison_key import DIMENSIONS, Value
 from gpubench.errors import NotFound
 from gpubench.record import gpu_config_name, normalize_gpu_name

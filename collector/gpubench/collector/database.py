@@ -20,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+
 from gpubench.collector import migrations, outliers
 from gpubench.collector.durability import storage_error
 from gpubench.collector.errors import (

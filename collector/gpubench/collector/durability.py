@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 
 import duckdb
+
 from gpubench.collector.errors import StorageFull, StorageUnavailable
 
 log = logging.getLogger(__name__)

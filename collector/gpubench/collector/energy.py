@@ -12,9 +12,8 @@ Pure Python, no database.
 
 from __future__ import annotations
 
-from gpubench.collector import ceilings
-
 from gpubench import record
+from gpubench.collector import ceilings
 from gpubench.v1 import run_pb2
 
 # The least mean power over a training epoch, as a share of the cards' power limit in the

@@ -33,6 +33,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+
 from gpubench.collector import backlog, columns, outliers
 from gpubench.collector.backlog import Backlog
 from gpubench.collector.database import Database, registered, transaction
@@ -47,7 +48,6 @@ from gpubench.collector.quarantine import (
     refused_by_database,
 )
 from gpubench.collector.rows import run_row
-
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import run_pb2
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+
 from gpubench.collector import ipc, validation
 from gpubench.collector.door import Door
 from gpubench.collector.rows import run_row
@@ -58,7 +59,6 @@ from gpubench.collector.transport import (
     server_options,
     set_serving_aio,
 )
-
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_ipc_pb2, collector_pb2
 

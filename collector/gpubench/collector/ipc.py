@@ -31,10 +31,10 @@ import socket
 from typing import Any
 
 import grpc
-from gpubench.collector.rows import Ack, ack_message
-from gpubench.collector.transport import Refusal, server_options
 
 from gpubench import comparison_key
+from gpubench.collector.rows import Ack, ack_message
+from gpubench.collector.transport import Refusal, server_options
 from gpubench.v1 import collector_ipc_pb2 as ipc_pb2
 
 HEADER_BYTES = 4

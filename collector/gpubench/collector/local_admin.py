@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from gpubench.collector.quarantine import QuarantinedRun
-from gpubench.collector.tokens import TokenRow
 
 from gpubench.client import Client, translate_error
+from gpubench.collector.quarantine import QuarantinedRun
+from gpubench.collector.tokens import TokenRow
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,

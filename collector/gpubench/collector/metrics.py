@@ -14,12 +14,12 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpubench.collector.stats import REFUSAL_REASONS
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from gpubench.collector.stats import REFUSAL_REASONS
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.v1 import collector_pb2
 

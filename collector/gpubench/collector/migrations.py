@@ -13,9 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench.collector import columns, outliers, rows
-
 from gpubench import comparison_key, record
+from gpubench.collector import columns, outliers, rows
 from gpubench.v1 import run_pb2
 
 

@@ -55,13 +55,13 @@ from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import message_factory
+
 from gpubench.collector import ipc, validation
 from gpubench.collector.auth import Access, Gate, access_of, bearer_secret
 from gpubench.collector.service import AdminService, CollectorService
 from gpubench.collector.statuses import answer_of, status_of
 from gpubench.collector.store import Store
 from gpubench.collector.transport import STOP_GRACE_S, Refusal, TlsFiles, bind_address
-
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_ipc_pb2, collector_pb2
 

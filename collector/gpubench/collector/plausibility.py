@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import math
 
-from gpubench.collector import ceilings, energy, gpu_names
-
 from gpubench import record
+from gpubench.collector import ceilings, energy, gpu_names
 from gpubench.v1 import run_pb2
 
 GIB = 1 << 30

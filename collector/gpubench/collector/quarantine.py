@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
+
 from gpubench.collector.columns import misfits
 from gpubench.collector.rows import utc_now
-
 from gpubench.errors import NotFound
 
 log = logging.getLogger(__name__)

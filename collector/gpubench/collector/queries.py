@@ -15,7 +15,6 @@ from gpubench.collector import gpu_names
 from gpubench.collector.quarantine import QuarantineTable
 from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.collector.visible import Snapshots
-
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2
 

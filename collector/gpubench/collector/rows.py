@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from gpubench.collector import plausibility
-
 from gpubench import comparison_key, gpu_busy, record
+from gpubench.collector import plausibility
 from gpubench.v1 import collector_pb2, run_pb2
 
 # How the flag reasons of a run are joined in the runs table's one text column.

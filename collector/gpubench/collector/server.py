@@ -16,6 +16,8 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
+
+from gpubench.client import DEFAULT_PORT
 from gpubench.collector import local_admin
 from gpubench.collector.auth import (
     DEFAULT_AUTH_FAILURES_PER_MINUTE,
@@ -52,8 +54,6 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
     server_options,
     set_serving,
 )
-
-from gpubench.client import DEFAULT_PORT
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2_grpc
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+
+from gpubench import comparison_key, record
 from gpubench.collector import backup, compare, validation, wire
 from gpubench.collector.aggregates import CompareQuery, LeaderboardQuery
 from gpubench.collector.auth import LOCAL_ADMIN, Caller, TokenBook, current_caller
@@ -24,11 +26,9 @@ from gpubench.collector.stats import stats_message
 from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import Store
 from gpubench.collector.tokens import TokenRow
-
-from gpubench import comparison_key, record
-from gpubench.versions import SCHEMA_VERSION, VERSION
 from gpubench.errors import AccessDenied, InvalidRecord
 from gpubench.v1 import collector_pb2, collector_pb2_grpc
+from gpubench.versions import SCHEMA_VERSION, VERSION
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000

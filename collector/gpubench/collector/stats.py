@@ -14,9 +14,9 @@ from collections import Counter
 from typing import Any
 
 import grpc
+
 from gpubench.collector.errors import RunConflict, ShuttingDown, StorageFull, StorageUnavailable
 from gpubench.collector.transport import Refusal
-
 from gpubench.errors import AccessDenied, InvalidRecord
 from gpubench.v1 import collector_pb2
 

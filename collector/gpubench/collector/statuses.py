@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 import grpc
+
 from gpubench.collector.errors import (
     MixedRuns,
     RunConflict,
@@ -23,7 +24,6 @@ from gpubench.collector.errors import (
     TokenExists,
 )
 from gpubench.collector.transport import Refusal
-
 from gpubench.errors import AccessDenied, GpubenchError, InvalidRecord, NotFound
 
 log = logging.getLogger(__name__)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
 from gpubench.collector import backup_tables, visible
 from gpubench.collector.aggregates import (
     Aggregates,
@@ -46,7 +47,6 @@ from gpubench.collector.quarantine import QuarantinedRun, QuarantineTable
 from gpubench.collector.queries import RunFilter, RunReads
 from gpubench.collector.rows import Ack, run_row
 from gpubench.collector.tokens import TokenRow, Tokens
-
 from gpubench.v1 import collector_pb2, run_pb2
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,6 @@ from datetime import datetime
 from gpubench.collector.database import Database, transaction
 from gpubench.collector.errors import TokenExists
 from gpubench.collector.rows import utc_now
-
 from gpubench.errors import NotFound
 
 _COLUMNS = "name, admin, created_at, revoked, last_used_at, secret_sha256"

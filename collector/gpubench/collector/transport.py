@@ -19,10 +19,10 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
-from gpubench.collector import reflection
-from gpubench.collector.door import Door, DoorLimits, listening_sockets
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from gpubench.collector import reflection
+from gpubench.collector.door import Door, DoorLimits, listening_sockets
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2
 

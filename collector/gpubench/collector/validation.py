@@ -38,13 +38,13 @@ from datetime import datetime, timedelta, timezone
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
-from gpubench.collector import plausibility, wire
 
 from gpubench import record
-from gpubench.versions import SCHEMA_VERSION
+from gpubench.collector import plausibility, wire
 from gpubench.errors import InvalidRecord
 from gpubench.settings import BATCH_RULES
 from gpubench.v1 import run_pb2
+from gpubench.versions import SCHEMA_VERSION
 
 # How many problems the error message lists before "(and N more)".
 SHOWN_PROBLEMS = 5

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
+
 from gpubench.collector import columns, outliers
 from gpubench.collector.backlog import Backlog, Unstored
 from gpubench.collector.database import Database, registered

@@ -30,11 +30,10 @@ from gpubench.agent.runners.base import (
     WorkloadRequest,
     events_from_lines,
 )
-
-from gpubench.versions import DISTRIBUTION
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import Event
 from gpubench.settings import WORKLOAD_MODULE
+from gpubench.versions import DISTRIBUTION
 
 DEFAULT_IMAGE = "gpubench-workload:latest"
 WORKLOAD_COMMAND = ("python3", "-m", WORKLOAD_MODULE)

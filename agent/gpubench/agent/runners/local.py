@@ -28,7 +28,6 @@ from gpubench.agent.runners.base import (
     WorkloadRequest,
     events_from_lines,
 )
-
 from gpubench.errors import GpubenchError
 from gpubench.events import Event
 from gpubench.settings import WORKLOAD_MODULE

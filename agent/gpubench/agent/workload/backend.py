@@ -18,7 +18,6 @@ from typing import Any
 
 from gpubench.agent.workload import frameworks
 from gpubench.agent.workload.frameworks.base import Framework
-
 from gpubench.errors import GpubenchError
 
 

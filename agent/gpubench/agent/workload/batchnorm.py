@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+
 from gpubench.agent.workload.augment import all_layers
 
 

@@ -110,7 +110,6 @@ def search(limits: tuple[int, ...], **given: Any) -> None:
 def models(as_json: bool, backend: str, image_size: int | None) -> None:
     """Build B0, B3 and B7 and print their parameter counts next to the protocol's."""
     from gpubench.agent.workload import backend as frameworks
-
     from gpubench.settings import PROTOCOL_PARAMETERS
 
     frameworks.select(backend, 0)

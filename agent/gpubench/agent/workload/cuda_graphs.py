@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import keras
-from gpubench.agent.workload.error_text import error_line, is_out_of_memory
 
+from gpubench.agent.workload.error_text import error_line, is_out_of_memory
 from gpubench.errors import GpubenchError
 
 EAGER_TRAINING_STEPS = 1  # Keras's own first step: builds the optimizer's variables

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 
 from gpubench.agent.workload import frameworks
-
 from gpubench.settings import RunSettings
 
 

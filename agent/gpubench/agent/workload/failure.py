@@ -5,7 +5,6 @@ from __future__ import annotations
 import traceback
 
 from gpubench.agent.workload import batch_search, error_text
-
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import MESSAGE_LIMIT, ErrorEvent, EventSink
 from gpubench.settings import EXIT_ERROR, EXIT_OUT_OF_MEMORY

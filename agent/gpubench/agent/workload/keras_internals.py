@@ -145,6 +145,7 @@ def usable(patch: Patch, model: Any) -> bool:
     if patch.name not in _warned:
         _warned.add(patch.name)
         import keras
+
         from gpubench.agent.workload import stream
 
         stream.warn(f"{patch.what} not applied, Keras's own code runs instead: "

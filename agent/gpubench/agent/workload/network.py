@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from gpubench.agent.workload import frameworks
-
 from gpubench.settings import RunSettings
 
 

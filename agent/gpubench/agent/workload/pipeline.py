@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import keras
 import numpy as np
+
 from gpubench.agent.workload import frameworks, hostmemory
 from gpubench.agent.workload.data import Dataset, decode_images, decoder_pool
 from gpubench.agent.workload.frameworks.types import Source

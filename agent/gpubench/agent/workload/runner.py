@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpubench import events as ev
 from gpubench.agent.workload import (
     backend,
     batch_search,
@@ -31,8 +32,6 @@ from gpubench.agent.workload import (
 from gpubench.agent.workload.failure import report_failure
 from gpubench.agent.workload.frameworks.types import MemoryReport
 from gpubench.agent.workload.network import prepare_network
-
-from gpubench import events as ev
 from gpubench.events import EventSink
 from gpubench.settings import (
     EXIT_OK,

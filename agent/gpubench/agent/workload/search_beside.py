@@ -25,7 +25,6 @@ import time
 from dataclasses import asdict
 
 from gpubench.agent.workload.batch_search import NoBatchFits, SearchResult, Trial, TrialFailed
-
 from gpubench.events import (
     MESSAGE_LIMIT,
     BatchChosen,

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import keras
+
 from gpubench.agent.workload import frameworks
 from gpubench.agent.workload.measure import StepStats, step_stats
-
 from gpubench.events import EpochFinished, EpochStarted, Event, EventSink, Step
 
 PROGRESS_INTERVAL_SECONDS = 0.5  # step events at most about twice a second

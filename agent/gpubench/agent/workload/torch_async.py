@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import keras
+
 from gpubench.agent.workload.augment import all_layers
 
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from gpubench.agent.workload.data import Dataset
 from gpubench.agent.workload.frameworks.types import GpuMemory, MemoryReport
-
 from gpubench.events import Event, EventSink
 from gpubench.settings import EXIT_OK, RunSettings
 

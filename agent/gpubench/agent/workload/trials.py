@@ -27,7 +27,6 @@ from typing import Any
 
 from gpubench.agent.workload import backend, error_text, frameworks
 from gpubench.agent.workload.batch_search import Trial, TrialFailed
-
 from gpubench.errors import GpubenchError
 from gpubench.events import MESSAGE_LIMIT, BatchTrial, ErrorEvent, EventSink, parse_line
 from gpubench.settings import (
@@ -76,6 +75,7 @@ class WarmTrials:
     def _prepare(self) -> Any:
         if self._network is None:
             import keras
+
             from gpubench.agent.workload.network import prepare_network
 
             began = time.monotonic()
@@ -128,6 +128,7 @@ class WarmTrials:
         """Random uint8 images and one-hot labels of `images` (kept: trials repeat sizes)."""
         if images not in self._data:
             import numpy as np
+
             from gpubench.agent.workload import model as net
 
             rng = np.random.default_rng(self.settings.seed + images)

@@ -22,7 +22,6 @@ from typing import Any
 
 import grpc
 import jinja2
-from gpubench.collector.web import lists, metrics, reads, text, views
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
@@ -40,7 +39,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpubench import figures, frames, record
-from gpubench.versions import VERSION
+from gpubench.collector.web import lists, metrics, reads, text, views
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,
@@ -49,6 +48,7 @@ from gpubench.errors import (
     NotFound,
     RequestRefused,
 )
+from gpubench.versions import VERSION
 
 log = logging.getLogger(__name__)
 

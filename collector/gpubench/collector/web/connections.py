@@ -28,8 +28,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench.collector.door import address_key
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+
+from gpubench.collector.door import address_key
 
 log = logging.getLogger(__name__)
 

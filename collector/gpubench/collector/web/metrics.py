@@ -13,9 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from gpubench.collector import metrics as collector_metrics
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import Metric
+
+from gpubench.collector import metrics as collector_metrics
 
 # The collector's state, from its Stats call, named as the collector's own /metrics does.
 collector_families = collector_metrics.families

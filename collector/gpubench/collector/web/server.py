@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass
 
 import uvicorn
+
 from gpubench.collector.web import reads
 from gpubench.collector.web.app import create_app
 from gpubench.collector.web.connections import BACKLOG, KEEP_ALIVE_S, SiteLimits, site_protocol
-
 from gpubench.errors import ExitCode, GpubenchError
 
 START_TIMEOUT_S = 10.0

@@ -15,12 +15,12 @@ from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
-from gpubench.collector.validation import MAX_GPUS
-from gpubench.collector.web import charts, lists, reads
-from gpubench.collector.web.lists import Column
 
 from gpubench import answers, comparison_key, figures, frames, prices, record, sizes, tables
 from gpubench.client import Client
+from gpubench.collector.validation import MAX_GPUS
+from gpubench.collector.web import charts, lists, reads
+from gpubench.collector.web.lists import Column
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.settings import BATCH_RULES
 from gpubench.v1 import collector_pb2

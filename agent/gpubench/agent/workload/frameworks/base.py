@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpubench.agent.workload.frameworks.types import GpuMemory, MemoryReport, Source, TrialMemory
-
 from gpubench.errors import GpubenchError
 
 if TYPE_CHECKING:

@@ -82,6 +82,7 @@ class Jax(Framework):
         On JAX both compute with jax.numpy, jax.scipy.ndimage.map_coordinates and Keras's
         seeded random numbers, which compile: they are marked so."""
         import keras
+
         from gpubench.agent.workload.augment import all_layers
 
         compilable = (keras.layers.RandomRotation, keras.layers.RandomZoom)

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from gpubench.agent.workload.frameworks.base import Framework, cudnn_version_text
 from gpubench.agent.workload.frameworks.types import GpuMemory, MemoryReport, TrialMemory
-
 from gpubench.errors import GpubenchError
 
 
