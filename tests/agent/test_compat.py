@@ -227,12 +227,13 @@ def test_jax_plugins_by_their_documented_lowest_capability() -> None:
         "driver 535.183.01 runs CUDA 12.2 at most; jax 0.11.2 (CUDA 13) needs CUDA 13"]
 
 
-def test_jax_on_a_gpu_is_said_to_be_untimed_there() -> None:
+def test_jax_on_a_gpu_says_its_first_epoch_compiles() -> None:
     cuda13 = compat.Build("jax", "0.11.2", "13", plugin="jax-cuda13-plugin 0.11.2")
     choice = compat.choose([card("h200")], [cuda13], asked="jax")
     assert choice.backend == "jax"
-    assert choice.line.endswith(f"Note: {compat.UNPROVEN_ON_GPU['jax']}")
-    assert "has not been timed on a GPU" in choice.line and "h200-jax.md" in choice.line
+    assert choice.line.endswith(f"Note: {compat.GPU_NOTES['jax']}")
+    assert "compiles the training step in epoch 1" in choice.line
+    assert "h200-jax.md" in choice.line and "not been timed" not in choice.line
 
 
 def test_every_gpu_of_the_run_is_checked() -> None:

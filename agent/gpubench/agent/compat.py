@@ -103,15 +103,15 @@ TORCH_WHEELS = (
 )
 TENSORFLOW_IMAGE = Build("tensorflow", "2.21.0", "12.5.1",
                          ("sm_60", "sm_70", "sm_80", "sm_89", "compute_90"))
-# Backends whose GPU path this project has not itself run (its GPU figures are torch's):
-# said with the choice, so that nobody takes the build check for a measurement.
-UNPROVEN_ON_GPU = {
+# What to know of a backend's GPU path, said with the choice: TensorFlow's has not been
+# run by this project itself (so that nobody takes the build check for a measurement);
+# JAX's spends minutes of epoch 1 compiling (measured: docs/results/h200-jax.md).
+GPU_NOTES = {
     "tensorflow": "TensorFlow on a GPU has not been run by gpubench itself (its GPU "
                   "figures are torch's: docs/results/h200-containers.md); its runs are "
                   "compared only with TensorFlow's",
-    "jax": "Keras on JAX compiled, as gpubench runs it, has not been timed on a GPU by "
-           "gpubench itself (uncompiled, an H200 was busy 3.6% of epoch 2: "
-           "docs/results/h200-jax.md); a run whose GPU mostly waited is flagged",
+    "jax": "Keras on JAX compiles the training step in epoch 1 (about 2 minutes for B0 "
+           "on an H200: docs/results/h200-jax.md); epoch 2, the figure, runs compiled",
 }
 
 
@@ -330,8 +330,8 @@ def choose(gpus: Sequence[Gpu], builds: Sequence[Build], *, asked: str | None = 
 
 
 def _said(backend: str, line: str) -> str:
-    """The choice's line, with what is unproven about the backend on a GPU."""
-    return f"{line}. Note: {UNPROVEN_ON_GPU[backend]}" if backend in UNPROVEN_ON_GPU else line
+    """The choice's line, with what to know of the backend on a GPU."""
+    return f"{line}. Note: {GPU_NOTES[backend]}" if backend in GPU_NOTES else line
 
 
 # --- reading the probe's answer -------------------------------------------------------
