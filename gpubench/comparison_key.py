@@ -179,6 +179,7 @@ class Key(Mapping[str, Value]):
     groups and sorts runs; `key.backend` reads like `key["backend"]`."""
 
     __slots__ = ("_values",)
+    _values: dict[str, Value]
 
     def __init__(self, values: Mapping[str, Value]) -> None:
         unknown = set(values) - set(NAMES)

@@ -18,6 +18,7 @@ each with one job:
 
 from __future__ import annotations
 
+import builtins
 import functools
 import logging
 from collections.abc import Iterable, Sequence
@@ -210,15 +211,17 @@ class Store:
         """Who submitted a run; NotFound if absent."""
         return self._runs.submitter_of(run_id)
 
-    def compare_groups(self, query: CompareQuery) -> list[GroupFigures]:
+    def compare_groups(self, query: CompareQuery) -> builtins.list[GroupFigures]:
         """Per GPU configuration, the figures Compare reports (Aggregates.compare_groups)."""
         return self._aggregates.compare_groups(query)
 
-    def published_groups(self, model: str, gpu_names: Sequence[str] = ()) -> list[GroupFigures]:
+    def published_groups(
+        self, model: str, gpu_names: Sequence[str] = ()
+    ) -> builtins.list[GroupFigures]:
         """The published runs of a model per GPU configuration (Aggregates.published_groups)."""
         return self._aggregates.published_groups(model, gpu_names)
 
-    def leaderboard(self, query: LeaderboardQuery) -> tuple[list[LeaderboardRow], str]:
+    def leaderboard(self, query: LeaderboardQuery) -> tuple[builtins.list[LeaderboardRow], str]:
         """A model's GPU configurations, fastest first, and the benchmark version they are
         of (Aggregates.leaderboard)."""
         return self._aggregates.leaderboard(query)
@@ -238,18 +241,18 @@ class Store:
         """How many acknowledged runs the database refused and quarantine holds."""
         return self.quarantine.count()
 
-    def quarantined(self, run_ids: Sequence[str] = ()) -> list[QuarantinedRun]:
+    def quarantined(self, run_ids: Sequence[str] = ()) -> builtins.list[QuarantinedRun]:
         """The runs held in quarantine (those of `run_ids`; empty: every one), oldest
         first. NotFound names a run_id quarantine does not hold."""
         return self.quarantine.held(run_ids)
 
     def retry_quarantined(
         self, run_ids: Sequence[str] = ()
-    ) -> tuple[list[str], list[QuarantinedRun]]:
+    ) -> tuple[builtins.list[str], builtins.list[QuarantinedRun]]:
         """Store runs held in quarantine again (Flusher.retry_quarantined)."""
         return self.flusher.retry_quarantined(run_ids)
 
-    def drop_quarantined(self, run_ids: Sequence[str]) -> list[QuarantinedRun]:
+    def drop_quarantined(self, run_ids: Sequence[str]) -> builtins.list[QuarantinedRun]:
         """Delete named runs from quarantine for good (Flusher.drop_quarantined)."""
         return self.flusher.drop_quarantined(run_ids)
 
@@ -257,7 +260,7 @@ class Store:
         """Store a new token (Tokens.create)."""
         return self.tokens_table.create(name, secret_sha256, admin)
 
-    def tokens(self) -> list[TokenRow]:
+    def tokens(self) -> builtins.list[TokenRow]:
         """Every token, by name."""
         return self.tokens_table.all()
 

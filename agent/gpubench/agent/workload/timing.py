@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import keras
 
@@ -156,13 +157,13 @@ class DeviceTimedEpochs(EpochTimer):
     Defines no on_train_batch_end, so Keras need not wait for each step's metrics.
     """
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         import torch
 
         self._torch = torch
-        self._anchor: tuple[object, float] | None = None
-        self._marks: list[object] = []
+        self._anchor: tuple[Any, float] | None = None  # (a torch.cuda.Event, its time)
+        self._marks: list[Any] = []  # torch.cuda.Event
         self._step_running = False  # a step began and no mark has ended it yet
 
     def _mark(self) -> None:
@@ -208,7 +209,7 @@ class DeviceTimedEpochs(EpochTimer):
         self._anchor = None
 
 
-def epoch_timer(backend: str, on_gpu: bool, *args: object, **kwargs: object) -> EpochTimer:
+def epoch_timer(backend: str, on_gpu: bool, *args: Any, **kwargs: Any) -> EpochTimer:
     """The epoch timer for a run: on the device where the framework can time steps
     there (torch on a GPU: CUDA events), else on the host's clock."""
     if frameworks.get(backend).times_steps_on_device(on_gpu):
