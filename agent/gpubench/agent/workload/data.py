@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +55,7 @@ class Dataset:
         """Images trained on each epoch."""
         return self.image_count - self.validation_count
 
-    def paths(self, indices: Sequence[int]) -> list[Path]:
+    def paths(self, indices: Iterable[int]) -> list[Path]:
         """Absolute paths of the given images."""
         return [self.root / self.files[i] for i in indices]
 
@@ -191,7 +191,7 @@ def decode_image(path: Path, size: int) -> np.ndarray:
 
 def decode_images(paths: Sequence[Path], size: int, pool: ThreadPoolExecutor) -> np.ndarray:
     """Several images as one uint8 array (n, size, size, 3), decoded in parallel."""
-    out = np.empty((len(paths), size, size, 3), dtype=np.uint8)
+    out: np.ndarray = np.empty((len(paths), size, size, 3), dtype=np.uint8)
 
     def load(i: int) -> None:
         out[i] = decode_image(paths[i], size)

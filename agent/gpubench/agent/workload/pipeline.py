@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, cast
 
 import keras
 import numpy as np
@@ -115,7 +116,7 @@ class ImageBatches(keras.utils.PyDataset):
         self._epoch = 0
         self._order = self._epoch_order()
 
-    def _epoch_order(self) -> object:
+    def _epoch_order(self) -> Any:  # Source.order's: an ndarray, or a framework's tensor
         order = self._indices
         if self._shuffle_seed is not None:
             order = np.random.default_rng((self._shuffle_seed, self._epoch)).permutation(order)
@@ -218,12 +219,14 @@ def build_feed(
         if channels_first:
             cache = np.ascontiguousarray(cache.transpose(0, 3, 1, 2))
         framework = frameworks.current()
+        # Cached's and Decoded's batch takes the ndarray their order gives it: a
+        # pairing Source (order -> object, batch(object)) cannot state.
         source = (framework.device_source(cache, labels) if on_device
-                  else Cached(cache, labels, framework.device_copy()))
+                  else cast(Source, Cached(cache, labels, framework.device_copy())))
         mode = "cached-on-device" if on_device else mode
     else:
-        source = Decoded(dataset, labels, size, pool, as_float=mode == "seed",
-                         channels_first=channels_first)
+        source = cast(Source, Decoded(dataset, labels, size, pool, as_float=mode == "seed",
+                                      channels_first=channels_first))
 
     # Prefetching threads for work on the host; none for the seed pipeline (the
     # protocol's had none) nor for batches gathered on the GPU.
