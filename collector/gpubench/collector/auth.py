@@ -418,8 +418,8 @@ class Gate:
                 grpc.StatusCode.PERMISSION_DENIED, f"token {caller.name!r} is not an admin token"
             )
         # The operator's own local credential (imports through a live collector) is not limited.
-        limited = access is Access.SUBMIT and self._limiter and caller.name != LOCAL_ADMIN
-        if limited and not self._limiter.allow(caller.name):
+        if (access is Access.SUBMIT and self._limiter and caller.name != LOCAL_ADMIN
+                and not self._limiter.allow(caller.name)):
             raise Refusal(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"token {caller.name!r}: over the submission rate limit "

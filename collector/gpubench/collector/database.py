@@ -178,6 +178,7 @@ class Database:
 
     def _migrate(self) -> None:
         con = self._conn
+        assert con is not None  # called by __init__ only, just after _connect
         con.execute(migrations.CREATE_LEDGER)
         applied = {name for (name,) in con.execute("SELECT name FROM schema_migrations").fetchall()}
         newer = migrations.unknown(applied)

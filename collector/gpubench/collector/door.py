@@ -50,8 +50,9 @@ import tempfile
 import termios
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,7 @@ class Door:
             self._thread.join(10)
         shutil.rmtree(self._folder, ignore_errors=True)
 
-    def _call_in_loop(self, coroutine: Callable[[], object]) -> None:
+    def _call_in_loop(self, coroutine: Callable[[], Coroutine[Any, Any, None]]) -> None:
         if self._loop is None or self._loop.is_closed() or not self._loop.is_running():
             for sock in self._sockets:
                 sock.close()
@@ -326,6 +327,7 @@ class Door:
                 self.on_refusing(True)
         else:
             self._refusing.cancel()
+        assert self._loop is not None  # set by start, before the first connection
         self._refusing = self._loop.call_later(REFUSING_S, self._refusing_over)
 
     def _refusing_over(self) -> None:
@@ -363,6 +365,7 @@ class Door:
 
     async def _join(self, connection: _Connection) -> None:
         """Join a proven connection to gRPC."""
+        assert self._loop is not None  # set by start, before the first connection
         try:
             sock, text = self._link_socket()
             try:
@@ -436,12 +439,14 @@ class _Client(asyncio.Protocol):
         self._door = door
         self._connection: _Connection | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    # A stream server's transports are Transports (asyncio types the argument as any
+    # BaseTransport).
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         peername = transport.get_extra_info("peername")
         if not peername:
             transport.abort()
             return
-        connection = _Connection(self._door, transport, peername)  # type: ignore[arg-type]
+        connection = _Connection(self._door, transport, peername)
         with contextlib.suppress(OSError):
             transport.get_extra_info("socket").setsockopt(
                 socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -450,6 +455,7 @@ class _Client(asyncio.Protocol):
             transport.abort()
             return
         self._connection = connection
+        assert self._door._loop is not None  # noqa: SLF001 - set by start, before any connection
         connection.timer = self._door._loop.call_later(  # noqa: SLF001
             self._door.limits.preface_timeout_s, self._expire)
 

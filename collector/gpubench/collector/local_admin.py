@@ -10,6 +10,7 @@ database file's folder can administer the collector either way.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -125,18 +126,18 @@ class LiveCollector:
         """Revoke a token by name."""
         return _token_row(self._client.revoke_token(name))
 
-    def quarantined(self) -> list[QuarantinedRun]:
+    def quarantined(self) -> builtins.list[QuarantinedRun]:
         """The runs held in quarantine, oldest first."""
         return [_quarantined(r) for r in self._client.list_quarantine()]
 
     def retry_quarantined(
         self, run_ids: Sequence[str] = ()
-    ) -> tuple[list[str], list[QuarantinedRun]]:
+    ) -> tuple[builtins.list[str], builtins.list[QuarantinedRun]]:
         """Store quarantined runs again: the run_ids stored, the runs still refused."""
         reply = self._client.retry_quarantine(run_ids)
         return list(reply.stored), [_quarantined(r) for r in reply.refused]
 
-    def drop_quarantined(self, run_ids: Sequence[str]) -> list[QuarantinedRun]:
+    def drop_quarantined(self, run_ids: Sequence[str]) -> builtins.list[QuarantinedRun]:
         """Delete quarantined runs for good; what was dropped."""
         return [_quarantined(r) for r in self._client.drop_quarantine(run_ids)]
 

@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import grpc
 from google.protobuf import message_factory
@@ -158,17 +158,20 @@ class Dispatcher:
         """
         secret = bearer_secret(() if authorization is None else (("authorization", authorization),))
         caller = self._gate.check(Access.SUBMIT, secret, peer)
+        assert caller is not None  # None only for a tokenless read, never for SUBMIT
         if row is not None and row["published"] and not caller.admin:
             problems = [("run.published", validation.PUBLISHED_BY_OPERATORS)]
         if problems or row is None:
-            invalid = Refusal(*status_of(validation.InvalidRun(problems)))
+            # status_of is None for none of gpubench's own errors (GpubenchError).
+            status = status_of(validation.InvalidRun(problems))
+            invalid = Refusal(*cast("tuple[grpc.StatusCode, str]", status))
             self._store.submissions.refuse(invalid)
             raise invalid
         row["submitter"] = caller.name
         try:
             return self._store.submit_row(row)
         except GpubenchError as exc:  # the store is closing
-            raise Refusal(*status_of(exc)) from exc
+            raise Refusal(*cast("tuple[grpc.StatusCode, str]", status_of(exc))) from exc
 
     def call(
         self, method: str, request: bytes, authorization: str | None, peer: str | None
@@ -590,6 +593,7 @@ class Frontends:
         process = subprocess.Popen(
             list(self.command), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         )
+        assert process.stdin is not None  # stdin=PIPE
         process.stdin.write(json.dumps(config))  # the secret never shows in argv
         process.stdin.close()
         return process

@@ -87,8 +87,9 @@ def site_protocol(limits: SiteLimits) -> type[asyncio.Protocol]:
             if getattr(self, "_site_admitted", False):
                 counts.gone(self)
                 self._site_admitted = False
-            if getattr(self, "_site_timer", None) is not None:
-                self._site_timer.cancel()
+            timer = getattr(self, "_site_timer", None)
+            if timer is not None:
+                timer.cancel()
             super().connection_lost(exc)
 
         def handle_events(self) -> None:
