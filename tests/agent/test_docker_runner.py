@@ -1,7 +1,8 @@
 """The docker runner against the host's docker engine (make test-docker).
 
 The stand-in workload runs in the local base image (python3 only) with this folder
-mounted; one test runs the real workload image with tiny settings.
+mounted, and the shared package's folder for the event stream it writes (gpubench.events
+needs nothing else); one test runs the real workload image with tiny settings.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from gpubench.v1 import run_pb2
 pytestmark = pytest.mark.docker
 
 HERE = Path(__file__).resolve().parent
+# The shared package's portion (gpubench/), which the stand-in imports its events from.
+SHARED = HERE.parents[1] / "gpubench"
 REQUEST = WorkloadRequest(
     "B0", batch=8, settings={"gpus": 0, "epochs": 2, "image_size": 32, "limit_images": 48})
 
@@ -50,8 +53,9 @@ def python_image(engine) -> str:
 
 def stand_in(image: str, mode: str, **options) -> DockerRunner:
     return DockerRunner(image, gpus=False, command=("python3", "/fake/fake_workload.py"),
-                        mounts={str(HERE): "/fake"},
-                        environment={"FAKE_WORKLOAD_MODE": mode}, **options)
+                        mounts={str(HERE): "/fake", str(SHARED): "/shared/gpubench"},
+                        environment={"FAKE_WORKLOAD_MODE": mode, "PYTHONPATH": "/shared"},
+                        **options)
 
 
 def gone(engine, container_id: str) -> bool:
@@ -133,8 +137,9 @@ def test_the_probe_container_answers_for_the_image(engine, python_image) -> None
 
     # The stand-in answers with the probe recorded on an H200 (tests/data, beside /fake).
     runner = DockerRunner(python_image, gpus=False, command=("python3", "/fake/fake_workload.py"),
-                          mounts={str(HERE): "/fake", str(HERE.parent / "data"): "/data"},
-                          environment={"FAKE_WORKLOAD_MODE": "ok"})
+                          mounts={str(HERE): "/fake", str(HERE.parent / "data"): "/data",
+                                  str(SHARED): "/shared/gpubench"},
+                          environment={"FAKE_WORKLOAD_MODE": "ok", "PYTHONPATH": "/shared"})
     output = runner.probe_output()
     assert compat.parse_probe_output(output)  # the stand-in's builds, read from its answer
     assert compat.driver_from_probe(output) is None  # no GPU asked for: no driver check
