@@ -36,7 +36,8 @@ class CommandFailed(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        # click declares exit_code a ClassVar, yet reads it from the instance.
+        self.exit_code = exit_code  # type: ignore[misc]
 
     def show(self, file: Any = None) -> None:
         # Wrapped at the output's width, as every line the command prints.

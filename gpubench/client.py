@@ -304,7 +304,9 @@ class CompareFilters:
         self.allow_mixed = allow_mixed
         self.include_outliers = include_outliers
         self.include_flagged = include_flagged
-        self.pins = {d.name: pins.get(d.name) or d.empty for d in comparison_key.DIMENSIONS}
+        # Each value of its dimension's type (CompareRequest's field).
+        self.pins: dict[str, Any] = {d.name: pins.get(d.name) or d.empty
+                                     for d in comparison_key.DIMENSIONS}
 
     def request(self) -> collector_pb2.CompareRequest:
         """The Compare call's request (an unset filter is the message's empty value)."""
@@ -495,6 +497,7 @@ class Client:
         """
         if limit is not None and limit <= 0:
             return
+        filters: dict[str, Any]  # each value of its argument's type
         filters = {"gpu": gpu, "model": model, "backend": backend, "precision": precision,
                    "gpu_count": gpu_count, "submitter": submitter, "since": since,
                    "until": until, "page_size": min(page_size, limit) if limit else page_size}

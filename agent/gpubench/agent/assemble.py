@@ -38,7 +38,7 @@ Status = run_pb2.RunStatus
 class Ending:
     """How the run ended: its status and, for a failure, why."""
 
-    status: int
+    status: run_pb2.RunStatus
     message: str = ""
 
 
@@ -350,6 +350,7 @@ class RunBuilder:
     def _memory(self, run: run_pb2.Run, window: WindowTelemetry | None) -> None:
         totals = {gpu.index: gpu.memory_total_bytes for gpu in run.gpus}
         allocator: dict[int, GpuPeak] = {}
+        entry: GpuPeak | None  # a GPU's peak, where the workload gave one
         if self.result is not None:
             for entry in self.result.memory:
                 allocator[entry.gpu_index] = entry

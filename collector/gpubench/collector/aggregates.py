@@ -303,6 +303,7 @@ def _compare_rows_from_runs(read: Snapshot, query: CompareQuery) -> list[dict[st
 
 
 def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
+    params: list[Any]
     clauses, params = ["model = ?"], [query.model]
     for name, value in query.pins.items():
         if value:

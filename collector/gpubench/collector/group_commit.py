@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from gpubench.collector.backlog import Backlog
 from gpubench.collector.database import Database
@@ -81,7 +81,9 @@ class GroupCommit:
         its Ack or the RunConflict."""
         batch = [_Submission(row) for row in rows]
         self._accept(batch, wait_for_room=False)
-        return [p.future.exception() or p.future.result() for p in batch]
+        # The futures are failed with Exceptions only (_commit), never other BaseExceptions.
+        return [cast("Exception | None", p.future.exception()) or p.future.result()
+                for p in batch]
 
     def stop(self) -> None:
         """Answer what is queued, refuse what comes after, and stop the writer."""
@@ -195,6 +197,7 @@ class GroupCommit:
 
     def _stored_acks(self, run_ids: list[str]) -> dict[str, Ack]:
         """The first acknowledgements of runs stored, or held in quarantine."""
+        params: list[Any]
         if len(run_ids) == 1:  # a point lookup uses the primary-key index
             where, params = "run_id = ?", run_ids
         else:

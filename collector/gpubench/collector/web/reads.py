@@ -174,7 +174,7 @@ def gpu_runs(client: Client, gpu_name: str) -> GpuRuns:
     """The stored runs on GPUs named exactly `gpu_name` (as the collector files names),
     newest first, at most GPU_PAGE_RUNS."""
     wanted = record.normalize_gpu_name(gpu_name)
-    runs = []
+    runs: list[collector_pb2.StoredRun] = []
     for stored in client.iter_runs(gpu=wanted, page_size=500):
         names = {record.normalize_gpu_name(g.name) for g in stored.run.gpus}
         if wanted in names:
