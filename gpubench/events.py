@@ -430,8 +430,8 @@ def _value(value: Any, hint: Any, where: str) -> Any:
             raise _mistyped(where, "a list", value)
         (item, _) = typing.get_args(hint)
         return tuple(_value(v, item, f"{where}[{i}]") for i, v in enumerate(value))
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, where)
+    if dataclasses.is_dataclass(hint):  # a hint: the dataclass itself, not an instance
+        return _build(typing.cast(type, hint), value, where)
     if hint is bool:
         if not isinstance(value, bool):
             raise _mistyped(where, "true or false", value)

@@ -103,9 +103,9 @@ def batch_rule(config: run_pb2.Config) -> str:
 def _every_settings_label() -> frozenset[str]:
     labels = set()
     for mask in range(1 << len(SETTINGS_OPTIONS)):
-        config = run_pb2.Config(
-            **{option: bool(mask >> i & 1) for i, (option, _) in enumerate(SETTINGS_OPTIONS)}
-        )
+        flags: dict[str, Any] = {  # Config's bool fields, each of SETTINGS_OPTIONS
+            option: bool(mask >> i & 1) for i, (option, _) in enumerate(SETTINGS_OPTIONS)}
+        config = run_pb2.Config(**flags)
         labels.add(settings_label(config))
     return frozenset(labels)
 

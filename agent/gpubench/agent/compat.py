@@ -204,10 +204,10 @@ def _kernel_for(build: Build, gpu: Gpu) -> tuple[str, str]:
                             f"(CUDA {gpu.cuda_version}) cannot compile: it was written by "
                             f"CUDA {build.cuda}")
             return f"{kernel.text} PTX, compiled for {cc} by the driver", ""
-    lowest = min(kernels, key=lambda k: k.capability)
-    if card < lowest.capability:
+    lowest_kernel = min(kernels, key=lambda k: k.capability)
+    if card < lowest_kernel.capability:
         return "", (f"{gpu.name} is compute capability {cc}; {build.label} has kernels for "
-                    f"{lowest.text} and newer")
+                    f"{lowest_kernel.text} and newer")
     return "", (f"{gpu.name} is compute capability {cc}; {build.label} has kernels for "
                 f"{', '.join(k.text for k in kernels)}, none of which runs on it")
 

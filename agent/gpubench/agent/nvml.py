@@ -89,7 +89,7 @@ class GpuSample:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, t: float | None = None) -> GpuSample:
         """Read a sample written by `to_dict` (optionally re-stamped at `t`)."""
-        values = {name: data.get(name) for name in SAMPLE_FIELD_NAMES}
+        values: dict[str, Any] = {name: data.get(name) for name in SAMPLE_FIELD_NAMES}
         processes = data.get("processes") or {}
         values["processes"] = {int(pid): used for pid, used in processes.items()}
         return cls(

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from gpubench.agent.nvml import GpuSample, Nvml, throttle_names
 
@@ -145,7 +145,7 @@ def aggregate(ticks: Sequence[Tick], t_start: float, t_end: float) -> WindowTele
         return [getattr(s, name) for s in samples if getattr(s, name) is not None]
 
     tick_power = [
-        sum(s.power_watts for s in tick.gpus)
+        sum(cast(float, s.power_watts) for s in tick.gpus)  # none is None (below)
         for tick in inside
         if all(s.power_watts is not None for s in tick.gpus)
     ]

@@ -115,6 +115,7 @@ def affine_transform(images: Any, transform: Any, interpolation: str = "bilinear
                 values = torch.where(inside.unsqueeze(-1), values, fill_value)
             term = values if r_weight is None else (r_weight * c_weight).unsqueeze(-1) * values
             result = term if result is None else result + term
+    assert result is not None  # _nodes gives one node at least
     if not torch.is_floating_point(images):
         result = torch.round(result)
     result = result.to(images.dtype)

@@ -88,7 +88,8 @@ def convert_numbers_by_fill() -> None:
     # Keras's modules import the function by name: replace every such binding.
     for name, module in list(sys.modules.items()):
         if name.startswith("keras") and getattr(module, "convert_to_tensor", None) is original:
-            module.convert_to_tensor = replacement
+            # ModuleType declares no attributes of its own to assign.
+            module.convert_to_tensor = replacement  # type: ignore[attr-defined]
 
 
 def _fill_numbers(original: Callable[..., Any], core: Any) -> Callable[..., Any]:

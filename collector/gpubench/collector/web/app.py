@@ -133,7 +133,10 @@ class Site:
             # Every answer carries the security headers, Starlette's own (404, 405) too;
             # a bug's 500 is answered by the handler, past the middleware.
             middleware=[Middleware(SecurityHeaders)],
-            exception_handlers={404: self._not_found, Exception: self._failed},
+            # Starlette types every handler as taking any Exception; a 404's gets an
+            # HTTPException.
+            exception_handlers={404: self._not_found,  # type: ignore[dict-item]
+                                Exception: self._failed},
         )
 
     # -- pages ------------------------------------------------------------------------
