@@ -239,7 +239,9 @@ class RealNvml(Nvml):
             self._handles[index] = self._nv.nvmlDeviceGetHandleByIndex(index)
         return self._handles[index]
 
-    def _read(self, name: str, reader: Callable[[], Any]) -> tuple[bool, Any]:
+    # `reader` is called with no arguments; typed Callable[..., Any] because mypy cannot
+    # infer a lambda whose argument has a default (the callers' `lambda r=reader: ...`).
+    def _read(self, name: str, reader: Callable[..., Any]) -> tuple[bool, Any]:
         # One field's failure (not supported, no permission, GPU lost) must not
         # sink the others: it becomes a missing field with its reason kept.
         try:

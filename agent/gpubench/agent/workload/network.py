@@ -22,6 +22,7 @@ def prepare_network(settings: RunSettings, *, weights: str = "none",
     from gpubench.agent.workload import model as net
 
     net.set_precision(settings.precision)
+    assert settings.channels_first is not None  # settled by RunSettings.__post_init__
     net.set_data_format(settings.channels_first)
     network = net.build(settings.model, settings.size, weights, classes=classes)
     if settings.jit_compile:

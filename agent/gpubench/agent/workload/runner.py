@@ -312,6 +312,7 @@ def train(
 
     emit(started_event(settings, dataset, batch, choice, rule))
 
+    assert settings.channels_first is not None  # settled by RunSettings.__post_init__
     feed = pipeline.build_feed(
         dataset, size=settings.size, global_batch=batch * settings.devices,
         pipeline=settings.pipeline, seed=settings.seed, on_device=settings.data_on_device,
