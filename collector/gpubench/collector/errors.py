@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused
 
 
@@ -15,6 +17,9 @@ class TokenExists(RequestRefused):
 
 class MixedRuns(RequestRefused):
     """A comparison would mix runs that are not alike (FAILED_PRECONDITION)."""
+
+    # The dimensions they differ in, as data (compare.MixedDimension each).
+    mixed: tuple[Any, ...] = ()
 
 
 class DatabaseLocked(GpubenchError):
