@@ -147,7 +147,7 @@ IMPLAUSIBLE = [
     ("an H200 past its memory bandwidth",
      lambda: _fast(H200, 0.02), ["memory of 1x NVIDIA H200 can write", "4,800 GB/s"]),
     ("an H200 7x its fastest verified run", lambda: _fast(H200, 0.07),
-     ["1.5x the fastest verified NVIDIA H200 run of float32", "2,771 img/s"]),
+     ["1.5x the fastest verified NVIDIA H200 run of float32", "3,425 img/s"]),
     ("a T4 with 80 GiB", lambda: _changed(make_run(gpu_name=T4), **{
         "gpus.0.memory_total_bytes": 80 << 30, "result.memory.0.memory_total_bytes": 80 << 30}),
      ["Tesla T4 has at most 16 GiB", "80.0 GiB"]),
