@@ -112,7 +112,7 @@ class SearchBeside:
                    else f"the search process ended with exit {code} and no answer")
         if last is not None and last.status == "out_of_memory":
             raise NoBatchFits(message[:MESSAGE_LIMIT])
-        raise TrialFailed(f"--batch auto: the batch search failed: {message}"[:MESSAGE_LIMIT])
+        raise TrialFailed(f"the batch search failed: {message}"[:MESSAGE_LIMIT])
 
     @property
     def seconds(self) -> float:

@@ -160,7 +160,7 @@ class ProcessTrials:
             )
         except subprocess.TimeoutExpired as exc:
             raise TrialFailed(
-                f"--batch auto: the trial at batch {batch} ran over {self.timeout:.0f} s"
+                f"the batch search: the trial at batch {batch} ran over {self.timeout:.0f} s"
             ) from exc
         seconds = time.monotonic() - started
         events = [e for e in map(parse_line, done.stdout.splitlines()) if e is not None]
@@ -178,7 +178,7 @@ class ProcessTrials:
         if error_text.is_out_of_memory(RuntimeError(done.stderr[-4000:])):
             return Trial(batch, False, seconds=seconds, kind=kind, message=last_lines[-300:])
         raise TrialFailed(
-            f"--batch auto: the trial at batch {batch} failed (exit {done.returncode}): "
+            f"the batch search: the trial at batch {batch} failed (exit {done.returncode}): "
             f"{last_lines[-500:]}"
         )
 
