@@ -18,6 +18,7 @@ layers with their modules' counts and what each imports.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,7 +115,7 @@ class Import:
 def imports(known: dict[str, Path]) -> Iterator[Import]:
     """Every import of a project module by a project module (TYPE_CHECKING ones left out)."""
     for name, path in known.items():
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = _parsed(path)
         package = name if _is_package(path) else name.rpartition(".")[0]
         for node in _runtime_nodes(tree):
             if _imports_own_submodule(node):
@@ -146,6 +147,12 @@ def _imports_own_submodule(node: ast.AST) -> bool:
             and isinstance(name.values[0].value, ast.Name)
             and name.values[0].value.id == "__name__"
             and isinstance(name.values[1], ast.Constant) and name.values[1].value == ".")
+
+
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, read once for the imports and the unresolved names both."""
+    return ast.parse(path.read_text(), filename=str(path))
 
 
 def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
@@ -192,7 +199,7 @@ def unresolved(known: dict[str, Path], root: Path = ROOT) -> list[str]:
     """`gpubench.*` imports that name no module or package of the three source roots."""
     missing = []
     for name, path in known.items():
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = _parsed(path)
         package = name if _is_package(path) else name.rpartition(".")[0]
         for node in ast.walk(tree):
             targets: list[str] = []
