@@ -62,6 +62,12 @@ def test_fit_answers_as_the_cli_does(live_site):
     assert json.loads(by_card)["card"] == "Tesla T4"
     status, bad, _ = live_site.get("/fit/B7?memory=8%20bananas")
     assert status == 400 and "is not a size" in _text(bad)
+    # A bare number is not read as bytes, nor a size below the smallest card answered:
+    # the CLI's words.
+    for memory, words in (("8", "'8' has no unit: write 8GiB for 8 GiB"),
+                          ("4GiB", "less memory than any card the benchmark knows")):
+        status, bad, _ = live_site.get(f"/fit/B7?memory={memory}")
+        assert status == 400 and words in _text(bad), _text(bad)
 
 
 def test_estimate_answers_as_the_cli_does(live_site):
