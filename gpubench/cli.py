@@ -9,6 +9,7 @@ says which).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -95,13 +96,36 @@ class Group(click.Group):
             cmd.params.extend(_connection_copies(cmd))
         super().add_command(cmd, name)
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:  # the group's own options
+            raise bad_usage(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a command's options, or no such command
+            raise bad_usage(exc) from None
         except GpubenchError as exc:
             raise CommandFailed(str(exc), exc.exit_code) from exc
         except KeyboardInterrupt:
             raise CommandFailed("interrupted", ExitCode.INTERRUPTED) from None
+
+
+def bad_usage(error: click.UsageError) -> CommandFailed:
+    """click's usage error as this command's errors are written ("gpubench: error:
+    --model: ..."), naming the --help that lists the flags, exit 2."""
+    said = error.format_message()
+    if isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter):
+        # "Invalid value for '--model': ..." is said "--model: ...".
+        said = re.sub(r"^Invalid value for '([^']+)': ", r"\1: ", said)
+    said = said.rstrip(".")
+    if said[1:2].islower():  # "Missing option" is said "missing option", as every error
+        said = said[0].lower() + said[1:]
+    where = f"{error.ctx.command_path} --help" if error.ctx else "gpubench --help"
+    return CommandFailed(f"{said} ({where} lists every flag)", ExitCode.USAGE)
 
 
 PRECISION = click.Choice(record.PRECISIONS)
