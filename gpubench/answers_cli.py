@@ -28,8 +28,13 @@ def _echo_wrapped(text: str, indent: str = "") -> None:
 
 def _runs(ctx: click.Context, model: str, gpu: str | None, include_outliers: bool
           ) -> answers.Runs:
-    """The usable runs of `model` on GPUs matching `gpu` (answers.read_runs)."""
-    return answers.read_runs(query_client(ctx), model, gpu, include_outliers=include_outliers)
+    """The usable runs of `model` on GPUs matching `gpu` (answers.read_runs); a `gpu` no
+    run of the model matches is NotFound, naming the GPUs that have runs."""
+    client = query_client(ctx)
+    runs = answers.read_runs(client, model, gpu, include_outliers=include_outliers)
+    if gpu and not (runs.measured or runs.published or runs.outliers):
+        raise answers.no_such_gpu(client, model, gpu)
+    return runs
 
 
 def _gpu_option(help_text: str) -> Any:
