@@ -481,8 +481,9 @@ def leaderboard(
         batch_rule=batch_rule, benchmark_version=benchmark_version,
         include_flagged=include_flagged, corroborated_only=corroborated_only)
     if fmt == "table" and frame.empty:
-        click.echo(f"no runs of {model.upper()} with settings {settings} and batch rule "
-                   f"{batch_rule} yet (--settings and --batch-rule choose others)", err=True)
+        click.echo(wrap_message("", f"no runs of {model.upper()} with settings {settings} and "
+                                f"batch rule {batch_rule} yet (--settings and --batch-rule "
+                                "choose others)", output_width()), err=True)
         return
     _emit_frame(frame, fmt, tables.leaderboard_table(frame) if fmt == "table" else None)
 
