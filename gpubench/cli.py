@@ -114,9 +114,12 @@ class Group(click.Group):
             raise CommandFailed("interrupted", ExitCode.INTERRUPTED) from None
 
 
-def bad_usage(error: click.UsageError) -> CommandFailed:
+def bad_usage(error: click.UsageError) -> click.ClickException:
     """click's usage error as this command's errors are written ("gpubench: error:
-    --model: ..."), naming the --help that lists the flags, exit 2."""
+    --model: ..."), naming the --help that lists the flags, exit 2. A group given no
+    command (click shows its help) is left as it is."""
+    if isinstance(error, getattr(click.exceptions, "NoArgsIsHelpError", ())):  # click >= 8.2
+        return error
     said = error.format_message()
     if isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter):
         # "Invalid value for '--model': ..." is said "--model: ...".
@@ -125,7 +128,7 @@ def bad_usage(error: click.UsageError) -> CommandFailed:
     if said[1:2].islower():  # "Missing option" is said "missing option", as every error
         said = said[0].lower() + said[1:]
     where = f"{error.ctx.command_path} --help" if error.ctx else "gpubench --help"
-    return CommandFailed(f"{said} ({where} lists every flag)", ExitCode.USAGE)
+    return CommandFailed(f"{said} (see {where})", ExitCode.USAGE)
 
 
 PRECISION = click.Choice(record.PRECISIONS)
@@ -200,9 +203,9 @@ def _emit_frame(frame: pd.DataFrame, fmt: str, table: Any) -> None:
 EXIT_CODES = (
     "Exit codes: 0 done; 1 the collector refused the request or failed; 2 bad flags, "
     "arguments or prices; 3 the collector could not be reached or did not answer in time; "
-    "4 the token is missing, wrong or not allowed that; 5 no such run or token; 6 a file "
-    "that cannot be read or written (a CA certificate, a chart, an export); 130 "
-    "interrupted (Ctrl-C)."
+    "4 the token is missing, wrong or not allowed that; 5 no such run, token or GPU with "
+    "runs; 6 a file that cannot be read or written (a CA certificate, a chart, an export); "
+    "130 interrupted (Ctrl-C)."
 )
 
 

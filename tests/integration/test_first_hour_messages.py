@@ -66,7 +66,7 @@ def cases(scene: Scene) -> list[Case]:
              ("B7 on a card of 8 GiB (8.59 GB)", "Published figures")),
         Case("no such model", ["gpubench", "fit", "--model", "B8", "--memory", "16GiB"],
              ExitCode.USAGE, ("gpubench: error: --model: 'B8' is not one of B0, B3, B7 "
-                              "(gpubench fit --help lists every flag)",),
+                              "(see gpubench fit --help)",),
              never=("Usage:", "Error:")),
         Case("a size that is no size", [*fit, "--memory", "eight"], ExitCode.USAGE,
              ("gpubench: error: --memory: 'eight' is not a size: write e.g. 16GiB",),
