@@ -25,7 +25,7 @@ help:
 
 # Each step says what it does; pip's own output goes to $(LOG), shown when a step fails.
 $(STAMP): pyproject.toml setup.py
-	@echo "setting up $(VENV) from PyPI (about a minute the first time; log: $(LOG))"
+	@echo "setting up $(VENV) from PyPI (about a minute; log: $(LOG))"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@: > $(LOG)
 	@echo "  [1/4] pip, setuptools, wheel"
@@ -51,33 +51,43 @@ test: proto chromium promtool
 	$(PY) -m pytest -m "not docker and not gpu" $(PYTEST_ARGS)
 
 # The results site's browser test (tests/web/test_browser.py) drives headless Chromium:
-# installed with apt-get when missing and run as root; otherwise that test is skipped.
+# installed system-wide with apt-get when missing and run as root (README says so: it is
+# the one thing `make test` installs outside the project); otherwise that test is skipped.
 .PHONY: chromium
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium for the results site's browser test (apt-get)"; \
+	    echo "installing chromium system-wide for the results site's browser test (apt-get)"; \
 	    $(APT_GET) install -y chromium >>$(LOG) 2>&1 \
 	      || { $(APT_GET) update >>$(LOG) 2>&1 && $(APT_GET) install -y chromium >>$(LOG) 2>&1; } \
-	      || echo "could not install chromium (see $(LOG)): the browser test will be skipped"; \
+	      || echo "could not install chromium (see $(LOG)): browser test skipped"; \
 	  else \
-	    echo "chromium is missing and this is not root: the results site's browser test" \
-	         "will be skipped (apt-get install chromium)"; \
+	    echo "no chromium, and not root to install it: the results site's browser test"; \
+	    echo "  will be skipped (apt-get install chromium)"; \
 	  fi; }
 
-# The monitoring test (tests/integration/test_monitoring.py) checks docs/monitoring's
-# alert rules and dashboard queries with promtool (Debian's prometheus package).
+# Tools the tests run, fetched into the project (git-ignored), never installed system-wide.
+TOOLS := .tools
+# The monitoring test (tests/integration/test_monitoring.py) checks docs/monitoring's alert
+# rules and dashboard queries with promtool: Debian's prometheus package, downloaded and
+# unpacked into $(TOOLS)/prometheus (apt-get download, dpkg -x), so no Prometheus server is
+# installed and no service enabled. Where apt's package lists are missing (a fresh
+# container), they are fetched into $(TOOLS)/apt, not /var/lib/apt.
+PROMTOOL := $(TOOLS)/prometheus/usr/bin/promtool
+APT_HERE = -o Dir::State::Lists=$(CURDIR)/$(TOOLS)/apt/lists -o Dir::Cache=$(CURDIR)/$(TOOLS)/apt/cache
 .PHONY: promtool
 promtool:
-	@command -v promtool >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing promtool for the monitoring test (apt-get install prometheus)"; \
-	    $(APT_GET) install -y --no-install-recommends prometheus >>$(LOG) 2>&1 \
-	      || { $(APT_GET) update >>$(LOG) 2>&1 && $(APT_GET) install -y --no-install-recommends prometheus >>$(LOG) 2>&1; } \
-	      || echo "could not install promtool (see $(LOG)): its checks will be skipped"; \
+	@command -v promtool >/dev/null 2>&1 || test -x $(PROMTOOL) || { \
+	  if command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1; then \
+	    echo "fetching promtool into $(TOOLS)/prometheus for the monitoring test"; \
+	    mkdir -p $(TOOLS)/prometheus $(TOOLS)/apt/lists/partial $(TOOLS)/apt/cache/archives/partial; \
+	    ( cd $(TOOLS) && rm -f prometheus_*.deb && { apt-get download prometheus \
+	        || { apt-get $(APT_HERE) update && apt-get $(APT_HERE) download prometheus; }; } \
+	      && dpkg -x prometheus_*.deb prometheus && rm -f prometheus_*.deb ) >>$(LOG) 2>&1 \
+	      || echo "could not fetch promtool (see $(LOG)): its checks will be skipped"; \
 	  else \
-	    echo "promtool is missing and this is not root: the rules' checks will be skipped" \
-	         "(apt-get install prometheus)"; \
+	    echo "no promtool, and no apt-get to fetch it: the monitoring test's checks"; \
+	    echo "  will be skipped (promtool on PATH runs them)"; \
 	  fi; }
 
 test-docker: proto

@@ -57,6 +57,17 @@ def read_runs(client: Client, model: str, gpu: str | None = None, *,
     return Runs(measured, published, stored_runs.grouped(left_out))
 
 
+def no_such_gpu(client: Client, model: str, gpu: str) -> NotFound:
+    """No run of `model` is on a GPU whose name contains `gpu` (a typo, most likely): the
+    error names the GPUs that have runs of it."""
+    names = sorted({stored_runs.gpu_name(stored.run) or "CPU"
+                    for stored in client.iter_runs(model=model)})
+    found = f"GPUs with runs of {model}: {', '.join(names)}" if names \
+        else f"no GPU has runs of {model} yet"
+    return NotFound(f"--gpu {gpu!r}: no run of {model} is on a GPU whose name contains it "
+                    f"({found})")
+
+
 def card_memory(client: Client, name: str) -> int:
     """The memory of the card named `name` (as NVML names it, case aside), as its stored
     runs' inventories recorded it; NotFound naming the card when no run was on one."""

@@ -28,8 +28,13 @@ def _echo_wrapped(text: str, indent: str = "") -> None:
 
 def _runs(ctx: click.Context, model: str, gpu: str | None, include_outliers: bool
           ) -> answers.Runs:
-    """The usable runs of `model` on GPUs matching `gpu` (answers.read_runs)."""
-    return answers.read_runs(query_client(ctx), model, gpu, include_outliers=include_outliers)
+    """The usable runs of `model` on GPUs matching `gpu` (answers.read_runs); a `gpu` no
+    run of the model matches is NotFound, naming the GPUs that have runs."""
+    client = query_client(ctx)
+    runs = answers.read_runs(client, model, gpu, include_outliers=include_outliers)
+    if gpu and not (runs.measured or runs.published or runs.outliers):
+        raise answers.no_such_gpu(client, model, gpu)
+    return runs
 
 
 def _gpu_option(help_text: str) -> Any:
@@ -103,7 +108,7 @@ def _parse_memory(ctx: click.Context, param: click.Parameter, value: str | None)
     if value is None:
         return None
     try:
-        return sizes.parse_size(value)
+        return sizes.card_memory(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
 
@@ -132,8 +137,9 @@ def _answer_lines(found: dict[str, Any]) -> None:
     "the answer rests on and how sure it is; published figures are answered apart."))
 @click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
 @click.option("--memory", "memory_bytes", metavar="SIZE", callback=_parse_memory,
-              help="The card's memory, e.g. 8GiB, 16GB or 24000MiB (GiB is 1024^3 bytes, GB "
-              "1000^3; a bare G is GiB).")
+              help="The card's memory with its unit, e.g. 8GiB, 16GB or 24000MiB (GiB is "
+              "1024^3 bytes, GB 1000^3; a bare G is GiB), at least "
+              f"{sizes.SMALLEST_CARD_GIB}GiB (the smallest card the benchmark knows).")
 @click.option("--card", metavar="NAME",
               help='Or a card by its name, e.g. "Tesla T4": its memory as the stored runs '
               "on one recorded it.")

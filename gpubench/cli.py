@@ -9,6 +9,7 @@ says which).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -95,13 +96,39 @@ class Group(click.Group):
             cmd.params.extend(_connection_copies(cmd))
         super().add_command(cmd, name)
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:  # the group's own options
+            raise bad_usage(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a command's options, or no such command
+            raise bad_usage(exc) from None
         except GpubenchError as exc:
             raise CommandFailed(str(exc), exc.exit_code) from exc
         except KeyboardInterrupt:
             raise CommandFailed("interrupted", ExitCode.INTERRUPTED) from None
+
+
+def bad_usage(error: click.UsageError) -> click.ClickException:
+    """click's usage error as this command's errors are written ("gpubench: error:
+    --model: ..."), naming the --help that lists the flags, exit 2. A group given no
+    command (click shows its help) is left as it is."""
+    if isinstance(error, getattr(click.exceptions, "NoArgsIsHelpError", ())):  # click >= 8.2
+        return error
+    said = error.format_message()
+    if isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter):
+        # "Invalid value for '--model': ..." is said "--model: ...".
+        said = re.sub(r"^Invalid value for '([^']+)': ", r"\1: ", said)
+    said = said.rstrip(".")
+    if said[1:2].islower():  # "Missing option" is said "missing option", as every error
+        said = said[0].lower() + said[1:]
+    where = f"{error.ctx.command_path} --help" if error.ctx else "gpubench --help"
+    return CommandFailed(f"{said} (see {where})", ExitCode.USAGE)
 
 
 PRECISION = click.Choice(record.PRECISIONS)
@@ -176,9 +203,9 @@ def _emit_frame(frame: pd.DataFrame, fmt: str, table: Any) -> None:
 EXIT_CODES = (
     "Exit codes: 0 done; 1 the collector refused the request or failed; 2 bad flags, "
     "arguments or prices; 3 the collector could not be reached or did not answer in time; "
-    "4 the token is missing, wrong or not allowed that; 5 no such run or token; 6 a file "
-    "that cannot be read or written (a CA certificate, a chart, an export); 130 "
-    "interrupted (Ctrl-C)."
+    "4 the token is missing, wrong or not allowed that; 5 no such run, token or GPU with "
+    "runs; 6 a file that cannot be read or written (a CA certificate, a chart, an export); "
+    "130 interrupted (Ctrl-C)."
 )
 
 
@@ -457,8 +484,9 @@ def leaderboard(
         batch_rule=batch_rule, benchmark_version=benchmark_version,
         include_flagged=include_flagged, corroborated_only=corroborated_only)
     if fmt == "table" and frame.empty:
-        click.echo(f"no runs of {model.upper()} with settings {settings} and batch rule "
-                   f"{batch_rule} yet (--settings and --batch-rule choose others)", err=True)
+        click.echo(wrap_message("", f"no runs of {model.upper()} with settings {settings} and "
+                                f"batch rule {batch_rule} yet (--settings and --batch-rule "
+                                "choose others)", output_width()), err=True)
         return
     _emit_frame(frame, fmt, tables.leaderboard_table(frame) if fmt == "table" else None)
 

@@ -20,8 +20,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import grpc
-import pandas as pd
+# gRPC's C core writes its own INFO lines to stderr unless told otherwise (a connection the
+# collector closed when idle: "chttp2_transport.cc:1403] ... Got goaway ... connection
+# idle", 184 columns); it reads this when grpc is first imported. Its errors still show,
+# and a GRPC_VERBOSITY the user set wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import grpc  # noqa: E402 - after its verbosity is set
+import pandas as pd  # noqa: E402
 
 from gpubench import comparison_key, frames
 from gpubench.errors import (
@@ -139,6 +145,27 @@ def _unreachable_hint(address: str, origins: Origins) -> str:
     return ""
 
 
+# A URL's scheme where a gRPC target is wanted (gRPC's own schemes, dns: or unix:, pass).
+_URL_SCHEME = re.compile(r"^(https?|grpcs?)://", re.IGNORECASE)
+
+
+def _url_refused(address: str, origins: Origins) -> GpubenchError:
+    """A collector address written as a URL ("http://host:50051"), with the address to
+    give instead."""
+    scheme = _URL_SCHEME.match(address)
+    assert scheme is not None
+    bare = address[scheme.end():].rstrip("/")
+    where = origins.where() or "the collector's address"
+    tls = " (with --tls for TLS)" if scheme.group(1).lower() in ("https", "grpcs") else ""
+    return GpubenchError(
+        f"{where} is {address}, a URL: a collector's address is HOST:PORT without a "
+        f"scheme, {bare}{tls}; give it with {origins.set_address}", exit_code=ExitCode.USAGE)
+
+
+# gRPC's wording for a plain HTTP server where it expected gRPC (a results site's port).
+_HTTP_SERVER = re.compile(r"http1\.x server|Failed parsing HTTP/2", re.IGNORECASE)
+
+
 def _refused_token(address: str, what: str, suffix: str, origins: Origins, token_sent: bool,
                    reading: bool) -> AccessDenied:
     """A token the collector refused, or the token it needs and did not get, with where
@@ -214,8 +241,15 @@ def translate_error(
         lookup = _LOOKUP_FAILED.search(reason)
         if lookup:
             reason = f"cannot resolve {lookup.group(1)}: {lookup.group(2)}"
-        exc = CollectorUnavailable(f"cannot reach the collector at {address} ({reason})"
-                                   + _unreachable_hint(address, origins))
+        if _HTTP_SERVER.search(detail):
+            exc = CollectorUnavailable(
+                f"{address} ({origins.where() or 'the address'}) answers HTTP, not gRPC: "
+                "that is a web server, such as the results site (gpubench-collector web), "
+                "not the collector; give the address the collector serves on (`gpubench-"
+                f"collector serve` prints it) with {origins.set_address}")
+        else:
+            exc = CollectorUnavailable(f"cannot reach the collector at {address} ({reason})"
+                                       + _unreachable_hint(address, origins))
     elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
         exc = CollectorUnavailable(
             f"the collector at {address} did not answer in time ({what}){suffix}"
@@ -344,6 +378,8 @@ class Client:
             address="" if address else f"${ADDRESS_ENV}" if os.environ.get(ADDRESS_ENV)
             else FROM_DEFAULT,
             token="" if token is not None else f"${TOKEN_ENV}" if self._token else "")
+        if _URL_SCHEME.match(self.address):
+            raise _url_refused(self.address, self.origins)
         if timeout <= 0:
             raise GpubenchError(
                 f"timeout: must be positive, got {timeout}", exit_code=ExitCode.USAGE

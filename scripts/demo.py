@@ -264,7 +264,7 @@ def show_site(port: int) -> None:
          "page per GPU and per run")
     if sys.stdin.isatty() and sys.stdout.isatty():
         try:
-            input(f"open {url} in a browser; press Enter to stop the site and the collector ")
+            input("open it in a browser; Enter stops the site and the collector ")
         except EOFError:
             pass
 

@@ -56,23 +56,24 @@ def standing_tables(frame: pd.DataFrame, *, you: str) -> list[Table | Text]:
     if not published.empty:
         out.append(_table("published figures: transcribed, not measured by gpubench",
                           published))
-    out.append(Text(_verdict(mine, frame[~frame["you"]])))
+    out.append(Text(_verdict(mine, measured[~measured["you"]])))
     return out
 
 
 def _verdict(mine: pd.DataFrame, others: pd.DataFrame) -> str:
-    """One line per reference: its speedup over yours (your run the baseline, as
-    `gpubench compare` computes it: your epoch-2 time over its), and what makes it unlike
-    your run, which makes the ratio not like for like."""
+    """One line per measured reference run, fastest first: its speedup over yours (your
+    run the baseline, as `gpubench compare` computes it: your epoch-2 time over its), and
+    what makes it unlike your run, which makes the ratio not like for like. Published
+    figures are not set against it: they are shown apart, as everywhere."""
     if mine.empty or frames.is_missing(mine.iloc[0]["epoch2_s"]):
         return "your run has no epoch-2 figure to compare (it did not finish)"
     run = mine.iloc[0].to_dict()
     yours = float(run["epoch2_s"])
-    lines = [f"you: epoch 2 in {figures.seconds(yours)} on {run['gpu_config']}; the others' "
-             f"{figures.SPEEDUP} ({figures.SPEEDUP_MEANS}, your run the baseline):"]
-    for row in others.to_dict("records"):
-        if frames.is_missing(row["epoch2_s"]):
-            continue
+    lines = [f"you: epoch 2 in {figures.seconds(yours)} on {run['gpu_config']}; the "
+             f"measured runs' {figures.SPEEDUP} ({figures.SPEEDUP_MEANS}, your run the "
+             "baseline), fastest first; the published figures are not set against it:"]
+    timed = [row for row in others.to_dict("records") if not frames.is_missing(row["epoch2_s"])]
+    for row in sorted(timed, key=lambda row: float(row["epoch2_s"])):
         unlike = [what for what, key in (("image size", "image_size"),
                                          ("images an epoch", "train_images"),
                                          ("backend", "backend"), ("precision", "precision"))

@@ -278,7 +278,7 @@ def test_bad_compare_requests(populated) -> None:
         ({"model": "B9"}, grpc.StatusCode.INVALID_ARGUMENT, "model: unknown 'B9'"),
         ({"model": "B0", "precision": "fp8"}, grpc.StatusCode.INVALID_ARGUMENT, "precision"),
         ({"model": "B0", "backend": "tensorflow", "baseline_gpu": "GTX 480"},
-         grpc.StatusCode.NOT_FOUND, "baseline_gpu: no runs of 1x GTX 480"),
+         grpc.StatusCode.NOT_FOUND, "baseline_gpu (--baseline): no runs of 1x GTX 480"),
     ):
         with pytest.raises(grpc.RpcError) as caught:
             compare(collector, **fields)

@@ -2,7 +2,8 @@
 left behind by the failed tries, and recovery by itself once space is freed.
 
 The collector's database and journal live on a small tmpfs mounted for the test
-(`mount -t tmpfs` needs root: skipped otherwise), filled up with a file.
+(`mount -t tmpfs` needs root with the right to mount, CAP_SYS_ADMIN: skipped
+otherwise), filled up with a file.
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         capture_output=True, text=True,
     )
     if mounted.returncode != 0:
-        pytest.skip(f"needs a small file system to fill: `mount -t tmpfs` failed (as root it "
-                    f"works): {mounted.stderr.strip() or mounted.returncode}")
+        # Mounting takes root with the right to mount (CAP_SYS_ADMIN), which a container's
+        # root lacks unless given it.
+        missing = ("this root lacks the right to mount (CAP_SYS_ADMIN; a container needs "
+                   "--cap-add SYS_ADMIN)" if os.geteuid() == 0 else "it takes root")
+        pytest.skip(f"needs a small file system to fill: `mount -t tmpfs` failed, {missing}: "
+                    f"{mounted.stderr.strip() or mounted.returncode}")
     try:
         yield mount_point
     finally:

@@ -92,9 +92,18 @@ def test_make_demo_twice_from_a_clean_checkout(tmp_path: Path) -> None:
     assert "B0 leaderboard" in out
     # Where this run stands, and what to try next.
     assert "where you stand" in out and "measured runs (yours in bold)" in out
-    # One ratio, named as `gpubench compare` names it, with what makes it not like for like.
-    assert "the article's Tesla T4 (Colab) (1x Tesla T4): speedup " in out
+    # The measured runs' ratios, named as `gpubench compare` names them, fastest first, each
+    # with what makes it not like for like; the published figures are set against nothing.
+    assert "the published figures are not set against it" in out
+    assert "(1x Tesla T4): speedup" not in out
     assert "unlike yours in" in out and "x as many" not in out
+    ratios = [float(x) for x in re.findall(r"\(1x NVIDIA H200\): speedup ([\d.]+)x", out)]
+    assert len(ratios) == 3 and ratios == sorted(ratios, reverse=True), ratios
+    # Every line fits 80 columns (a table's padding aside); only a word wider than that (a
+    # long path) stands alone past it.
+    wide = [line for line in (first.stdout + first.stderr).splitlines()
+            if len(line.rstrip()) > 80 and " " in line.strip()]
+    assert not wide, wide
     assert "what now: the collector served 127.0.0.1:" in out
     assert re.search(r"the results site answers at http://127\.0\.0\.1:\d+/", out)
     assert "web --token-file .demo/token" in out

@@ -173,8 +173,8 @@ def served(tmp_path: Path) -> Iterator[Path]:
                                stderr=subprocess.DEVNULL, text=True)
     try:
         assert process.stdout is not None
-        line = process.stdout.readline()  # said once it serves
-        assert line.startswith(f"collector serving {db} on "), line
+        line = process.stdout.readline()  # said once it serves, its address first
+        assert line.startswith("collector serving on 127.0.0.1:"), line
         yield db
     finally:
         process.terminate()

@@ -18,10 +18,13 @@ from gpubench.collector.web.metrics import SiteMetrics
 from gpubench.v1 import collector_pb2
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "monitoring"
-PROMTOOL = shutil.which("promtool")
+# promtool on PATH, else where `make test` unpacks it (`make promtool`: Debian's package,
+# downloaded into .tools/, no server installed).
+FETCHED = FOLDER.parents[1] / ".tools" / "prometheus" / "usr" / "bin" / "promtool"
+PROMTOOL = shutil.which("promtool") or (str(FETCHED) if FETCHED.is_file() else None)
 needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool is not installed (apt-get install prometheus; `make "
-                             "test` installs it when run as root)")
+    PROMTOOL is None, reason="promtool is not on PATH nor in .tools/ (`make promtool` "
+                             "fetches it there)")
 
 
 def _exported() -> set[str]:

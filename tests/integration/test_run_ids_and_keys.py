@@ -10,12 +10,13 @@ from typing import Any
 import duckdb
 import pandas as pd
 import pytest
+from factories import REFERENCE_RUNS, import_reference_runs
 
 from gpubench import frames
 from gpubench.client import Client
 from gpubench.errors import NotFound, RequestRefused
 
-# Three ids sharing their first 11 characters, as the article's published runs do.
+# Three ids sharing their first 11 characters.
 SHARED = "5b0f5c2e-0f"
 IDS = [f"{SHARED}{tail}" for tail in ("11-4000-8000-000000000001", "22-4000-8000-000000000002",
                                       "23-4000-8000-000000000003")]
@@ -50,6 +51,24 @@ def test_short_ids_are_unique_prefixes_and_get_run_takes_them(collector: Any,
         # The frames carry it, for the terminal's tables.
         frame = client.list_runs()
         assert sorted(frame["short_id"]) == sorted(listed.values())
+
+
+def test_the_reference_runs_are_listed_by_their_first_8_characters(collector_factory: Any,
+                                                                  tmp_path: Path) -> None:
+    """docs/results/runs/' ids differ early, so `runs list` shows each in 8 characters and
+    `runs show` takes them."""
+    db = tmp_path / "references.duckdb"
+    import_reference_runs(db)
+    running = collector_factory(db_path=db)
+    with Client(running.address, token=running.admin_token) as client:
+        listed = list(client.iter_runs())
+        assert len(listed) == len(list(REFERENCE_RUNS.glob("*.json")))
+        assert all(len(stored.short_id) == 8 for stored in listed), \
+            [stored.short_id for stored in listed]
+        published = [stored for stored in listed if stored.run.published]
+        assert len(published) == 3
+        for stored in published:
+            assert client.get_run(stored.short_id).run.run_id == stored.run.run_id
 
 
 def test_dataframes_and_the_export_carry_the_key_and_the_largest_batch(

@@ -63,8 +63,8 @@ def test_a_named_baseline_is_matched_case_insensitively_with_count_one_by_defaul
 
 
 def test_a_missing_baseline_names_what_there_is() -> None:
-    with pytest.raises(NotFound, match=r"baseline_gpu: no runs of 2x Tesla T4 .*found: "
-                                       r"1x NVIDIA GeForce GTX 1070, 1x Tesla T4"):
+    with pytest.raises(NotFound, match=r"baseline_gpu \(--baseline\): no runs of 2x Tesla T4 "
+                       r".*found: 1x NVIDIA GeForce GTX 1070, 1x Tesla T4"):
         compare.compare("B7", [T4, GTX], baseline_gpu="Tesla T4", baseline_gpu_count=2)
 
 

@@ -25,6 +25,8 @@ HOSTILE_WARNING = "epoch 2 slower \u202eevil\u202c and \u200bhidden"
 # figure column in view all the same.
 LONG_GPU = ("Quantum Accelerator Board " + "X" * 150 + " Extreme Edition Forty")[:200]
 LONG_RUNS = 55  # more than a page of a list
+# The start two runs' ids share: `runs list` and the site show them longer than 8.
+SHARED_ID_START = "c0ffee00-0f1"
 # A label a spreadsheet would run as a formula (OWASP's CSV injection).
 FORMULA_LABEL = "=cmd|' /C calc'!A0"
 # A run with --memory-limit: 13.2 GiB of a 16 GiB limit on a 140 GiB card.
@@ -57,6 +59,11 @@ def community_runs() -> list:
                        ("NVIDIA GeForce GTX 1070", {"B0": (21.0, 22.4), "B3": (70.0,)})):
         for model, seconds in times.items():
             runs += [alike_run(gpu, model, s) for s in seconds]
+    # Tesla T4's two B3 runs: ids that share their first 12 characters (short ids longer).
+    t4_b3 = [run for run in runs if run.gpus[0].name == "Tesla T4" and run.config.model == "B3"]
+    for run, tail in zip(t4_b3, ("1-4000-8000-000000000001", "2-4000-8000-000000000002"),
+                         strict=True):
+        run.run_id = SHARED_ID_START + tail
     hostile = alike_run(HOSTILE_GPU, "B0", 4.2, label=HOSTILE_LABEL)
     hostile.result.warnings.append(HOSTILE_WARNING)
     runs.append(hostile)

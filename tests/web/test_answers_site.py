@@ -15,7 +15,14 @@ from urllib.parse import quote
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from live_site import FORMULA_LABEL, LIMIT_GIB, LIMIT_PEAK_GIB, LONG_GPU, LONG_RUNS
+from live_site import (
+    FORMULA_LABEL,
+    LIMIT_GIB,
+    LIMIT_PEAK_GIB,
+    LONG_GPU,
+    LONG_RUNS,
+    SHARED_ID_START,
+)
 
 from gpubench import frames
 from gpubench.cli import cli
@@ -62,6 +69,12 @@ def test_fit_answers_as_the_cli_does(live_site):
     assert json.loads(by_card)["card"] == "Tesla T4"
     status, bad, _ = live_site.get("/fit/B7?memory=8%20bananas")
     assert status == 400 and "is not a size" in _text(bad)
+    # A bare number is not read as bytes, nor a size below the smallest card answered:
+    # the CLI's words.
+    for memory, words in (("8", "'8' has no unit: write 8GiB for 8 GiB"),
+                          ("4GiB", "less memory than any card the benchmark knows")):
+        status, bad, _ = live_site.get(f"/fit/B7?memory={memory}")
+        assert status == 400 and words in _text(bad), _text(bad)
 
 
 def test_estimate_answers_as_the_cli_does(live_site):
@@ -192,18 +205,19 @@ def test_short_run_ids_are_unique_and_taken_by_the_site_and_getrun(live_site):
         stored = list(client.iter_runs())
     shorts = [s.short_id for s in stored]
     assert len(set(shorts)) == len(shorts) and all(len(s) >= 8 for s in shorts)
-    # The three published T4 runs share their first 8 characters: longer prefixes tell
-    # them apart, and each is what the lists show and what GetRun takes.
-    published = [s for s in stored if s.run.published]
-    assert len({s.run.run_id[:8] for s in published}) == 1
-    assert all(len(s.short_id) > 8 for s in published)
+    # The published T4 runs' ids differ early: 8 characters each. Two runs of the T4 share
+    # their first 12: longer prefixes tell them apart, and each is what the lists show and
+    # what GetRun takes.
+    assert all(len(s.short_id) == 8 for s in stored if s.run.published)
+    shared = [s for s in stored if s.run.run_id.startswith(SHARED_ID_START)]
+    assert len(shared) == 2 and all(len(s.short_id) > 8 for s in shared)
     _, page, _ = live_site.get("/runs?model=B3")
-    for s in published:
+    for s in shared + [s for s in stored if s.run.published]:
         if s.run.config.model == "B3":
             assert f">{s.short_id}</a>" in page
             status, body, _ = live_site.get(f"/run/{s.short_id}")
             assert status == 200 and s.run.run_id in body
-    status, ambiguous, _ = live_site.get(f"/run/{published[0].run.run_id[:8]}")
+    status, ambiguous, _ = live_site.get(f"/run/{SHARED_ID_START[:8]}")
     assert status == 400 and "give more of it" in _text(ambiguous)
 
 

@@ -3,6 +3,7 @@ with the token it is given, printing its address, stopping on SIGTERM."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -23,12 +24,15 @@ def test_web_serves_a_private_collector_with_its_token(collector, make_run, tmp_
     process = subprocess.Popen(
         [str(BIN / "gpubench-collector"), "web", "--collector", collector.address,
          "--token-file", str(token_file), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "80"})
     try:
         assert process.stdout is not None
-        line = process.stdout.readline()
-        found = re.search(r"results site on (http://127\.0\.0\.1:\d+/) \(collector "
-                          + re.escape(collector.address) + r", reading with a token\)", line)
+        # At 80 columns the line wraps once: the site's address on the first line.
+        line = process.stdout.readline() + process.stdout.readline()
+        assert all(len(part) <= 80 for part in line.splitlines()), line
+        found = re.search(r"results site on (http://127\.0\.0\.1:\d+/), reading the collector "
+                          r"at\s+" + re.escape(collector.address) + r"\s+with a token", line)
         assert found, line + process.stderr.read() if process.poll() is not None else line
         with urllib.request.urlopen(found.group(1) + "runs", timeout=20) as answer:
             assert answer.status == 200 and "Tesla T4" in answer.read().decode()

@@ -486,9 +486,18 @@ def status(spool_dir: Path | None, as_json: bool) -> int:
 
     from gpubench.tables import text_table
 
-    Console().print(text_table(
-        LISTING_COLUMNS, ([row[column] for column in LISTING_COLUMNS] for row in rows),
-        title=f"spool {spool.root}: " + ", ".join(f"{n} {k}" for k, n in counts.items())))
+    console = Console(highlight=False, markup=False)
+    # The summary wraps at the output's width, not the table's.
+    console.print(wrap_message("", f"spool {spool.root}: "
+                               + ", ".join(f"{n} {k}" for k, n in counts.items()),
+                               console.width), soft_wrap=True)
+    if rows:
+        console.print(text_table(
+            LISTING_COLUMNS, ([row[column] for column in LISTING_COLUMNS] for row in rows)))
+    if not counts["pending"]:
+        console.print(wrap_message("", "nothing waiting to be sent" + (
+            "" if rows else " (the spool is empty: gpubench-agent run puts its runs there)"),
+            console.width), soft_wrap=True)
     return EXIT_OK
 
 

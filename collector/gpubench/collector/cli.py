@@ -117,7 +117,9 @@ def serve(
         mode = "TLS" if tls else "plaintext"
         reads = "public" if public_read else "token"
         processes = f", {count} front-end processes" if count > 1 else ""
-        out.print(f"collector serving {db_path} on {address} ({mode}, reads: {reads}{processes})")
+        # The address first: scripts find it on the first line, however the path wraps.
+        out.print(wrap_message("", f"collector serving on {address} ({mode}, reads: "
+                               f"{reads}{processes}), the database {db_path}"))
         sys.stdout.flush()
 
     def metrics_ready(bound: int) -> None:
@@ -186,7 +188,9 @@ def web(address: str, token_file: Path | None, visitor_tokens: bool, ca: Path | 
         reads = "with a token" if config.token else "without a token"
         if visitor_tokens:
             reads += ", or the visitor's"
-        out.print(f"results site on {url} (collector {address}, reading {reads})")
+        # The address first: scripts find it on the first line, however the rest wraps.
+        out.print(wrap_message("", f"results site on {url}, reading the collector at "
+                               f"{address} {reads}"))
         sys.stdout.flush()
 
     # Until SIGTERM or Ctrl-C: uvicorn finishes the requests in flight, then exits.
@@ -396,10 +400,8 @@ def import_runs(db_path: Path, files: tuple[Path, ...], submitter: str) -> None:
     finally:
         store.close()
     conflicts = [str(r) for r in results if isinstance(r, Exception)]
-    err.print(
-        f"{len(runs) - len(conflicts)} run(s) stored in {db_path} "
-        "(runs already there with the same content are left as they were)"
-    )
+    err.print(wrap_message("", f"{len(runs) - len(conflicts)} run(s) stored in {db_path} "
+                           "(runs already there with the same content are left as they were)"))
     if conflicts:
         raise RequestRefused("; ".join(conflicts[:3]))
 

@@ -175,8 +175,9 @@ def choose_baseline(
             return group
     found = ", ".join(sorted(g.config_name for g in groups))
     raise NotFound(
-        f"baseline_gpu: no runs of {gpu_config_name(gpu_name, count)} to compare against "
-        f"(found: {found})"
+        # The field and the flag that set it, as allow_mixed (--allow-mixed) is named.
+        f"baseline_gpu (--baseline): no runs of {gpu_config_name(gpu_name, count)} to "
+        f"compare against (found: {found})"
     )
 
 

@@ -368,11 +368,9 @@ def fit(client: Client, model: str, query: Mapping[str, str], path: str) -> Answ
         memory_bytes = answers.card_memory(client, card)
     else:
         try:
-            memory_bytes = sizes.parse_size(memory_text)
+            memory_bytes = sizes.card_memory(memory_text)
         except ValueError as exc:
             raise InvalidRecord("memory", str(exc)) from None
-        if memory_bytes <= 0:
-            raise InvalidRecord("memory", f"{memory_text!r}: must be more than 0 bytes")
     runs = answers.read_runs(client, model, gpu, include_outliers=include_outliers)
     document = answers.fit_document(runs, model, memory_bytes, card)
     return Answer("fit.html", {
