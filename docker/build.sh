@@ -19,7 +19,7 @@
 #   --version V   the version the images' code and labels carry (default: the
 #                 checkout's, from its git tag, as its wheel's: setuptools-scm, asked
 #                 through $GPUBENCH_PYTHON, .venv/bin/python or python3, the first that
-#                 has it)
+#                 has it; 0.0, unknown, where none has)
 #
 # Default: agent, workload, workload-tensorflow and collector, FROM the public images
 # named in each Dockerfile (the torch workload's CUDA 12.6 build from PyTorch's index).
@@ -70,16 +70,17 @@ if [[ -n $local_base && -n $base ]]; then
 fi
 
 # The checkout's version, as its wheel's would be: the git tag's (pyproject.toml's
-# [tool.setuptools_scm]; a copy with no git is "0.0", unknown).
+# [tool.setuptools_scm]; a copy with no git is "0.0", setuptools-scm's "unknown").
 checkout_version() {
     local python
     for python in ${GPUBENCH_PYTHON:-} .venv/bin/python python3; do
         command -v "$python" >/dev/null 2>&1 || continue
         "$python" -m setuptools_scm 2>/dev/null && return 0
     done
-    echo "build: no Python here has setuptools-scm to tell the version from the git tag:" \
-         "pip install setuptools-scm (make install brings it), or give --version" >&2
-    return 1
+    echo "build: no Python here has setuptools-scm to read the version from the git tag:" \
+         "the images say 0.0 (unknown); pip install setuptools-scm (make install brings" \
+         "it), or give --version" >&2
+    echo 0.0
 }
 [[ -n $version ]] || version=$(checkout_version)
 
