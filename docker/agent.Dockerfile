@@ -53,11 +53,11 @@ FROM ${BASE_IMAGE}
 COPY --from=build /opt/gpubench /opt/gpubench
 COPY docker/entrypoint.sh /usr/local/bin/gpubench-entrypoint
 COPY docker/container_check.py /usr/local/bin/gpubench-container-check
-# Runs wait in the spool until the collector has them: mount a volume there
-# (-v gpubench-spool:/var/lib/gpubench/spool) to keep unsent runs across containers.
 # The workload image the agent starts (--image overrides it): the local build's, or the
 # published one of the same version (the release workflow passes it).
 ARG WORKLOAD_IMAGE=gpubench-workload:latest
+# Runs wait in the spool until the collector has them: mount a volume there
+# (-v gpubench-spool:/var/lib/gpubench/spool) to keep unsent runs across containers.
 ENV PATH=/opt/gpubench/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     GPUBENCH_SPOOL=/var/lib/gpubench/spool \

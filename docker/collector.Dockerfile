@@ -67,7 +67,6 @@ VOLUME /data
 EXPOSE 50051
 HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
     CMD ["/opt/gpubench/bin/gpubench-healthcheck"]
-# Exec form: the collector is PID 1 and gets the SIGTERM of `docker stop` itself.
 # What the image is, in the OCI's words (docker/build.sh, and the release workflow, pass
 # the version, the commit, the time of the build and the source repository).
 ARG GPUBENCH_VERSION=0.0
@@ -81,5 +80,6 @@ LABEL org.opencontainers.image.title="gpubench-collector" \
       org.opencontainers.image.created="${GPUBENCH_CREATED}" \
       org.opencontainers.image.source="${GPUBENCH_SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0"
+# Exec form: the collector is PID 1 and gets the SIGTERM of `docker stop` itself.
 ENTRYPOINT ["gpubench-collector"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "50051", "--insecure"]
