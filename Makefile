@@ -20,7 +20,7 @@ help:
 	@echo "make chaos        the collector's fault campaign (CHAOS_ARGS=--short: minutes)"
 	@echo "make install      the virtual environment with every extra ($(VENV))"
 	@echo "make proto        regenerate the wire code from protos/"
-	@echo "make lint         ruff"
+	@echo "make lint         ruff, actionlint + zizmor (workflows), hadolint (Dockerfiles)"
 	@echo "make typecheck    mypy over gpubench/, agent/ and collector/ (docs/results/typecheck.md)"
 
 # Each step says what it does; pip's own output goes to $(LOG), shown when a step fails.
@@ -108,8 +108,13 @@ CHAOS_ARGS ?=
 chaos: proto
 	$(PY) bench/chaos.py $(CHAOS_ARGS)
 
+# ruff; the workflows with actionlint and zizmor (offline: no look-up of the actions'
+# latest versions); the Dockerfiles with hadolint. Each a binary from the dev extra.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/actionlint .github/workflows/*.yml
+	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
+	$(VENV)/bin/hadolint docker/*.Dockerfile
 
 # pyproject.toml's [tool.mypy] names the three source roots; the count of what it still
 # reports is in docs/results/typecheck.md.

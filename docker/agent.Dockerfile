@@ -31,12 +31,16 @@ COPY docker/wire_requirements.py /src/docker/
 COPY protos /src/protos
 COPY gpubench /src/gpubench
 COPY agent /src/agent
+# The version (docker/build.sh passes the checkout's, the git tag's): the build context has
+# no git to read it from. The wheel, the commands' --version and the labels carry it.
+ARG GPUBENCH_VERSION=0.0
 # The wheel build generates the wire code from protos/ (grpcio-tools, a build requirement);
 # then the grpcio and protobuf that code needs (a base's own may be older).
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
     --mount=type=bind,source=docker/wheels,target=/wheels \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
-    python3 -m pip wheel --no-deps -w /tmp/wheels /src \
+    SETUPTOOLS_SCM_PRETEND_VERSION="${GPUBENCH_VERSION}" \
+        python3 -m pip wheel --no-deps -w /tmp/wheels /src \
     && python3 -m pip --python /opt/gpubench/bin/python install --no-deps --no-index \
         /tmp/wheels/*.whl \
     && python3 /src/docker/wire_requirements.py /tmp/wheels/*.whl > /tmp/wire.txt \
@@ -49,12 +53,15 @@ FROM ${BASE_IMAGE}
 COPY --from=build /opt/gpubench /opt/gpubench
 COPY docker/entrypoint.sh /usr/local/bin/gpubench-entrypoint
 COPY docker/container_check.py /usr/local/bin/gpubench-container-check
+# The workload image the agent starts (--image overrides it): the local build's, or the
+# published one of the same version (the release workflow passes it).
+ARG WORKLOAD_IMAGE=gpubench-workload:latest
 # Runs wait in the spool until the collector has them: mount a volume there
 # (-v gpubench-spool:/var/lib/gpubench/spool) to keep unsent runs across containers.
 ENV PATH=/opt/gpubench/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     GPUBENCH_SPOOL=/var/lib/gpubench/spool \
-    GPUBENCH_RUN_DEFAULTS="--runner docker --image gpubench-workload:latest"
+    GPUBENCH_RUN_DEFAULTS="--runner docker --image ${WORKLOAD_IMAGE}"
 # Root: the agent talks to the host's docker socket, which only root (or the docker group,
 # whose id differs between hosts) may use.
 # `docker stop` sends SIGINT, which the agent handles as Ctrl-C: it removes the workload
@@ -62,5 +69,18 @@ ENV PATH=/opt/gpubench/bin:$PATH \
 # drops a SIGTERM that PID 1 has no handler for: the stop would end in SIGKILL after the
 # grace period and leave the workload container training.
 STOPSIGNAL SIGINT
+# What the image is, in the OCI's words (docker/build.sh, and the release workflow, pass
+# the version, the commit, the time of the build and the source repository).
+ARG GPUBENCH_VERSION=0.0
+ARG GPUBENCH_REVISION=
+ARG GPUBENCH_CREATED=
+ARG GPUBENCH_SOURCE=
+LABEL org.opencontainers.image.title="gpubench-agent" \
+      org.opencontainers.image.description="The gpubench agent: runs the benchmark image on a GPU host, samples the GPUs through NVML, pushes each run to a collector" \
+      org.opencontainers.image.version="${GPUBENCH_VERSION}" \
+      org.opencontainers.image.revision="${GPUBENCH_REVISION}" \
+      org.opencontainers.image.created="${GPUBENCH_CREATED}" \
+      org.opencontainers.image.source="${GPUBENCH_SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 ENTRYPOINT ["gpubench-entrypoint"]
 CMD ["--help"]

@@ -16,6 +16,10 @@
 #   --no-index    pip takes the wheels alone and asks no package index
 #   --tag TAG     image tag (default: latest; the TensorFlow workload is tagged
 #                 `tensorflow`, or TAG-tensorflow)
+#   --version V   the version the images' code and labels carry (default: the
+#                 checkout's, from its git tag, as its wheel's: setuptools-scm, asked
+#                 through $GPUBENCH_PYTHON, .venv/bin/python or python3, the first that
+#                 has it; 0.0, unknown, where none has)
 #
 # Default: agent, workload, workload-tensorflow and collector, FROM the public images
 # named in each Dockerfile (the torch workload's CUDA 12.6 build from PyTorch's index).
@@ -24,6 +28,8 @@
 # steps' network: `host` where the engine has no default bridge, dockerd --bridge=none).
 # DOCKER (the docker client; default: /usr/bin/docker if present, else docker on PATH).
 # A build that cannot pull its public base image says to use --local-base.
+# Every image carries the OCI labels: title, description, version, revision (the commit),
+# created, source (the origin remote's address) and licenses.
 # Prints how long each image took. Uses Debian's client at /usr/bin/docker when present:
 # BuildKit is built into it (a newer client elsewhere on PATH may want a buildx plugin).
 set -euo pipefail
@@ -41,8 +47,9 @@ local_base=
 base=
 wheels=
 no_index=
+version=
 images=()
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --local-base) local_base=1 ;;
@@ -50,6 +57,7 @@ while (($#)); do
         --wheels) wheels=${2:?--wheels needs a folder}; shift ;;
         --no-index) no_index=1 ;;
         --tag) tag=${2:?--tag needs a tag}; shift ;;
+        --version) version=${2:?--version needs a version}; shift ;;
         agent | workload | workload-tensorflow | collector) images+=("$1") ;;
         -h | --help) usage; exit 0 ;;
         *) echo "build: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -61,6 +69,21 @@ if [[ -n $local_base && -n $base ]]; then
     echo "build: --local-base and --base: choose one" >&2; exit 2
 fi
 
+# The checkout's version, as its wheel's would be: the git tag's (pyproject.toml's
+# [tool.setuptools_scm]; a copy with no git is "0.0", setuptools-scm's "unknown").
+checkout_version() {
+    local python
+    for python in ${GPUBENCH_PYTHON:-} .venv/bin/python python3; do
+        command -v "$python" >/dev/null 2>&1 || continue
+        "$python" -m setuptools_scm 2>/dev/null && return 0
+    done
+    echo "build: no Python here has setuptools-scm to read the version from the git tag:" \
+         "the images say 0.0 (unknown); pip install setuptools-scm (make install brings" \
+         "it), or give --version" >&2
+    echo 0.0
+}
+[[ -n $version ]] || version=$(checkout_version)
+
 UNPULLED='load metadata for|failed to (do request|resolve|authorize|fetch)|pull access denied|dial tcp|no such host|i/o timeout|TLS handshake timeout'
 
 # No default bridge on some engines (dockerd --bridge=none): a build step runs on the
@@ -69,6 +92,11 @@ common=(--progress=plain ${GPUBENCH_BUILD_NETWORK:+--network "$GPUBENCH_BUILD_NE
 cert=${GPUBENCH_PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 [[ -s $cert ]] && common+=(--secret "id=pipcert,src=$cert")
 [[ -n $no_index ]] && common+=(--build-arg PIP_NO_INDEX=1)
+# The labels' values (the Dockerfiles name them).
+common+=(--build-arg "GPUBENCH_VERSION=$version"
+         --build-arg "GPUBENCH_REVISION=$(git rev-parse HEAD 2>/dev/null || true)"
+         --build-arg "GPUBENCH_CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+         --build-arg "GPUBENCH_SOURCE=$(git remote get-url origin 2>/dev/null || true)")
 if [[ -n $wheels ]]; then
     [[ -d $wheels ]] || { echo "build: --wheels $wheels: no such folder" >&2; exit 2; }
     for wheel in "$wheels"/*.whl; do
@@ -110,6 +138,11 @@ for name in "${images[@]}"; do
                    --build-arg FRAMEWORK=tensorflow --build-arg "FRAMEWORK_PACKAGE=$tensorflow"
                    --build-arg FRAMEWORK_INDEX=)
             ;;
+        agent)
+            [[ -n $base ]] && args+=(--build-arg "BASE_IMAGE=$base")
+            # The workload of the same tag is the one it starts.
+            args+=(--build-arg "WORKLOAD_IMAGE=gpubench-workload:$tag")
+            ;;
         *)
             [[ -n $base ]] && args+=(--build-arg "BASE_IMAGE=$base")
             ;;
@@ -129,5 +162,5 @@ for name in "${images[@]}"; do
     fi
     rm -f "$log"
     size=$($DOCKER image inspect --format '{{.Size}}' "$image")
-    echo "build: $image in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB" >&2
+    echo "build: $image ($version) in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB" >&2
 done

@@ -30,12 +30,16 @@ COPY docker/wire_requirements.py /src/docker/
 COPY protos /src/protos
 COPY gpubench /src/gpubench
 COPY collector /src/collector
+# The version (docker/build.sh passes the checkout's, the git tag's): the build context has
+# no git to read it from. The wheel, the commands' --version and the labels carry it.
+ARG GPUBENCH_VERSION=0.0
 # The wheel build generates the wire code from protos/ (grpcio-tools, a build requirement);
 # then the grpcio and protobuf that code needs (a base's own may be older).
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
     --mount=type=bind,source=docker/wheels,target=/wheels \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
-    python3 -m pip wheel --no-deps -w /tmp/wheels /src \
+    SETUPTOOLS_SCM_PRETEND_VERSION="${GPUBENCH_VERSION}" \
+        python3 -m pip wheel --no-deps -w /tmp/wheels /src \
     && python3 -m pip --python /opt/gpubench/bin/python install --no-deps --no-index \
         /tmp/wheels/*.whl \
     && python3 /src/docker/wire_requirements.py /tmp/wheels/*.whl > /tmp/wire.txt \
@@ -55,12 +59,27 @@ COPY docker/healthcheck.py /opt/gpubench/bin/gpubench-healthcheck
 ENV PATH=/opt/gpubench/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     GPUBENCH_COLLECTOR_DB=/data/gpubench.duckdb
-USER gpubench
+# By number (the user gpubench made above): an orchestrator checking that the image runs
+# as non-root (Kubernetes' runAsNonRoot) can tell from the number alone.
+USER 10001:10001
 WORKDIR /data
 VOLUME /data
 EXPOSE 50051
 HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
     CMD ["/opt/gpubench/bin/gpubench-healthcheck"]
+# What the image is, in the OCI's words (docker/build.sh, and the release workflow, pass
+# the version, the commit, the time of the build and the source repository).
+ARG GPUBENCH_VERSION=0.0
+ARG GPUBENCH_REVISION=
+ARG GPUBENCH_CREATED=
+ARG GPUBENCH_SOURCE=
+LABEL org.opencontainers.image.title="gpubench-collector" \
+      org.opencontainers.image.description="The gpubench collector: stores the benchmark runs in DuckDB and answers comparisons; its results site" \
+      org.opencontainers.image.version="${GPUBENCH_VERSION}" \
+      org.opencontainers.image.revision="${GPUBENCH_REVISION}" \
+      org.opencontainers.image.created="${GPUBENCH_CREATED}" \
+      org.opencontainers.image.source="${GPUBENCH_SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 # Exec form: the collector is PID 1 and gets the SIGTERM of `docker stop` itself.
 ENTRYPOINT ["gpubench-collector"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "50051", "--insecure"]

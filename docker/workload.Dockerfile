@@ -34,11 +34,15 @@ COPY pyproject.toml setup.py README.md /src/
 COPY protos /src/protos
 COPY gpubench /src/gpubench
 COPY agent /src/agent
+# The version (docker/build.sh passes the checkout's, the git tag's): the build context has
+# no git to read it from. The wheel, the commands' --version and the labels carry it.
+ARG GPUBENCH_VERSION=0.0
 # The wheel build generates the wire code from protos/ (grpcio-tools, a build requirement).
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
     --mount=type=bind,source=docker/wheels,target=/wheels \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
-    python3 -m pip wheel --no-deps -w /out /src
+    SETUPTOOLS_SCM_PRETEND_VERSION="${GPUBENCH_VERSION}" \
+        python3 -m pip wheel --no-deps -w /out /src
 
 FROM ${BASE_IMAGE}
 ARG FRAMEWORK=torch
@@ -78,6 +82,19 @@ RUN --mount=type=bind,from=wheel,source=/out,target=/tmp/wheels \
     && /opt/gpubench/bin/python -c "import gpubench.agent.workload.cli, gpubench.v1.run_pb2"
 COPY docker/entrypoint.sh /usr/local/bin/gpubench-entrypoint
 COPY docker/container_check.py /usr/local/bin/gpubench-container-check
+# What the image is, in the OCI's words (docker/build.sh, and the release workflow, pass
+# the version, the commit, the time of the build and the source repository).
+ARG GPUBENCH_VERSION=0.0
+ARG GPUBENCH_REVISION=
+ARG GPUBENCH_CREATED=
+ARG GPUBENCH_SOURCE=
+LABEL org.opencontainers.image.title="gpubench-workload" \
+      org.opencontainers.image.description="The gpubench benchmark (Keras EfficientNet on ${FRAMEWORK}), with the agent: the image the agent starts for every run" \
+      org.opencontainers.image.version="${GPUBENCH_VERSION}" \
+      org.opencontainers.image.revision="${GPUBENCH_REVISION}" \
+      org.opencontainers.image.created="${GPUBENCH_CREATED}" \
+      org.opencontainers.image.source="${GPUBENCH_SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 LABEL org.gpubench.framework=${FRAMEWORK}
 # The image's one framework is Keras's backend here, as the agent's check finds it.
 ENV PATH=/opt/gpubench/bin:$PATH \

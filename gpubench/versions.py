@@ -8,12 +8,34 @@ root; a namespace package holds no code of its own, so these constants live here
 
 from __future__ import annotations
 
-VERSION = "0.1.0"
+import importlib
+import importlib.metadata
 
 # The name pip knows the project by (pyproject.toml's project.name): PyPI's "gpubench"
 # is another project. Installed, `pip install 'gpubench-keras[EXTRA]'` adds an extra's
 # dependencies to this copy.
 DISTRIBUTION = "gpubench-keras"
+
+
+def _version() -> str:
+    """The version the build stamped: the git tag's (pyproject.toml's [tool.setuptools_scm])."""
+    try:
+        # Written by every build (a wheel, an image's, `pip install -e .`): the version
+        # travels with the code, whatever else is installed beside it. Imported by name:
+        # a checkout has no such file until a build writes it (.gitignore).
+        return str(importlib.import_module("gpubench._version").version)
+    except ImportError:
+        pass
+    try:
+        # A checkout run from its folder (PYTHONPATH) before any build wrote the file.
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0"  # setuptools-scm's own fallback_version: not known
+
+
+# The code's version: each command's --version, the record's agent_version, the
+# collector's and its backups', the image labels' (docker/build.sh).
+VERSION = _version()
 
 # The revision of protos/gpubench/v1/run.proto this code writes. Bump it when a
 # field's meaning changes; the collector reads every version up to its own.

@@ -290,7 +290,10 @@ def deployment(
             )
         deployment.token = done.stdout.strip().splitlines()[-1].removeprefix("TOKEN=")
         assert deployment.token.startswith("gpb_"), f"no token: {done.stdout!r}"
-        assert deployment.inspect("{{.Config.User}}") == "gpubench"
+        # Not root: the user gpubench, named by its number in the image (USER 10001:10001).
+        assert deployment.inspect("{{.Config.User}}") == "10001:10001"
+        who = run([DOCKER, "exec", deployment.collector_container(), "id", "-un"], timeout=30)
+        assert who.stdout.strip() == "gpubench"
         # The block waits for the collector itself (gpubench-healthcheck --wait); docker's
         # own health status follows at its next check (every 5 s).
         deployment.wait_healthy()

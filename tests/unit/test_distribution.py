@@ -1,12 +1,16 @@
 """The distribution's name: PyPI's `gpubench` is an unrelated project, so this one is
 `gpubench-keras` (gpubench.versions.DISTRIBUTION). Every place that reads the name agrees, the
 commands say their version without asking pip's metadata, and nothing documented
-installs the other project."""
+installs the other project. The sdist and the wheel build offline from a copy with no git,
+and the wheel alone carries the code, the commands and the version it was built with."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
+import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +100,90 @@ def test_version_needs_no_distribution_metadata(command: str, monkeypatch) -> No
     done = CliRunner().invoke(group, ["--version"])
     assert done.exit_code == 0, done.output
     assert done.output.strip() == f"{command}, version {versions.VERSION}"
+
+
+# What a build needs from the tree (as docker/*.Dockerfile copy it), and a version handed
+# to it as docker/build.sh hands the images' builds theirs: a copy with no git has no tag.
+BUILT_FROM = ("pyproject.toml", "setup.py", "README.md", "MANIFEST.in", "protos", "gpubench",
+              "agent", "collector")
+HANDED_VERSION = "9.8.7"
+COMMANDS = ("gpubench", "gpubench-agent", "gpubench-collector")
+
+
+def _build_env() -> dict[str, str]:
+    """This environment less what would point a build or a command at the checkout."""
+    env = {name: value for name, value in os.environ.items()
+           if name != "PYTHONPATH" and not name.startswith("SETUPTOOLS_SCM")}
+    env["SETUPTOOLS_SCM_PRETEND_VERSION_FOR_GPUBENCH_KERAS"] = HANDED_VERSION
+    return env
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist and the wheel built from the sdist, as the release builds them (python -m
+    build; offline: the build's requirements are the dev extra's), from a copy of the tree
+    with no git and nothing a previous build left."""
+    source = tmp_path_factory.mktemp("source")
+    leftovers = shutil.ignore_patterns("__pycache__", "*_pb2*", "_version.py", "*.egg-info")
+    for name in BUILT_FROM:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, ignore=leftovers)
+        else:
+            shutil.copy2(path, source / name)
+    out = tmp_path_factory.mktemp("dist")
+    done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir",
+                           str(out), str(source)], capture_output=True, text=True,
+                          env=_build_env(), timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+def test_the_sdist_and_wheel_carry_the_version_they_were_built_with(built: Path) -> None:
+    names = sorted(path.name for path in built.iterdir())
+    assert names == [f"gpubench_keras-{HANDED_VERSION}-py3-none-any.whl",
+                     f"gpubench_keras-{HANDED_VERSION}.tar.gz"]
+    # What the release job checks before it publishes: the metadata and the README render.
+    done = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
+                           *map(str, built.iterdir())], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_wheel_alone_carries_the_code_and_the_commands(built: Path, tmp_path: Path) -> None:
+    """Installed with --no-deps into an empty virtual environment, the wheel brings every
+    module it runs (the wire code generated at build too) and the three commands, which say
+    the version it was built with. The dependencies are this environment's, seen through a
+    .pth file (its paths alone: its .pth files, an editable install's among them, are not
+    run)."""
+    fresh = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True,
+                   timeout=120)
+    python = fresh / "bin" / "python"
+    wheel = next(built.glob("*.whl"))
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                           "--no-deps", "--no-index", "--quiet", str(wheel)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (own,) = [Path(p) for p in _run(python, "-c", "import site; print(*site.getsitepackages())")
+              .split()]
+    (own / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+
+    loaded = _run(python, "-c", "import gpubench.agent.cli, gpubench.collector.cli, "
+                  "gpubench.cli, gpubench.v1.run_pb2, sys; print('\\n'.join("
+                  "m.__file__ for n, m in sorted(sys.modules.items()) "
+                  "if n.startswith('gpubench') and getattr(m, '__file__', None)))").split()
+    assert len(loaded) > 20, loaded
+    assert [path for path in loaded if not Path(path).is_relative_to(own)] == []
+    for command in COMMANDS:
+        output = _run(fresh / "bin" / command, "--version")
+        assert output.strip() == f"{command}, version {HANDED_VERSION}"
+
+
+def _run(*command: str | Path) -> str:
+    """A command's output, run with no path back to the checkout."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    done = subprocess.run(list(map(str, command)), capture_output=True, text=True, env=env,
+                          cwd=Path(command[0]).parent, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
