@@ -306,8 +306,9 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
         warnings=list(response.warnings),
         # Plain records, not a frame: pandas compares attrs when frames are combined.
         published=frame_records(published_frame(response)),
-        uncatalogued=[{**_group_row(g), **shared, "in_catalogue": False}
-                      for g in response.uncatalogued],
+        uncatalogued=frame_records(pd.DataFrame(
+            [{**_group_row(g), **shared, "in_catalogue": False} for g in response.uncatalogued],
+            columns=COMPARE_COLUMNS)),
         **shared,
     )
     return frame
