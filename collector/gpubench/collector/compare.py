@@ -282,7 +282,7 @@ def compare(
         )
         for g in ordered
     )
-    warnings = tuple(w for g in ordered for w in group_warnings(g))
+    warnings = tuple(w for g in [*ordered, *apart] for w in group_warnings(g))
     return Comparison(
         model=model,
         baseline=baseline.config_name,
