@@ -58,6 +58,15 @@ ASKED_FOR = [
     "NVIDIA A16", "NVIDIA A2", "NVIDIA A30", "NVIDIA A40", "NVIDIA L40S", "NVIDIA H100 PCIe",
     "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA GH200 480GB", "NVIDIA B200",
     "NVIDIA RTX 6000 Ada Generation", "Quadro RTX 8000", "Quadro P6000", "Tesla P40", "Tesla P4",
+    # ... and names the catalogue's rows knew when one row held a family of cards.
+    "NVIDIA RTX A2000 Laptop GPU", "NVIDIA RTX A5000 Laptop GPU", "NVIDIA RTX A2000 12GB",
+    "NVIDIA GeForce RTX 3050 Ti Laptop GPU", "GeForce GTX 1070 with Max-Q Design",
+    "GeForce GTX 1070 Ti", "TITAN RTX", "NVIDIA GeForce RTX 2060 SUPER",
+    "NVIDIA GeForce RTX 4060 Ti", "NVIDIA GeForce RTX 4090 D", "NVIDIA GeForce RTX 4070 Ti SUPER",
+    "NVIDIA GeForce RTX 5060 Ti", "NVIDIA RTX 4000 SFF Ada Generation", "NVIDIA A100 PCIe",
+    "NVIDIA A100-PCIE-40GB", "NVIDIA A800-SXM4-80GB", "NVIDIA H100 SXM5 80GB", "NVIDIA H800",
+    "NVIDIA GH200 144G HBM3e", "NVIDIA GB200", "NVIDIA B300", "Tesla V100S-PCIE-32GB",
+    "Tesla V100-SXM3-32GB", "Tesla P100-SXM2-16GB", "Tesla K80",
 ]
 
 
