@@ -54,7 +54,9 @@ def test_the_comparison_shows_the_new_card_apart(site: LiveSite) -> None:
     assert status == 200
     heading = page.index(f">{figures.NOT_CATALOGUED.capitalize()}</h2>")
     assert page.index(T4) < heading < page.index(NEW, heading)
-    assert NEW not in page[:heading]  # neither a baseline to choose nor a bar of the chart
+    assert f'<option value="1x {NEW}"' not in page  # never a baseline to choose
+    chart = page[page.index("<svg"):page.index("</svg>")]
+    assert T4 in chart and NEW not in chart  # nor a bar among the compared ones
     assert "gpubench-agent inventory" in page[heading:]
     status, body, _ = site.get("/compare/B0?format=csv")
     frame = pd.read_csv(io.StringIO(body))
