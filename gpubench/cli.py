@@ -430,8 +430,9 @@ def runs_delete(ctx: click.Context, run_id: str) -> None:
 @click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
 @leaderboard_pins
 @click.option("--include-flagged", is_flag=True,
-              help="Rank runs the collector flagged as implausible too (unrecognised GPU "
-              "names among them).")
+              help="Rank runs the collector flagged as implausible too (look-alikes of "
+              "catalogued GPU names among them; runs on cards not yet catalogued are "
+              "listed apart either way).")
 @click.option("--corroborated", "corroborated_only", is_flag=True,
               help="Only the configurations whose figure a reference run or several "
               "submitters corroborate.")
