@@ -307,7 +307,7 @@ def uncatalogued_table(apart: pd.DataFrame) -> Table:
     if speedups:
         table.add_column(figures.SPEEDUP, justify="right")
     for row in apart.to_dict("records"):
-        cells = [Text(row["gpu_config"]), str(_int(row["runs"])),
+        cells: list[Text | str] = [Text(row["gpu_config"]), str(_int(row["runs"])),
                  figures.seconds(row["epoch2_median_s"], unit=False),
                  figures.three_digits(row["images_per_s_median"])]
         if speedups:

@@ -17,6 +17,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SPECS_FILE = Path(__file__).with_name("gpu_specs.json")
 
@@ -166,9 +167,7 @@ def read_specs(path: Path = SPECS_FILE) -> Specs:
     """Read a table in gpu_specs.json's format; ValueError names the file and the entry."""
     try:
         data = json.loads(path.read_text())
-        gpus = tuple(GpuSpec(**{k: tuple(v) if k == "names" else v
-                                for k, v in row.items() if k in _GPU_FIELDS})
-                     for row in data["gpus"])
+        gpus = tuple(_gpu(row) for row in data["gpus"])
         models = {name: ModelCost(**cost) for name, cost in data["models"].items()}
         verified = tuple(Verified(**row) for row in data["verified"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -181,6 +180,13 @@ def read_specs(path: Path = SPECS_FILE) -> Specs:
 
 
 _GPU_FIELDS = frozenset(GpuSpec.__dataclass_fields__)
+
+
+def _gpu(row: dict[str, Any]) -> GpuSpec:
+    """A row of the table's "gpus" (its NVML names as a tuple; keys it lacks, left out)."""
+    fields = {k: v for k, v in row.items() if k in _GPU_FIELDS}
+    fields["names"] = tuple(fields.get("names", ()))
+    return GpuSpec(**fields)
 
 
 @functools.cache
