@@ -19,8 +19,9 @@ from typing import Any
 import duckdb
 
 from gpubench import comparison_key, record
-from gpubench.collector import ceilings, corroboration, gpu_names, outliers, rows
+from gpubench.collector import ceilings, corroboration, gpu_names, outliers
 from gpubench.collector.compare import GroupFigures
+from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.collector.visible import Snapshot, Snapshots
 from gpubench.comparison_key import Value
 from gpubench.v1 import run_pb2
@@ -32,7 +33,7 @@ KEY_COLUMNS = comparison_key.NAMES
 # A flagged run whose every reason is its GPU's name (gpu_names.UNRECOGNISED ...): a run
 # of a card not yet catalogued, when the name is one (`_uncatalogued_names`).
 _NAME_ONLY = (f"list_bool_and(list_transform(string_split(flag_reasons, "
-              f"chr({ord(rows.REASON_SEPARATOR)})), "
+              f"chr({ord(REASON_SEPARATOR)})), "
               f"lambda r: starts_with(r, '{gpu_names.UNRECOGNISED}')))")
 
 
