@@ -315,19 +315,21 @@ def compare(ctx: click.Context, model: str, chart: str | None, price_options: tu
 
     Only like with like: runs that differ in anything that changes what was timed are
     refused, each difference named with the flag that pins it. Published figures (the
-    article's, transcribed) are shown apart, below. With prices, what the cards buy:
-    images/s per 1,000 USD beside img/J."""
+    article's, transcribed) are shown apart, below, and so are runs on cards not yet in
+    the collector's GPU catalogue (never the baseline; "in_catalogue" false in --format
+    csv). With prices, what the cards buy: images/s per 1,000 USD beside img/J."""
     # Read before the collector is asked: a bad price fails at once, naming its line.
     book = prices.load(price_options, [price_file] if price_file else [])
     frame = query_client(ctx).compare(model.upper(), **filters)
     published = frames.published_of(frame)
+    uncatalogued = frames.uncatalogued_of(frame)
     if fmt == "json":
         click.echo(json.dumps(answers.cost_document(frame, book), indent=2))
     priced = len(book) > 0 and not frame.empty
     if priced:
         frame = prices.cost_frame(frame, book)
     if fmt == "csv":
-        click.echo(frames.csv_text(frame), nl=False)
+        click.echo(frames.csv_text(frames.with_uncatalogued(frame)), nl=False)
     elif fmt == "table":
         console = table_console()
         if frame.empty:
@@ -338,6 +340,8 @@ def compare(ctx: click.Context, model: str, chart: str | None, price_options: tu
         if not published.empty:
             console.print(tables.published_table(
                 published, beside="the runs above" if not frame.empty else ""))
+        if not uncatalogued.empty:
+            console.print(tables.uncatalogued_table(uncatalogued))
         if priced:
             console.print(tables.cost_table(frame))
     if fmt != "json":
@@ -453,8 +457,9 @@ def runs_delete(ctx: click.Context, run_id: str) -> None:
 @click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
 @leaderboard_pins
 @click.option("--include-flagged", is_flag=True,
-              help="Rank runs the collector flagged as implausible too (unrecognised GPU "
-              "names among them).")
+              help="Rank runs the collector flagged as implausible too (look-alikes of "
+              "catalogued GPU names among them; runs on cards not yet catalogued are "
+              "listed apart either way).")
 @click.option("--corroborated", "corroborated_only", is_flag=True,
               help="Only the configurations whose figure a reference run or several "
               "submitters corroborate.")
@@ -474,7 +479,9 @@ def leaderboard(
     Only runs of the standard benchmark (the model's native image size, 1709 training
     images, the whole card), of the newest benchmark version, one settings label and one
     batch rule at a time (the default run's unless asked). Outliers, runs flagged as
-    implausible and published figures are left out.
+    implausible and published figures are left out. Runs on cards not yet in the
+    collector's GPU catalogue are listed after the ranked table, under their own heading,
+    never ranked with it ("in_catalogue" false in --format json and csv).
 
     One submitter, one voice: a configuration's medians are the median of its submitters'
     medians. Each says how many submitters stand behind it, and whether it is
@@ -488,7 +495,15 @@ def leaderboard(
                                 f"batch rule {batch_rule} yet (--settings and --batch-rule "
                                 "choose others)", output_width()), err=True)
         return
-    _emit_frame(frame, fmt, tables.leaderboard_table(frame) if fmt == "table" else None)
+    if fmt != "table":
+        _emit_frame(frame, fmt, None)
+        return
+    ranked, apart = frame[frame["in_catalogue"]], frame[~frame["in_catalogue"]]
+    console = table_console()
+    if not ranked.empty:
+        console.print(tables.leaderboard_table(ranked))
+    if not apart.empty:
+        console.print(tables.uncatalogued_table(apart))
 
 
 @cli.command()

@@ -642,9 +642,11 @@ class Client:
 
         Columns: see `gpubench.frames.compare_frame` (and docs/data-dictionary.md);
         `df.attrs` holds only JSON-ready values, so `to_parquet` keeps them: "model",
-        "baseline", "warnings", what the runs share, and the published runs of the model
-        ("published": one dict each, as `gpubench.frames.published_frame` has them).
-        `compare_response` returns the collector's message itself.
+        "baseline", "warnings", what the runs share, the published runs of the model
+        ("published": one dict each, as `gpubench.frames.published_frame` has them) and
+        the groups of cards not yet in the collector's GPU catalogue, shown apart
+        ("uncatalogued": one dict each, `gpubench.frames.uncatalogued_of` makes them a
+        frame). `compare_response` returns the collector's message itself.
         """
         return frames.compare_frame(self.compare_response(model, **filters))
 
@@ -686,7 +688,9 @@ class Client:
         as in `compare`. One submitter, one voice: each entry's medians are the median of
         its submitters' medians; `submitters` says how many stand behind it ("one
         source": 1), `corroborated` whether a reference run or several submitters agree
-        with it, and `corroborated_only=True` keeps only those."""
+        with it, and `corroborated_only=True` keeps only those. The entries of cards not
+        yet in the collector's GPU catalogue follow the ranked ones, `in_catalogue`
+        false and rank 0."""
         return frames.leaderboard_frame(
             self.leaderboard_response(model, precision, limit, **filters))
 

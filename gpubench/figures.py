@@ -34,6 +34,12 @@ STEP_RATE_MEANS = ("training images a second at epoch 2's median step (its globa
 SPEEDUP = "speedup"
 SPEEDUP_MEANS = ("how many times faster than the baseline: the baseline's median epoch-2 "
                  "time over this one's")
+# Runs on a card the collector's GPU catalogue does not list yet (a name no catalogued
+# card has, nor imitates): shown apart under this heading, never ranked with the cards it
+# lists, with how to have the card added.
+NOT_CATALOGUED = "not yet in the catalogue"
+ASK_FOR_A_CARD = ("to have a card added to the catalogue, open an issue on gpubench with the "
+                  "output of `gpubench-agent inventory` run on it")
 
 
 def is_missing(value: Any) -> bool:

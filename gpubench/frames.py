@@ -63,7 +63,7 @@ COMPARE_COLUMNS = [
     "images_per_s_median",
     "timed_batch_per_gpu", "timed_global_batch", "largest_batch_per_gpu",
     "peak_memory_median_gib", "memory_total_gib", "peak_memory_share", "energy_per_epoch_j",
-    "images_per_joule", "speedup", "is_baseline", *SHARED, "differences",
+    "images_per_joule", "speedup", "is_baseline", "in_catalogue", *SHARED, "differences",
 ]  # fmt: skip
 
 # One row per GPU configuration of the published runs beside a comparison.
@@ -73,9 +73,11 @@ PUBLISHED_COLUMNS = [
     "memory_total_gib", "peak_memory_share", "source", "differences",
 ]  # fmt: skip
 
+# "in_catalogue": false for a card not yet in the collector's GPU catalogue (its runs are
+# ranked apart, after the catalogued cards', rank 0).
 LEADERBOARD_COLUMNS = [
-    "rank", "gpu_config", "gpu_name", "gpu_count", "runs", "submitters", "one_source",
-    "corroborated", "corroborated_by", "best_epoch2_s",
+    "rank", "in_catalogue", "gpu_config", "gpu_name", "gpu_count", "runs", "submitters",
+    "one_source", "corroborated", "corroborated_by", "best_epoch2_s",
     "epoch2_median_s", "images_per_s_median", "timed_batch_per_gpu", "largest_batch_per_gpu",
     *SHARED,
 ]  # fmt: skip
@@ -276,6 +278,7 @@ def _group_row(g: collector_pb2.CompareGroup) -> dict[str, Any]:
         "images_per_joule": measured(g.images_per_joule),
         "speedup": measured(g.speedup),
         "is_baseline": g.is_baseline,
+        "in_catalogue": True,
         "source": g.source,
         "differences": "; ".join(g.differences),
     }
@@ -290,7 +293,9 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
     `attrs` holds only plain, JSON-ready values (a Parquet file keeps them): "model",
     "baseline", "warnings", what the runs share (SHARED: "benchmark_version",
     "backend", ..., "epochs") and "published", the published runs beside the
-    comparison as `published_frame` has them, one dict each.
+    comparison as `published_frame` has them, one dict each, and "uncatalogued", the
+    groups of cards not yet in the collector's GPU catalogue, shown apart
+    (`uncatalogued_of`; `with_uncatalogued` for a download of both).
     """
     shared = _key_columns(response)
     rows = [{**_group_row(g), **shared} for g in response.groups]
@@ -301,9 +306,29 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
         warnings=list(response.warnings),
         # Plain records, not a frame: pandas compares attrs when frames are combined.
         published=frame_records(published_frame(response)),
+        uncatalogued=frame_records(pd.DataFrame(
+            [{**_group_row(g), **shared, "in_catalogue": False} for g in response.uncatalogued],
+            columns=COMPARE_COLUMNS)),
         **shared,
     )
     return frame
+
+
+def uncatalogued_of(frame: pd.DataFrame) -> pd.DataFrame:
+    """The groups of cards not yet in the catalogue a comparison frame carries in its
+    attrs, as a frame of its columns (COMPARE_COLUMNS; "in_catalogue" false)."""
+    return pd.DataFrame(list(frame.attrs.get("uncatalogued", [])), columns=COMPARE_COLUMNS)
+
+
+def with_uncatalogued(frame: pd.DataFrame) -> pd.DataFrame:
+    """A comparison frame and, after its rows, those of the cards not yet in the
+    catalogue ("in_catalogue" false): what a download of the comparison holds."""
+    apart = uncatalogued_of(frame)
+    if apart.empty:
+        return frame
+    both = pd.concat([frame, apart], ignore_index=True) if not frame.empty else apart
+    both.attrs.update(frame.attrs)
+    return both
 
 
 def published_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
@@ -329,16 +354,19 @@ def compare_document(frame: pd.DataFrame) -> dict[str, Any]:
         "warnings": list(attrs.get("warnings", [])),
         "groups": frame_records(frame),
         "published": list(attrs.get("published", [])),
+        "uncatalogued": list(attrs.get("uncatalogued", [])),
     }
 
 
 def leaderboard_frame(response: collector_pb2.LeaderboardResponse) -> pd.DataFrame:
     """A leaderboard as a DataFrame, best first (LEADERBOARD_COLUMNS): every entry with
     the comparison key (the leaderboard's selection: the model's native image size and
-    the protocol's training images)."""
+    the protocol's training images); then the entries of cards not yet in the GPU
+    catalogue, ranked apart ("in_catalogue" false, rank 0)."""
     rows = [
         {
             "rank": e.rank,
+            "in_catalogue": catalogued,
             "gpu_config": record.gpu_config_name(e.gpu_name, e.gpu_count),
             "gpu_name": e.gpu_name,
             "gpu_count": e.gpu_count,
@@ -354,7 +382,8 @@ def leaderboard_frame(response: collector_pb2.LeaderboardResponse) -> pd.DataFra
             "largest_batch_per_gpu": e.largest_batch_per_gpu_max,
             **entry_key(response, e),
         }
-        for e in response.entries
+        for entries, catalogued in ((response.entries, True), (response.uncatalogued, False))
+        for e in entries
     ]
     frame = pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS)
     frame.attrs.update(model=response.model, benchmark_version=response.benchmark_version,

@@ -292,6 +292,30 @@ def published_table(published: pd.DataFrame, *, beside: str = "") -> Table:
     return table
 
 
+def uncatalogued_table(apart: pd.DataFrame) -> Table:
+    """Runs on cards not yet in the collector's GPU catalogue, for the terminal, apart
+    from the catalogued cards' (a comparison's groups or a leaderboard's entries, with
+    "in_catalogue" false): their figures, and in the legend how to have a card added."""
+    table = narrow_table(f"{figures.NOT_CATALOGUED}: runs on cards the collector's GPU "
+                         "catalogue does not list yet, never ranked with those above",
+                         figures.ASK_FOR_A_CARD[:1].upper() + figures.ASK_FOR_A_CARD[1:] + ".")
+    speedups = "speedup" in apart and apart["speedup"].notna().any()
+    table.add_column("GPU config")
+    table.add_column("runs", justify="right")
+    table.add_column("median epoch 2 (s)", justify="right")
+    table.add_column("img/s", justify="right")
+    if speedups:
+        table.add_column(figures.SPEEDUP, justify="right")
+    for row in apart.to_dict("records"):
+        cells: list[Text | str] = [Text(row["gpu_config"]), str(_int(row["runs"])),
+                 figures.seconds(row["epoch2_median_s"], unit=False),
+                 figures.three_digits(row["images_per_s_median"])]
+        if speedups:
+            cells.append(figures.speedup(row["speedup"]))
+        table.add_row(*cells)
+    return table
+
+
 # Backends as a narrow column shows them.
 SHORT_BACKEND = {"tensorflow": "tf"}
 

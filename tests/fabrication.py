@@ -93,7 +93,7 @@ def cases() -> list[Case]:
         Case("NVIDIA H2OO at 20x", scaled(20.0, gpu_name="NVIDIA H2OO")),
         Case("NVIDlA H200 at 20x", scaled(20.0, gpu_name="NVIDlA H200")),
         Case("nvidia h200 at 20x", scaled(20.0, gpu_name="nvidia h200")),
-        Case("NVIDIA H200 NVL at 5.5x", scaled(5.5, gpu_name="NVIDIA H200 NVL")),
+        Case("NVIDIA H200 Ultra at 5.5x", scaled(5.5, gpu_name="NVIDIA H200 Ultra")),
         Case("1e-300 J at 0 W", scaled(1.0, energy_joules=1e-300, power_watts=0.0)),
         Case("CPU (no GPU) at 10x", on_the_cpu(scaled(10.0))),
     ]

@@ -26,6 +26,6 @@ def test_the_short_campaigns_cheapest_parts_lose_nothing_and_answer_right() -> N
     # Every fabricated case answered, none leading.
     cases = done.stdout[done.stdout.index("case "):done.stdout.index("part ")]
     assert all(len(line) <= 80 for line in cases.splitlines())
-    assert "STORED" not in cases and "NVIDIA H200 NVL at 5.5x" in cases
+    assert "STORED" not in cases and "NVIDIA H200 Ultra at 5.5x" in cases
     assert "none leads" in table
 

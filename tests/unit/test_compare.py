@@ -241,3 +241,21 @@ def test_published_groups_say_how_they_differ() -> None:
                                      "weights imagenet", "data rock-paper-scissors")
     alone = compare.compare("B7", [], published=[article])
     assert alone.groups == () and len(alone.published) == 1
+
+
+def test_a_card_not_yet_catalogued_is_compared_apart() -> None:
+    # Faster than every catalogued group, and slower than the slowest: neither leads nor
+    # is the baseline; each has its speedup against the baseline.
+    fast = with_values(group("NVIDIA GeForce RTX 6090", 1, 41.0), uncatalogued=True)
+    slow = with_values(group("NVIDIA GeForce GTX 1010", 1, 1810.0), uncatalogued=True)
+    result = compare.compare("B7", [slow, T4, fast, GTX])
+    assert result.baseline == "1x NVIDIA GeForce GTX 1070"
+    assert [g.figures.gpu_name for g in result.groups] == ["Tesla T4", "NVIDIA GeForce GTX 1070"]
+    assert [(g.figures.gpu_name, g.speedup, g.is_baseline) for g in result.uncatalogued] == [
+        ("NVIDIA GeForce RTX 6090", pytest.approx(905.0 / 41.0), False),
+        ("NVIDIA GeForce GTX 1010", pytest.approx(0.5), False)]
+    with pytest.raises(NotFound, match="baseline_gpu: no runs of 1x NVIDIA GeForce RTX 6090"):
+        compare.compare("B7", [T4, fast], baseline_gpu="NVIDIA GeForce RTX 6090")
+    # Only cards not yet catalogued: nothing compared, and they are still shown.
+    alone = compare.compare("B7", [fast])
+    assert alone.groups == () and [g.figures for g in alone.uncatalogued] == [fast]

@@ -50,7 +50,8 @@ def test_the_table_reads_and_every_pattern_compiles() -> None:
     for spec in specs.gpus:
         re.compile(spec.pattern)
         assert spec.fp32_tflops > 0 and spec.bandwidth_gb_s > 0 and spec.memory_gib > 0
-    names = {"Tesla T4": "Tesla T4", "NVIDIA H200": "H200", "NVIDIA A100-SXM4-80GB": "A100",
+    names = {"Tesla T4": "Tesla T4", "NVIDIA H200": "H200",
+             "NVIDIA A100-SXM4-80GB": "A100 SXM4 80GB",
              "NVIDIA GeForce GTX 1070": "GeForce GTX 1070", "NVIDIA L4": "L4",
              "NVIDIA RTX 6000 Ada Generation": "RTX 6000 Ada Generation",
              "NVIDIA H100 80GB HBM3": "H100", "NVIDIA GeForce RTX 4090": "GeForce RTX 4090"}
@@ -101,9 +102,10 @@ def test_every_verified_run_is_the_fastest_real_run_of_its_configuration() -> No
 
 
 def test_every_card_has_its_compute_capability_and_source() -> None:
+    # Each against its generation: tests/unit/test_gpu_catalogue.py.
     for spec in ceilings.specs().gpus:
         assert re.fullmatch(r"\d+\.\d", spec.compute_capability), spec.name
-        assert "nvidia.com" in spec.source or "amazon.com" in spec.source, spec.name
+        assert spec.source, spec.name
 
 
 def test_the_ceilings_of_a_t4_running_b0() -> None:

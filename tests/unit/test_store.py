@@ -485,3 +485,28 @@ def test_upgrading_flags_runs_stored_before_the_gpu_catalogue(tmp_path: Path) ->
         assert [(g.gpu_name, g.runs) for g in groups] == [("Tesla T4", 3)]
     finally:
         store.close()
+
+
+def test_upgrading_unflags_the_runs_of_cards_the_catalogue_lists_now(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    store = Store(db)
+    # An RTX 3090's runs, flagged "unrecognised GPU" by a catalogue that did not list it.
+    runs = [make_run(gpu_name="NVIDIA GeForce RTX 3090", epoch2_seconds=s) for s in (8.0, 8.4)]
+    store.submit_many(runs, "lab")
+    cursor = store.database.cursor()
+    cursor.execute("UPDATE runs SET flagged = true, flag_reasons = ?",
+                   ["unrecognised GPU 'NVIDIA GeForce RTX 3090': no card in the collector's "
+                    "catalogue has this name (gpu_specs.json); its figures are held to the best "
+                    "of every card"])
+    cursor.execute("DELETE FROM group_figures")
+    cursor.execute("DELETE FROM schema_migrations WHERE name = '0011_gpu_catalogue_cards'")
+    store.close()
+    store = Store(db)
+    try:
+        assert "0011_gpu_catalogue_cards" in store.applied_migrations()
+        assert not any(store.get(run.run_id).flagged for run in runs)
+        groups = store.compare_groups(CompareQuery(model="B0"))
+        assert [(g.gpu_name, g.runs, g.uncatalogued) for g in groups] == [
+            ("NVIDIA GeForce RTX 3090", 2, False)]
+    finally:
+        store.close()

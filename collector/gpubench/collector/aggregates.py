@@ -1,6 +1,11 @@
 """Runs aggregated per GPU configuration: Compare's figures (from the per-group figures
 the flusher keeps, or afresh from the runs), published runs, and the leaderboard.
 
+Runs on a card not yet in the GPU catalogue (collector.gpu_names.not_yet_catalogued),
+flagged for nothing but their GPU's name, are aggregated too, apart: Compare's groups and
+the leaderboard's entries of such cards come marked `uncatalogued`, after the others, so
+that a new card's runs are seen at once and never lead the catalogued cards'.
+
 Like every read (collector.visible), these see every run acknowledged before they
 began, outliers flagged as the next rescore will flag them, and never wait for a write.
 """
@@ -14,8 +19,9 @@ from typing import Any
 import duckdb
 
 from gpubench import comparison_key, record
-from gpubench.collector import ceilings, corroboration, outliers
+from gpubench.collector import ceilings, corroboration, gpu_names, outliers
 from gpubench.collector.compare import GroupFigures
+from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.collector.visible import Snapshot, Snapshots
 from gpubench.comparison_key import Value
 from gpubench.v1 import run_pb2
@@ -24,6 +30,11 @@ from gpubench.v1 import run_pb2
 # (gpubench.comparison_key: each a column of the runs and of group_figures).
 _CONFIG = ", ".join(outliers.CONFIG_COLUMNS)
 KEY_COLUMNS = comparison_key.NAMES
+# A flagged run whose every reason is its GPU's name (gpu_names.UNRECOGNISED ...): a run
+# of a card not yet catalogued, when the name is one (`_uncatalogued_names`).
+_NAME_ONLY = (f"list_bool_and(list_transform(string_split(flag_reasons, "
+              f"chr({ord(REASON_SEPARATOR)})), "
+              f"lambda r: starts_with(r, '{gpu_names.UNRECOGNISED}')))")
 
 
 class CompareQuery:
@@ -84,6 +95,7 @@ class LeaderboardRow:
     max_batch_per_gpu: int  # the largest batch per GPU its runs were timed at
     largest_batch_per_gpu_max: int  # the largest batch per GPU a search confirmed (0: none)
     corroboration: corroboration.Corroboration  # its submitters, and what agrees with it
+    uncatalogued: bool = False  # a card not yet in the GPU catalogue: ranked apart, after
 
 
 class Aggregates:
@@ -99,10 +111,16 @@ class Aggregates:
         Read from the per-group figures the store keeps. Where a configuration spans
         several outlier groups (runs of unlike settings) and the caller allows mixing
         them, or flagged runs are asked for, the medians are computed afresh from the runs.
+        The groups of cards not yet catalogued follow, marked (computed from their runs).
         """
         with self._snapshot() as read:
+            missing = _uncatalogued_names(read, query.model)
+            apart = [_group_figures(r, uncatalogued=True)
+                     for r in _compare_rows_from_runs(read, query, missing, apart=True)
+                     ] if missing else []
             if query.include_flagged:
-                return [_group_figures(r) for r in _compare_rows_from_runs(read, query)]
+                return [_group_figures(r) for r in _compare_rows_from_runs(
+                    read, query, missing)] + apart
             clauses, params = _compare_filter(query)
             rows = _records(read.con.execute(
                 f"""
@@ -114,8 +132,8 @@ class Aggregates:
             ))
             configs = {tuple(r[c] for c in outliers.CONFIG_COLUMNS) for r in rows}
             if len(configs) < len(rows) and query.allow_mixed:
-                rows = _compare_rows_from_runs(read, query)
-        return [_group_figures(r) for r in rows]
+                rows = _compare_rows_from_runs(read, query, missing)
+        return [_group_figures(r) for r in rows] + apart
 
     def published_groups(self, model: str, gpu_names: Sequence[str] = ()) -> list[GroupFigures]:
         """The published runs of a model (Run.published), per GPU configuration and
@@ -160,6 +178,10 @@ class Aggregates:
         outliers and published runs are left out, flagged runs unless asked for. The
         training set is the protocol's fixed number rather than, say, the most common one
         among the runs, so that a burst of smoke runs can never take the leaderboard over.
+
+        The entries of cards not yet catalogued come after the others, `uncatalogued`,
+        ranked among themselves (at most `limit` of them too); the version is the newest
+        of the catalogued cards' runs (of theirs where there are none).
         """
         clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "NOT outlier",
                    "NOT published", "model = ?", "memory_limit_bytes = 0"]
@@ -167,8 +189,6 @@ class Aggregates:
         for name in comparison_key.STANDARD_DIMENSIONS:
             clauses.append(f"{name} = ?")
             params.append(comparison_key.standard_value(name, query.model))
-        if not query.include_flagged:
-            clauses.append("NOT flagged")
         # The pins the query has (the ranked dimensions but the version, which is found
         # below, and the entry dimensions it may filter by): each set one is kept to.
         for name in KEY_COLUMNS:
@@ -176,14 +196,23 @@ class Aggregates:
             if value:
                 clauses.append(f"{name} = ?")
                 params.append(value)
-        where = " AND ".join(clauses)
         with self._snapshot() as read:
+            missing = _uncatalogued_names(read, query.model)
+            known, known_params = _flagged_filter(
+                missing, apart=False, include_flagged=query.include_flagged)
+            apart, apart_params = _flagged_filter(
+                missing, apart=True, include_flagged=query.include_flagged)
             version = query.benchmark_version
             if not version:
-                versions = _benchmark_versions(read, where, params)
+                versions = (_benchmark_versions(read, " AND ".join([*clauses, known]),
+                                                [*params, *known_params])
+                            or _benchmark_versions(read, " AND ".join([*clauses, apart]),
+                                                   [*params, *apart_params]))
                 if not versions:
                     return [], ""
                 version = versions[0]
+            where = " AND ".join([*clauses, f"({known} OR {apart})"])
+            params = [*params, *known_params, *apart_params]
             rows = _records(read.con.execute(
                 f"""
                 WITH voices AS (
@@ -207,7 +236,8 @@ class Aggregates:
                 [*params, version],
             ))
             published = _published_medians(read, query.model, version)
-        found = []
+        found: list[LeaderboardRow] = []
+        found_apart: list[LeaderboardRow] = []
         for r in rows:
             row = LeaderboardRow(
                 gpu_name=r["gpu_name"], gpu_count=r["gpu_count"],
@@ -218,10 +248,11 @@ class Aggregates:
                 max_batch_per_gpu=r["max_batch_per_gpu"],
                 largest_batch_per_gpu_max=r["largest_batch_per_gpu_max"],
                 corroboration=_corroboration(
-                    r, published.get(_reference_key(r), ()), query.model))
+                    r, published.get(_reference_key(r), ()), query.model),
+                uncatalogued=r["gpu_name"] in missing)
             if row.corroboration.corroborated or not query.corroborated_only:
-                found.append(row)
-        return found[: query.limit], version
+                (found_apart if row.uncatalogued else found).append(row)
+        return found[: query.limit] + found_apart[: query.limit], version
 
 
 # A leaderboard entry's columns: the GPU configuration (the whole card) and the
@@ -285,21 +316,52 @@ def _benchmark_versions(read: Snapshot, where: str, params: Sequence[Any]) -> li
     return sorted((v for (v,) in rows), key=record.version_key, reverse=True)
 
 
-def _compare_rows_from_runs(read: Snapshot, query: CompareQuery) -> list[dict[str, Any]]:
+def _compare_rows_from_runs(read: Snapshot, query: CompareQuery, missing: list[str], *,
+                            apart: bool = False) -> list[dict[str, Any]]:
+    """Compare's rows computed from the runs: of the catalogued cards (and look-alikes,
+    flagged), or with `apart` of the cards not yet catalogued (`missing`, by name)."""
     clauses, params = _compare_filter(query)
+    flagged, names = _flagged_filter(missing, apart=apart,
+                                     include_flagged=query.include_flagged)
     kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {read.runs}
                 WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
-                  AND (? OR NOT flagged) AND {' AND '.join(clauses)})"""
+                  AND {flagged} AND {' AND '.join(clauses)})"""
+    # Flagged runs counted in: those flagged for more than the name of a missing card.
+    counted = f"flagged AND NOT {_NAME_ONLY}" if apart else "flagged"
     return _records(read.con.execute(
         f"""
         SELECT {_CONFIG}, {outliers.FIGURES},
             {", ".join(f"list(DISTINCT {c}) FILTER (WHERE keep) AS {c}" for c in KEY_COLUMNS)},
-            count(*) FILTER (WHERE keep AND flagged) AS flagged_included
+            count(*) FILTER (WHERE keep AND {counted}) AS flagged_included
         FROM {outliers.voiced(kept, _CONFIG)}
         GROUP BY {_CONFIG}
         """,
-        [query.include_outliers, query.include_flagged, *params],
+        [query.include_outliers, *names, *params],
     ))
+
+
+def _flagged_filter(missing: list[str], *, apart: bool,
+                    include_flagged: bool) -> tuple[str, list[Any]]:
+    """Which runs by their flags, as SQL and its parameters: of the catalogued cards, the
+    unflagged ones (any but the `missing` cards' with include_flagged); or `apart`, those
+    of the `missing` cards (not yet catalogued) flagged for nothing but the name (any
+    with include_flagged)."""
+    if apart:
+        return ("list_contains(?, gpu_name)" if include_flagged
+                else f"(list_contains(?, gpu_name) AND flagged AND {_NAME_ONLY})"), [missing]
+    if include_flagged:
+        return "NOT list_contains(?, gpu_name)", [missing]
+    return "NOT flagged", []
+
+
+def _uncatalogued_names(read: Snapshot, model: str) -> list[str]:
+    """The GPU names of a model's flagged runs that may be cards the catalogue does not
+    list yet (gpu_names.not_yet_catalogued)."""
+    names = read.con.execute(
+        f"SELECT DISTINCT gpu_name FROM {read.rows} WHERE flagged AND model = ?", [model]
+    ).fetchall()
+    specs = ceilings.specs()
+    return sorted(name for (name,) in names if gpu_names.not_yet_catalogued(specs, name))
 
 
 def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
@@ -320,7 +382,8 @@ def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
 _FIGURE_NAMES = outliers.FIGURE_NAMES
 
 
-def _group_figures(r: dict[str, Any], *, source: str = "") -> GroupFigures:
+def _group_figures(r: dict[str, Any], *, source: str = "",
+                   uncatalogued: bool = False) -> GroupFigures:
     """GroupFigures from a row by its columns: the configuration, the figures
     (_FIGURE_NAMES), each dimension's value list (KEY_COLUMNS) and, read from the runs,
     the flagged runs kept (flagged_included)."""
@@ -342,4 +405,5 @@ def _group_figures(r: dict[str, Any], *, source: str = "") -> GroupFigures:
         values={c: tuple(sorted(r[c] or ())) for c in KEY_COLUMNS},
         flagged_included=r.get("flagged_included") or 0,
         source=source,
+        uncatalogued=uncatalogued,
     )

@@ -1,12 +1,13 @@
 """How fast a GPU could possibly train the benchmark: the ceilings a run is held to.
 
 The figures are data (gpu_specs.json beside this module, the GPU catalogue): each known
-GPU's names, peak TFLOP/s, memory bandwidth, memory, power limit and compute capability
-with the datasheet they come from, each model's FLOPs and memory per training image, and
-the fastest run the project verified of a GPU in each configuration. A run faster than
-one of these ceilings is implausible (collector.plausibility flags it); so is a run on a
-GPU whose name the catalogue does not know (collector.gpu_names tells a look-alike of a
-known card apart). Pure Python, no database: the front-end processes use it too.
+GPU's names, architecture, peak TFLOP/s per precision, memory bandwidth, memory, power
+limit and compute capability with the datasheet they come from, each model's FLOPs and
+memory per training image, and the fastest run the project verified of a GPU in each
+configuration. A run faster than one of these ceilings is implausible
+(collector.plausibility flags it); so is a run on a GPU whose name the catalogue does not
+know (collector.gpu_names tells a look-alike of a known card from one not yet catalogued).
+Pure Python, no database: the front-end processes use it too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SPECS_FILE = Path(__file__).with_name("gpu_specs.json")
 
@@ -58,13 +60,19 @@ class GpuSpec:
     bandwidth_gb_s: float
     compute_capability: str = ""
     source: str = ""  # the datasheet the figures come from
+    names: tuple[str, ...] = ()  # names NVML gives the card, each matched by `pattern`
+    architecture: str = ""  # "Pascal", "Ampere", ... (NVIDIA's name for the generation)
+    bf16_tflops: float = 0.0  # 0: no bfloat16 unit (before Ampere)
+    fp8_tflops: float = 0.0  # 0: no 8-bit float unit (before Ada and Hopper); no run uses it
+    note: str = ""  # which variant's figure a column holds, where the card's vary
 
     def peak_tflops(self, precision: str) -> float:
         """The highest rate the run's precision may use: float32 runs may use TF32
-        tensor cores (torch's default for convolutions), mixed precision any unit."""
+        tensor cores (torch's default for convolutions), mixed precision any 16-bit or
+        wider unit (no benchmark precision is 8-bit)."""
         if precision == "float32":
             return max(self.fp32_tflops, self.tf32_tflops)
-        return max(self.fp32_tflops, self.tf32_tflops, self.fp16_tflops)
+        return max(self.fp32_tflops, self.tf32_tflops, self.fp16_tflops, self.bf16_tflops)
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,7 @@ class Specs:
             fp32_tflops=max(g.fp32_tflops for g in self.gpus),
             tf32_tflops=max(g.tf32_tflops for g in self.gpus),
             fp16_tflops=max(g.fp16_tflops for g in self.gpus),
+            bf16_tflops=max(g.bf16_tflops for g in self.gpus),
             bandwidth_gb_s=max(g.bandwidth_gb_s for g in self.gpus),
         )
 
@@ -158,8 +167,7 @@ def read_specs(path: Path = SPECS_FILE) -> Specs:
     """Read a table in gpu_specs.json's format; ValueError names the file and the entry."""
     try:
         data = json.loads(path.read_text())
-        gpus = tuple(GpuSpec(**{k: v for k, v in row.items() if k in _GPU_FIELDS})
-                     for row in data["gpus"])
+        gpus = tuple(_gpu(row) for row in data["gpus"])
         models = {name: ModelCost(**cost) for name, cost in data["models"].items()}
         verified = tuple(Verified(**row) for row in data["verified"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -172,6 +180,13 @@ def read_specs(path: Path = SPECS_FILE) -> Specs:
 
 
 _GPU_FIELDS = frozenset(GpuSpec.__dataclass_fields__)
+
+
+def _gpu(row: dict[str, Any]) -> GpuSpec:
+    """A row of the table's "gpus" (its NVML names as a tuple; keys it lacks, left out)."""
+    fields = {k: v for k, v in row.items() if k in _GPU_FIELDS}
+    fields["names"] = tuple(fields.get("names", ()))
+    return GpuSpec(**fields)
 
 
 @functools.cache

@@ -50,6 +50,7 @@ class GroupFigures:
     flagged_included: int = 0  # runs flagged implausible among `runs` (asked for)
     source: str = ""  # published runs: where the figures come from
     submitters: int = 0  # the submitters (tokens) whose runs `runs` are
+    uncatalogued: bool = False  # a card not yet in the GPU catalogue: shown apart
 
     @property
     def config_name(self) -> str:
@@ -92,6 +93,10 @@ class Comparison:
     # The dimensions the compared groups differ in, with their values (allow_mixed).
     mixed: tuple[MixedDimension, ...] = ()
     published: tuple[PublishedGroup, ...] = ()
+    # Configurations of cards not yet in the GPU catalogue, fastest first: apart from
+    # `groups` (never the baseline), a speedup against the baseline where there is one,
+    # and how they ran unlike the compared runs.
+    uncatalogued: tuple[ComparedGroup, ...] = ()
 
     def __getattr__(self, name: str) -> Value:
         """What the compared runs share in the dimension `name` ("backend"), as `shared`."""
@@ -252,13 +257,17 @@ def compare(
     published: Sequence[GroupFigures] = (),
 ) -> Comparison:
     """Compare GPU configurations against a baseline, fastest first; published runs of
-    the model (their own groups) come beside it, with how they differ."""
-    groups = [g for g in groups if g.runs > 0]
+    the model (their own groups) come beside it, with how they differ, and so do the
+    groups of cards not yet catalogued (GroupFigures.uncatalogued)."""
+    apart = sorted((g for g in groups if g.runs > 0 and g.uncatalogued),
+                   key=lambda g: (g.epoch2_median_seconds, g.config_name))
+    groups = [g for g in groups if g.runs > 0 and not g.uncatalogued]
     if not groups:
         return Comparison(
             model, "", (), (f"no OK runs of {model} match",),
             shared={d.name: d.empty for d in DIMENSIONS},
             published=tuple(PublishedGroup(g, ()) for g in published),
+            uncatalogued=tuple(ComparedGroup(g, 0.0, False, memory_share(g)) for g in apart),
         )
     shared = shared_settings(model, groups, allow_mixed=allow_mixed)
     mixed = mixed_dimensions(groups)
@@ -274,7 +283,7 @@ def compare(
         )
         for g in ordered
     )
-    warnings = tuple(w for g in ordered for w in group_warnings(g))
+    warnings = tuple(w for g in [*ordered, *apart] for w in group_warnings(g))
     return Comparison(
         model=model,
         baseline=baseline.config_name,
@@ -283,4 +292,8 @@ def compare(
         shared=shared,
         mixed=tuple(mixed),
         published=tuple(PublishedGroup(g, differences(g, shared)) for g in published),
+        uncatalogued=tuple(
+            ComparedGroup(g, speedup(baseline.epoch2_median_seconds, g.epoch2_median_seconds),
+                          False, memory_share(g), differences(g, shared))
+            for g in apart),
     )

@@ -3,8 +3,13 @@
 A run's GPU name is either a catalogued card's (collector.ceilings: the names NVML
 gives it, matched exactly) or unrecognised. An unrecognised name is flagged; where it
 looks like a catalogued card's ("NVIDIA-H200", "NVIDIA H2OO", "NVIDlA H200",
-"nvidia h200", "NVIDIA H200 NVL" while no H200 NVL is catalogued) the reason names the
-card it imitates, so that a reader sees the imitation at once.
+"nvidia h200", "NVIDIA H200 Ultra") the reason names the card it imitates, so that a
+reader sees the imitation at once.
+
+An unrecognised name that is not a catalogued name written differently (its skeleton,
+below, is no catalogued name's) may be a card the catalogue does not list yet: its runs,
+flagged for nothing else, are shown apart as "not yet in the catalogue"
+(collector.aggregates), never ranked with the catalogued cards'.
 
 Names are compared by their skeleton: case folded, the characters people and fonts
 confuse mapped to one (O and 0; l, I, i, | and 1), everything but letters and digits
@@ -12,6 +17,8 @@ left out. Pure Python, no database.
 """
 
 from __future__ import annotations
+
+import functools
 
 from gpubench.collector import ceilings
 
@@ -30,12 +37,27 @@ def skeleton(name: str) -> str:
 
 
 def imitated(specs: ceilings.Specs, name: str) -> ceilings.GpuSpec | None:
-    """The catalogued card an unrecognised name looks like: the one whose catalogue name's
-    skeleton is the longest found in the name's skeleton; None if none is."""
+    """The catalogued card an unrecognised name looks like: the one whose catalogue name
+    or NVML name has the longest skeleton found in the name's skeleton; None if none is."""
     shape = skeleton(name)
-    found = [(len(skeleton(spec.name)), spec) for spec in specs.gpus
-             if skeleton(spec.name) in shape]
+    found = [(len(skeleton(known)), spec) for spec in specs.gpus
+             for known in (spec.name, *spec.names) if skeleton(known) in shape]
     return max(found, key=lambda pair: pair[0])[1] if found else None
+
+
+def not_yet_catalogued(specs: ceilings.Specs, name: str) -> bool:
+    """Whether a run's GPU name (several cards' joined with " + ") holds a card the
+    catalogue does not list yet: a name no row gives, and none of its unknown names a
+    catalogued NVML name written differently (same skeleton: "nvidia h200", "NVIDIA
+    H2OO"). A CPU run's (empty) name holds no card."""
+    unknown = [part for part in name.split(" + ") if part and specs.spec_of(part) is None]
+    return bool(unknown) and all(skeleton(part) not in _catalogued_skeletons(specs)
+                                 for part in unknown)
+
+
+@functools.lru_cache(maxsize=4)
+def _catalogued_skeletons(specs: ceilings.Specs) -> frozenset[str]:
+    return frozenset(skeleton(known) for spec in specs.gpus for known in (spec.name, *spec.names))
 
 
 def unrecognised_reason(specs: ceilings.Specs, name: str) -> str:

@@ -521,6 +521,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("ALTER TABLE group_figures ADD COLUMN submitters INTEGER NOT NULL DEFAULT 0",),
         refill_group_figures=True,
     ),
+    Migration(
+        "0011_gpu_catalogue_cards",
+        # No schema change: the catalogue lists a row per card since Pascal; the stored
+        # runs flagged again by it (a card it now knows no longer flagged unrecognised),
+        # and the outlier groups and their figures recomputed.
+        (),
+        refill_group_figures=True,
+        backfill=backfill_flags,
+    ),
 )
 
 

@@ -272,6 +272,18 @@ def _too_fast(run: run_pb2.Run, specs: ceilings.Specs,
         reasons.append(f"{what} is more than the memory of {whose} can write ("
                        f"{bandwidth / 1e9:,.0f} GB/s, at least {written / 1e6:.3g} MB an image: "
                        f"at most {_rate_text(most)} img/s)")
+    if not known:
+        # A card not yet catalogued may be new, and faster than any the project measured:
+        # as much faster as a catalogued card may be than its own fastest of any
+        # configuration (VERIFIED_MARGIN), no more.
+        best = max((v for v in specs.verified if v.model == cfg.model),
+                   key=lambda v: v.images_per_second, default=None)
+        if best is not None:
+            most = best.images_per_second * len(cards) / pixels * ceilings.VERIFIED_MARGIN
+            if rate > most:
+                reasons.append(f"{what} is more than {ceilings.VERIFIED_MARGIN:g}x the fastest "
+                               f"verified run of any card ({_rate_text(best.images_per_second)}"
+                               f" img/s a GPU, {best.gpu}, {best.record})")
     if known and len({spec.name for _, spec, _ in cards}) == 1:
         bound = specs.bound_of(cards[0][1], cfg.model, record.settings_label(cfg),
                                cfg.precision, record.batch_rule(cfg))

@@ -210,8 +210,10 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
         for name in comparison_key.RANKED_DIMENSIONS:
             setattr(response, name, version if name == "benchmark_version"
                     else getattr(query, name))
-        for rank, r in enumerate(rows, start=1):
-            entry = response.entries.add(
+        ranked = [r for r in rows if not r.uncatalogued]
+        apart = [r for r in rows if r.uncatalogued]
+        for rank, r in [*enumerate(ranked, start=1), *((0, r) for r in apart)]:
+            entry = (response.uncatalogued if r.uncatalogued else response.entries).add(
                 rank=rank,
                 gpu_name=r.gpu_name,
                 gpu_count=r.gpu_count,
@@ -275,12 +277,19 @@ def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResp
         message = _group_message(p.figures)
         message.differences.extend(p.differences)
         published.append(message)
+    uncatalogued = []
+    for g in result.uncatalogued:
+        message = _group_message(g.figures)
+        message.speedup = g.speedup
+        message.differences.extend(g.differences)
+        uncatalogued.append(message)
     response = collector_pb2.CompareResponse(
         model=result.model,
         baseline=result.baseline,
         groups=groups,
         warnings=list(result.warnings),
         published=published,
+        uncatalogued=uncatalogued,
         mixed=[collector_pb2.MixedDimension(dimension=m.dimension, flag=m.flag,
                                             values=[str(v) for v in m.values])
                for m in result.mixed],

@@ -68,6 +68,8 @@ class Leaderboard:
 
     response: collector_pb2.LeaderboardResponse
     rows: list[LeaderboardRow] = field(default_factory=list)
+    # The entries of cards not yet in the GPU catalogue (response.uncatalogued): apart.
+    uncatalogued: list[LeaderboardRow] = field(default_factory=list)
 
 
 class Reader:
@@ -122,7 +124,7 @@ def leaderboard(client: Client, model: str, *, settings: str, batch_rule: str,
     # Each way of running among the entries: its whole comparison key (the entry's
     # dimensions, the leaderboard's selection, the standard benchmark's size).
     ways: dict[tuple, list[collector_pb2.LeaderboardEntry]] = {}
-    for entry in response.entries:
+    for entry in [*response.entries, *response.uncatalogued]:
         key = frames.entry_key(response, entry)
         ways.setdefault(tuple(key.items()), []).append(entry)
     groups: dict[tuple, collector_pb2.CompareGroup] = {}
@@ -130,13 +132,15 @@ def leaderboard(client: Client, model: str, *, settings: str, batch_rule: str,
         compared = client.compare_response(
             model, gpus=sorted({e.gpu_name for e in entries}), **dict(way),
             include_flagged=include_flagged)
-        for group in compared.groups:
+        for group in [*compared.groups, *compared.uncatalogued]:
             if group.memory_limit_bytes == 0:  # the leaderboard is of whole cards
                 groups[(way, group.gpu_name, group.gpu_count)] = group
-    for entry in response.entries:
-        way = tuple(frames.entry_key(response, entry).items())
-        board.rows.append(LeaderboardRow(entry, groups.get((way, entry.gpu_name,
-                                                            entry.gpu_count))))
+    for entries, rows in ((response.entries, board.rows),
+                          (response.uncatalogued, board.uncatalogued)):
+        for entry in entries:
+            way = tuple(frames.entry_key(response, entry).items())
+            rows.append(LeaderboardRow(entry, groups.get((way, entry.gpu_name,
+                                                          entry.gpu_count))))
     return board
 
 
@@ -144,8 +148,9 @@ def leaderboard_frame(board: Leaderboard) -> pd.DataFrame:
     """A leaderboard's download: gpubench.frames.leaderboard_frame's columns (the
     comparison key and both batches on every entry) and the figures the page shows
     beside them from the entry's comparison group."""
-    frame = frames.leaderboard_frame(board.response)
-    groups = [row.group for row in board.rows]
+    frame = frames.leaderboard_frame(board.response)  # the ranked entries, then the others
+    rows = [*board.rows, *board.uncatalogued]
+    groups = [row.group for row in rows]
     figures = {
         "epoch2_min_s": [g.epoch2_min_seconds if g else 0.0 for g in groups],
         "epoch2_max_s": [g.epoch2_max_seconds if g else 0.0 for g in groups],
@@ -158,7 +163,7 @@ def leaderboard_frame(board: Leaderboard) -> pd.DataFrame:
     }
     for column, values in figures.items():
         frame[column] = [frames.measured(v) for v in values]
-    frame["largest_batch_per_gpu"] = [row.largest_batch for row in board.rows]
+    frame["largest_batch_per_gpu"] = [row.largest_batch for row in rows]
     return frame
 
 

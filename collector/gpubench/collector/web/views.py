@@ -313,12 +313,14 @@ def comparison(client: Client, model: str, query: Mapping[str, str], path: str) 
                                                 f"{response.baseline}"),
         published_names=[record.gpu_config_name(g.gpu_name, g.gpu_count, g.memory_limit_bytes)
                          for g in response.published],
+        uncatalogued_names=[record.gpu_config_name(g.gpu_name, g.gpu_count)
+                            for g in response.uncatalogued],
         baselines=sorted({(baseline_value(g.gpu_name, g.gpu_count),
                            record.gpu_config_name(g.gpu_name, g.gpu_count))
                           for g in response.groups}),
     )
     return Answer("compare.html", context, document=frames.compare_document(frame),
-                  frame=frame, name=f"{model.lower()}-comparison")
+                  frame=frames.with_uncatalogued(frame), name=f"{model.lower()}-comparison")
 
 
 def cost(client: Client, model: str, query: Any, path: str) -> Answer:
