@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the images: gpubench-agent, gpubench-workload (Keras on torch, the default the
-# agent starts), gpubench-workload:tensorflow (Keras on TensorFlow) and gpubench-collector.
+# agent starts), gpubench-workload:tensorflow (Keras on TensorFlow), gpubench-collector and
+# gpubench-edge (HAProxy in front of a public collector, docker/edge/).
 #
-#   docker/build.sh [OPTIONS] [agent|workload|workload-tensorflow|collector ...]
+#   docker/build.sh [OPTIONS] [agent|workload|workload-tensorflow|collector|edge ...]
 #
 #   --local-base  build FROM the local base image (docker/base-image.sh makes it; for
 #                 machines with no registry), with CPU builds of the frameworks:
@@ -17,7 +18,7 @@
 #   --tag TAG     image tag (default: latest; the TensorFlow workload is tagged
 #                 `tensorflow`, or TAG-tensorflow)
 #
-# Default: agent, workload, workload-tensorflow and collector, FROM the public images
+# Default: agent, workload, workload-tensorflow, collector and edge, FROM the public images
 # named in each Dockerfile (the torch workload's CUDA 12.6 build from PyTorch's index).
 # Environment: GPUBENCH_PIP_CERT (a CA bundle handed to pip inside the builds as a BuildKit
 # secret; default: the system's bundle if present), GPUBENCH_BUILD_NETWORK (the build
@@ -50,13 +51,13 @@ while (($#)); do
         --wheels) wheels=${2:?--wheels needs a folder}; shift ;;
         --no-index) no_index=1 ;;
         --tag) tag=${2:?--tag needs a tag}; shift ;;
-        agent | workload | workload-tensorflow | collector) images+=("$1") ;;
+        agent | workload | workload-tensorflow | collector | edge) images+=("$1") ;;
         -h | --help) usage; exit 0 ;;
         *) echo "build: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-((${#images[@]})) || images=(agent workload workload-tensorflow collector)
+((${#images[@]})) || images=(agent workload workload-tensorflow collector edge)
 if [[ -n $local_base && -n $base ]]; then
     echo "build: --local-base and --base: choose one" >&2; exit 2
 fi
