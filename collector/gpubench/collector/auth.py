@@ -17,9 +17,9 @@ Missing, unknown or revoked tokens get UNAUTHENTICATED; a valid token that may
 not do something gets PERMISSION_DENIED (DeleteRun's "submitter or admin" rule
 is checked by the servicer, which knows the run). Past
 DEFAULT_AUTH_FAILURES_PER_MINUTE failed authentications a minute from a client address,
-its calls with tokens the collector has not seen valid are refused (RESOURCE_EXHAUSTED,
-with the wait) until it has one again (AuthFailures). Behind a proxy the collector was
-told to trust, the client address is the one the proxy forwards (collector.forwarded).
+its calls with wrong tokens (or none) are refused (RESOURCE_EXHAUSTED, with the wait)
+until it has one again (AuthFailures). Behind a proxy the collector was told to trust,
+the client address is the one the proxy forwards (collector.forwarded).
 """
 
 from __future__ import annotations
@@ -169,13 +169,17 @@ class TokenBook:
         self._used: dict[str, datetime] = {}
         self._flushed_at = time.monotonic()
         self._local_hash = secret_hash(local_admin_secret) if local_admin_secret else None
+        # The valid tokens' hashes and the generation they were read at (`known`).
+        self._valid: tuple[int, frozenset[str]] | None = None
 
     def create(self, name: str, *, admin: bool) -> tuple[TokenRow, str]:
         """A new token and its secret (shown once)."""
         check_token_name(name)
         secret = new_secret()
         row = self._store.create_token(name, secret_hash(secret), admin)
-        self._forget(name)  # a replaced (revoked) token of the same name must not linger
+        # A replaced (revoked) token of the same name must not linger; the valid tokens'
+        # hashes are read again.
+        self._forget(name)
         return row, secret
 
     def list(self) -> list[TokenRow]:
@@ -197,13 +201,22 @@ class TokenBook:
             self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
 
     def known(self, secret: str) -> bool:
-        """Whether `secret` is a valid token this collector has already seen (its cache,
-        no store read), or the local credential: such calls need no failure budget."""
+        """Whether `secret` is a valid token (or the local credential): such calls need
+        no failure budget. Answered from the valid tokens' hashes held in memory (a few
+        hundred at most), read from the store again only after a token change, so a
+        guess costs no store read."""
         if self.is_local(secret):
             return True
+        digest = secret_hash(secret)
         with self._lock:
-            row = self._by_hash.get(secret_hash(secret))
-        return row is not None and not row.revoked
+            valid, generation = self._valid, self._generation
+        if valid is None or valid[0] != generation:
+            hashes = frozenset(t.secret_sha256 for t in self._store.tokens() if not t.revoked)
+            valid = (generation, hashes)
+            with self._lock:
+                if self._generation == generation:  # no change since the read
+                    self._valid = valid
+        return digest in valid[1]
 
     def is_local(self, secret: str) -> bool:
         """Whether `secret` is the serve process's own local admin credential."""
@@ -285,13 +298,13 @@ class AuthFailures:
     is cost the collector work and, if the limit shut the address out, cost everyone
     behind that address (a NAT, a proxy, the results site) their valid calls. Each
     address has `per_minute` failures a minute (bursts of as many). A call whose token
-    is not already known valid takes one failure from its address's budget before the
-    token is checked (`admit`) and gives it back when the token proves valid
-    (`forgive`): the budget is spent at the moment each call is decided, so calls in
-    flight together cannot all spend its last failure. With the budget spent, such calls
-    are refused at once with the wait until the address has one again: no server thread
-    is held, and other addresses' budgets and calls are untouched. Valid tokens the
-    collector has seen and public reads never need the budget.
+    is not valid (TokenBook.known, from memory) takes one failure from its address's
+    budget before the token is checked (`admit`), given back should it pass after all
+    (`forgive`: a token made since): the budget is spent at the moment each call is
+    decided, so calls in flight together cannot all spend its last failure. With the
+    budget spent, such calls are refused at once with the wait until the address has
+    one again: no server thread is held, and other addresses' budgets and calls are
+    untouched. Valid tokens and public reads never need the budget.
 
     Peers are keyed by IP address (an IPv6 address by its /64, which one host usually
     holds whole), so that new connections do not start afresh.

@@ -155,8 +155,8 @@ def serve(
               help="Read with the token a request carries (Authorization: Bearer) when it "
                    "carries one, for a site only token holders reach. Wrong tokens count "
                    "against the collector's limit of failed authentications for the site's "
-                   "address: past it, tokens not yet seen valid are refused for a while "
-                   "(RESOURCE_EXHAUSTED), never the site's own reads.")
+                   "address: past it, wrong tokens are refused for a while "
+                   "(RESOURCE_EXHAUSTED), never valid ones or the site's own reads.")
 @click.option("--ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="PEM certificate to trust for a collector serving TLS.")
 @click.option("--tls", is_flag=True, help="Reach the collector over TLS with the system's roots.")
