@@ -41,3 +41,21 @@ def test_a_valid_token_gives_its_failure_back() -> None:
     failures.forgive("203.0.113.7")  # it was valid
     assert failures.admit("203.0.113.7") == 0.0
     assert failures.admit("203.0.113.7") > 0.0
+
+
+def test_known_tokens_are_the_valid_ones_and_follow_changes(tmp_path) -> None:
+    from gpubench.collector.auth import TokenBook
+    from gpubench.collector.store import Store
+
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        tokens = TokenBook(store, local_admin_secret="gpb_local")
+        _, alice = tokens.create("alice", admin=False)
+        assert tokens.known(alice) and tokens.known("gpb_local")
+        assert not tokens.known("gpb_guess")
+        tokens.revoke("alice")
+        assert not tokens.known(alice)
+        _, bob = tokens.create("bob", admin=True)
+        assert tokens.known(bob)
+    finally:
+        store.close()
