@@ -18,6 +18,7 @@ help:
 	@echo "make test-docker  build the images and run agent + collector containers"
 	@echo "make bench        collector and sampler benchmarks (figures and ratios)"
 	@echo "make chaos        the collector's fault campaign (CHAOS_ARGS=--short: minutes)"
+	@echo "make haproxy      Debian's HAProxy unpacked into .tools/ for the edge's tests"
 	@echo "make install      the virtual environment with every extra ($(VENV))"
 	@echo "make proto        regenerate the wire code from protos/"
 	@echo "make lint         ruff"
