@@ -97,7 +97,7 @@ class TrustedProxies:
                     self._unresolved.add(name)
                 continue
             self._unresolved.discard(name)
-            found.extend(ipaddress.ip_network(info[4][0].split("%")[0]) for info in infos)
+            found.extend(ipaddress.ip_network(str(info[4][0]).split("%")[0]) for info in infos)
         self._resolved = found
         self._resolved_at = time.monotonic()
 
