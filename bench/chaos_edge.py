@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -270,7 +271,7 @@ def visitors_part(folder: Path, binary: Path, *, rounds: int, visitors: int = 10
     return tally
 
 
-def edge_parts(folder: Path, *, short: bool) -> dict[str, object]:
+def edge_parts(folder: Path, *, short: bool) -> dict[str, Callable[[], Tally]]:
     """The parts by name, for bench/chaos.py: each a callable returning its Tally (a
     Tally saying why, where HAProxy is missing)."""
     binary = haproxy_binary()
