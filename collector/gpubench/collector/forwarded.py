@@ -54,6 +54,9 @@ class TrustedProxies:
         `x-forwarded-for` metadata when `peer` is a trusted proxy, else `peer` itself."""
         if not peer or not self:
             return peer
+        forwarded = forwarded_for(metadata)
+        if forwarded is None:  # first: calls without the header cost no look-up
+            return peer
         kind, _, rest = peer.partition(":")
         if kind not in ("ipv4", "ipv6"):
             return peer
@@ -62,9 +65,6 @@ class TrustedProxies:
         except ValueError:
             return peer
         if not self.trusts(address):
-            return peer
-        forwarded = forwarded_for(metadata)
-        if forwarded is None:
             return peer
         if forwarded.version == 4:
             return f"ipv4:{forwarded}:0"
