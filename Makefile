@@ -18,6 +18,7 @@ help:
 	@echo "make test-docker  build the images and run agent + collector containers"
 	@echo "make bench        collector and sampler benchmarks (figures and ratios)"
 	@echo "make chaos        the collector's fault campaign (CHAOS_ARGS=--short: minutes)"
+	@echo "make haproxy      Debian's HAProxy unpacked into .tools/ for the edge's tests"
 	@echo "make install      the virtual environment with every extra ($(VENV))"
 	@echo "make proto        regenerate the wire code from protos/"
 	@echo "make lint         ruff, actionlint + zizmor (workflows), hadolint (Dockerfiles)"
@@ -47,7 +48,7 @@ install: $(STAMP)
 proto: $(STAMP)
 	$(PY) -c "import setup; setup.generate_wire_code()"
 
-test: proto chromium promtool
+test: proto chromium promtool haproxy
 	$(PY) -m pytest -m "not docker and not gpu" $(PYTEST_ARGS)
 
 # The results site's browser test (tests/web/test_browser.py) drives headless Chromium:
@@ -90,6 +91,29 @@ promtool:
 	    echo "  will be skipped (promtool on PATH runs them)"; \
 	  fi; }
 
+# The edge proxy's tests (tests/integration/test_edge_proxy.py) and bench/chaos_edge.py run
+# Debian's HAProxy (the proxy of docker/edge/) from $(TOOLS)/haproxy: the package and the
+# libraries it needs that a Python image lacks, downloaded and unpacked there (apt-get
+# download, dpkg -x). Nothing is installed on the system and no service is started.
+# Where it cannot be fetched, those tests are skipped and say why.
+TOOLS := .tools
+HAPROXY := $(TOOLS)/haproxy/usr/sbin/haproxy
+HAPROXY_DEBS := haproxy liblua5.3-0 libopentracing-c-wrapper0 libopentracing1
+.PHONY: haproxy
+haproxy: $(HAPROXY)
+$(HAPROXY):
+	@if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg >/dev/null 2>&1; then \
+	  echo "no apt-get/dpkg here: the edge proxy's tests will be skipped (they need HAProxy)"; \
+	else \
+	  echo "fetching Debian's haproxy into $(TOOLS)/haproxy for the edge proxy's tests"; \
+	  rm -rf $(TOOLS)/debs && mkdir -p $(TOOLS)/debs $(dir $(LOG)) && cd $(TOOLS)/debs && \
+	  { apt-get download $(HAPROXY_DEBS) >>$(abspath $(LOG)) 2>&1 \
+	    || { [ "$$(id -u)" = 0 ] && $(APT_GET) update >>$(abspath $(LOG)) 2>&1 \
+	         && apt-get download $(HAPROXY_DEBS) >>$(abspath $(LOG)) 2>&1; }; } \
+	  && for deb in *.deb; do dpkg -x "$$deb" ../haproxy || exit 1; done \
+	  || echo "could not fetch haproxy (see $(LOG)): the edge proxy's tests will be skipped"; \
+	fi
+
 test-docker: proto
 	$(PY) -m pytest -m docker tests/docker tests/agent $(PYTEST_ARGS)
 
@@ -105,7 +129,7 @@ bench: proto
 
 # Kill -9, a full disk, fuzzing, tokens, poisoned records, a killed push: not in `test`.
 CHAOS_ARGS ?=
-chaos: proto
+chaos: proto haproxy
 	$(PY) bench/chaos.py $(CHAOS_ARGS)
 
 # ruff; the workflows with actionlint and zizmor (offline: no look-up of the actions'

@@ -29,6 +29,8 @@ Parts (--parts, comma-separated; all by default):
                  with its reason, no database left; the backup as taken restored whole
   storm          a front-end killed -9 every 0.2-1.0 s under 8 submitters (40 kills;
                  short 10): never no front-end for more than 5 s, never a stop
+  edge-flood, edge-visitors  HAProxy (docker/edge) in front of a collector and the site:
+                 bench/chaos_edge.py says what each does
   fabrication    a stranger's token submits what once led the leaderboard, made from the
                  real H200 default run scaled consistently (1.3x-5.7x, made-up and
                  look-alike names, a blank name, energy of nothing), then ten runs at
@@ -63,13 +65,14 @@ from pathlib import Path
 from chaos_attacks import flood_part, lockout_part, storm_part, tampered_part
 from chaos_auth import auth_part
 from chaos_crashes import agent_push_part, disk_full_part, kill_part
+from chaos_edge import edge_parts
 from chaos_fabrication import fabrication_part
 from chaos_fuzz import fuzz_part, mutated_bytes, mutated_field, poison_part
 from chaos_support import Tally, table
 
 PARTS = ("kill-single", "kill-owner", "kill-frontend", "disk-full", "fuzz-bytes",
          "fuzz-fields", "auth", "poison", "agent-push", "flood", "flood-frontends", "lock-out",
-         "tampered", "storm", "fabrication")
+         "tampered", "storm", "fabrication", "edge-flood", "edge-visitors")
 
 
 # -- the campaign ----------------------------------------------------------------------------
@@ -129,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             "tampered": lambda: tampered_part(folder, runs=200 if short else 1000),
             "storm": lambda: storm_part(folder, kills=10 if short else 40, rng=rng),
             "fabrication": lambda: fabrication_part(folder),
+            **edge_parts(folder, short=short),
         }
         for part in parts:
             began = time.monotonic()

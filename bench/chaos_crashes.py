@@ -139,9 +139,10 @@ def agent_push_part(folder: Path, *, runs: int, kills: int, rng: random.Random) 
         spooled.add(run.run_id)
     tally.tried = runs
     agent = [str(Path(sys.executable).with_name("gpubench-agent")), "push", "--collector",
-             collector.address, "--token", token, "--spool", str(spool.root)]
+             collector.address, "--spool", str(spool.root)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUBENCH_")}
     env["GPUBENCH_STATE"] = str(folder / "agent-state")
+    env["GPUBENCH_TOKEN"] = token  # the agent takes no token in argv
     def pending() -> int:
         # Counted by name: the push moves files while this looks (no stat of each).
         return sum(1 for p in (spool.root / "pending").iterdir() if p.suffix == ".json")

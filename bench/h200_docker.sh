@@ -103,7 +103,7 @@ container_run() {  # container_run NAME [FLAGS...]: the README's block, flags ap
   local script; script=$(readme_block gpu-agent-devices) || return 1
   # Only what the step adds: a label, and for the quick step --quick.
   script="$script --label 'h200 $name' $*"
-  TOKEN=$(cat "$WORK/token") timed "$name" bash -euo pipefail -c "$script"
+  TOKEN=$(cat "$WORK/token") GPUBENCH_TOKEN=$(cat "$WORK/token") timed "$name" bash -euo pipefail -c "$script"
 }
 
 host_run() {  # host_run NAME [FLAGS...]: the same run in-process (this checkout)

@@ -50,9 +50,9 @@ def closed_port() -> int:
 def timed(case: str, spool: Path) -> float:
     """Seconds from the signal (or the run's end) to the agent's exit."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUBENCH_")}
-    env.update(GPUBENCH_SPOOL=str(spool), COLUMNS="200",
+    env.update(GPUBENCH_SPOOL=str(spool), COLUMNS="200", GPUBENCH_TOKEN="t",
                PYTHONPATH=os.pathsep.join(str(ROOT / part) for part in ("", "agent", "collector")))
-    args = ["run", *TINY, "--collector", f"127.0.0.1:{closed_port()}", "--token", "t"]
+    args = ["run", *TINY, "--collector", f"127.0.0.1:{closed_port()}"]
     wait_for = "epoch 1/" if case == "workload" else "B0: tensorflow"
     if case != "workload":
         env["GPUBENCH_WORKLOAD_COMMAND"] = shlex.join([sys.executable, str(FAKE)])

@@ -3,8 +3,8 @@
 # (target: under 300 MB).
 #
 #   docker build -f docker/agent.Dockerfile -t gpubench-agent .
-#   docker run --gpus all -v /var/run/docker.sock:/var/run/docker.sock gpubench-agent \
-#       --collector HOST:50051 --token T
+#   docker run --gpus all -v /var/run/docker.sock:/var/run/docker.sock -e GPUBENCH_TOKEN \
+#       gpubench-agent --collector HOST:50051
 #
 # Where no registry is reachable, build FROM a local base (docker/base-image.sh) and hand
 # pip the machine's CA bundle (docker/build.sh does this; --wheels and --no-index as in

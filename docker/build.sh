@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the images: gpubench-agent, gpubench-workload (Keras on torch, the default the
-# agent starts), gpubench-workload:tensorflow (Keras on TensorFlow) and gpubench-collector.
+# agent starts), gpubench-workload:tensorflow (Keras on TensorFlow), gpubench-collector and
+# gpubench-edge (HAProxy in front of a public collector, docker/edge/).
 #
-#   docker/build.sh [OPTIONS] [agent|workload|workload-tensorflow|collector ...]
+#   docker/build.sh [OPTIONS] [agent|workload|workload-tensorflow|collector|edge ...]
 #
 #   --local-base  build FROM the local base image (docker/base-image.sh makes it; for
 #                 machines with no registry), with CPU builds of the frameworks:
@@ -21,7 +22,7 @@
 #                 through $GPUBENCH_PYTHON, .venv/bin/python or python3, the first that
 #                 has it; 0.0, unknown, where none has)
 #
-# Default: agent, workload, workload-tensorflow and collector, FROM the public images
+# Default: agent, workload, workload-tensorflow, collector and edge, FROM the public images
 # named in each Dockerfile (the torch workload's CUDA 12.6 build from PyTorch's index).
 # Environment: GPUBENCH_PIP_CERT (a CA bundle handed to pip inside the builds as a BuildKit
 # secret; default: the system's bundle if present), GPUBENCH_BUILD_NETWORK (the build
@@ -58,13 +59,13 @@ while (($#)); do
         --no-index) no_index=1 ;;
         --tag) tag=${2:?--tag needs a tag}; shift ;;
         --version) version=${2:?--version needs a version}; shift ;;
-        agent | workload | workload-tensorflow | collector) images+=("$1") ;;
+        agent | workload | workload-tensorflow | collector | edge) images+=("$1") ;;
         -h | --help) usage; exit 0 ;;
         *) echo "build: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-((${#images[@]})) || images=(agent workload workload-tensorflow collector)
+((${#images[@]})) || images=(agent workload workload-tensorflow collector edge)
 if [[ -n $local_base && -n $base ]]; then
     echo "build: --local-base and --base: choose one" >&2; exit 2
 fi

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Entry point of the agent and workload images.
 #
-# Flags alone (`docker run IMAGE --collector HOST:50051 --token T`) are for
+# Flags alone (`docker run -e GPUBENCH_TOKEN IMAGE --collector HOST:50051`) are for
 # `gpubench-agent run`, after this image's defaults in GPUBENCH_RUN_DEFAULTS (later flags
 # win). Anything else is a command to run as it is (`docker run IMAGE gpubench-agent --help`,
 # `python -m gpubench.agent.workload run ...`). exec: the command gets the signals.

@@ -1,7 +1,7 @@
 # The workload: the benchmark itself, on one framework. The agent starts this image for
 # every run and records its digest: two results are comparable when they ran the same
 # image. It also carries the agent, so that on a host with no docker socket to share
-#   docker run <GPU flags> gpubench-workload --collector HOST:50051 --token T
+#   docker run <GPU flags> -e GPUBENCH_TOKEN gpubench-workload --collector HOST:50051
 # runs the benchmark in-process (the local runner) and pushes the run.
 #
 # Two builds of it (docker/build.sh makes both):

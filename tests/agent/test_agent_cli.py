@@ -37,6 +37,11 @@ def agent_env(tmp_path: Path, fake_workload_command: list[str] | None, **extra: 
     return env
 
 
+def with_token(env: dict, token: str) -> dict:
+    """`env` with the access token where the agent takes it (never argv)."""
+    return {**env, "GPUBENCH_TOKEN": token}
+
+
 def agent(args: list[str], env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([*AGENT, *args], env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
@@ -71,8 +76,8 @@ def test_run_sends_a_complete_record(tmp_path, fake_workload_command, collector,
                     FAKE_WORKLOAD_EPOCH_SECONDS="0.5")
     token = collector.make_token("lab")
     done = agent(["run", "--models", "B0", "--batch", "8", "--collector", collector.address,
-                  "--token", token, "--trace", str(tmp_path / "samples.jsonl"),
-                  "--label", "test rig"], env)
+                  "--trace", str(tmp_path / "samples.jsonl"),
+                  "--label", "test rig"], with_token(env, token))
     assert done.returncode == 0, done.stderr
     assert "replaying the NVML trace" in done.stderr
     assert "sent to the collector" in done.stderr
@@ -125,7 +130,7 @@ def test_failed_run_exits_1_and_is_still_recorded(tmp_path, fake_workload_comman
 def test_unreachable_collector_exits_3_then_push_sends(tmp_path, fake_workload_command,
                                                         collector) -> None:
     env = agent_env(tmp_path, fake_workload_command)
-    done = agent(["run", "--models", "B0", "--collector", "127.0.0.1:9", "--token", "t"], env,
+    done = agent(["run", "--models", "B0", "--collector", "127.0.0.1:9"], with_token(env, "t"),
                  timeout=300)
     assert done.returncode == 3, done.stderr
     # Said before the benchmark, with the folder the run waits in; then it runs.
@@ -140,7 +145,7 @@ def test_unreachable_collector_exits_3_then_push_sends(tmp_path, fake_workload_c
     [row] = status["runs"]
     assert row["model"] == "B0" and row["status"] == "ok"
     token = collector.make_token("lab")
-    pushed = agent(["push", "--collector", collector.address, "--token", token], env)
+    pushed = agent(["push", "--collector", collector.address], with_token(env, token))
     assert pushed.returncode == 0, pushed.stderr
     assert "sent 1 run(s); 0 pending" in pushed.stderr
     assert json.loads(agent(["status", "--json"], env).stdout)["counts"]["sent"] == 1
@@ -159,7 +164,7 @@ def test_a_refused_token_stops_the_run_before_any_training(tmp_path, fake_worklo
             client.revoke_token("gone")
     args = ["run", "--models", "B0,B3,B7", "--collector", collector.address]
     began = time.monotonic()
-    done = agent(args + (["--token", token] if token else []), env)
+    done = agent(args, with_token(env, token) if token else env)
     assert done.returncode == 4, done.stderr
     assert time.monotonic() - began < 30
     refused = ("needs a token for checking access and none was given" if how == "none"
@@ -173,8 +178,8 @@ def test_a_refused_token_stops_the_run_before_any_training(tmp_path, fake_worklo
 def test_an_accepted_token_is_said_before_the_run(tmp_path, fake_workload_command,
                                                   collector) -> None:
     env = agent_env(tmp_path, fake_workload_command)
-    done = agent(["run", "--models", "B0", "--batch", "8", "--collector", collector.address,
-                  "--token", collector.make_token("lab")], env)
+    done = agent(["run", "--models", "B0", "--batch", "8", "--collector", collector.address],
+                 with_token(env, collector.make_token("lab")))
     assert done.returncode == 0, done.stderr
     first = done.stderr.index(f"collector {collector.address}: token 'lab' may submit runs")
     assert first < done.stderr.index("B0: ok")
@@ -278,7 +283,7 @@ def test_a_run_the_collector_refuses_is_moved_aside(tmp_path, fake_workload_comm
                                                     collector) -> None:
     env = agent_env(tmp_path, fake_workload_command)
     done = agent(["run", "--models", "B0", "--batch", "8", "--label", "x" * 300,
-                  "--collector", collector.address, "--token", collector.make_token("lab")], env)
+                  "--collector", collector.address], with_token(env, collector.make_token("lab")))
     assert done.returncode == 1
     assert "run.label: longer than 200 characters" in done.stderr
     [refused] = [p for p in (tmp_path / "spool" / "refused").iterdir() if p.suffix == ".json"]
@@ -289,8 +294,8 @@ def test_push_with_a_wrong_token_exits_4(tmp_path, collector, make_run) -> None:
     from gpubench.agent.spool import Spool
 
     Spool(tmp_path / "spool").write(make_run())
-    done = agent(["push", "--collector", collector.address, "--token", "wrong"],
-                 agent_env(tmp_path, None))
+    done = agent(["push", "--collector", collector.address],
+                 with_token(agent_env(tmp_path, None), "wrong"))
     assert done.returncode == 4
     assert len(list((tmp_path / "spool" / "pending").iterdir())) == 1
 
@@ -313,13 +318,38 @@ def test_push_takes_the_token_from_a_file_or_stdin_not_argv(tmp_path, collector,
                           input=token + "\n", env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert collector.store.count() == 2
-    both = agent(["push", "--collector", collector.address, "--token", token, "--token-file",
-                  str(secret_file)], env)
-    assert both.returncode == 2 and "give --token or --token-file, not both" in both.stderr
+    # From the environment, as from the file.
+    Spool(tmp_path / "spool").write(make_run())
+    done = agent(["push", "--collector", collector.address], with_token(env, token))
+    assert done.returncode == 0, done.stderr
+    assert collector.store.count() == 3
     empty = tmp_path / "empty"
     empty.write_text("\n")
     none = agent(["push", "--collector", collector.address, "--token-file", str(empty)], env)
     assert none.returncode == 2 and "holds no token" in none.stderr
+
+
+@pytest.mark.parametrize("command", [["push"], ["run", "--models", "B0"]])
+def test_a_token_in_argv_is_refused_with_what_to_use_instead(tmp_path, collector, make_run,
+                                                            command) -> None:
+    """Every user of the machine reads argv (`ps`): --token is refused before anything
+    runs or is sent, whatever else gives a token."""
+    from gpubench.agent.spool import Spool
+
+    token = collector.make_token("lab")
+    secret_file = tmp_path / "token"
+    secret_file.write_text(token + "\n")
+    Spool(tmp_path / "spool").write(make_run())
+    env = agent_env(tmp_path, None)
+    for extra in ([], ["--token-file", str(secret_file)]):
+        done = agent([*command, "--collector", collector.address, "--token", token, *extra],
+                     env)
+        assert done.returncode == 2, done.stderr
+        said = " ".join(done.stderr.split())
+        assert "--token puts the secret in the process list" in said
+        assert "use --token-file FILE ('-': stdin), or set GPUBENCH_TOKEN" in said
+    assert collector.store.count() == 0
+    assert "--token " not in agent(["push", "--help"], env).stdout
 
 
 def _lines(stream) -> queue.Queue:
@@ -384,9 +414,9 @@ def test_ctrl_c_ends_the_agent_at_once_and_pushes_nothing(tmp_path, fake_workloa
     Before, the agent waited 10 s for the workload, then pushed the run."""
     env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="ignore-sigint")
     process = subprocess.Popen([*AGENT, "run", "--models", "B0,B3", "--batch", "8",
-                                "--collector", collector.address,
-                                "--token", collector.make_token("lab")],
-                               env=env, stderr=subprocess.PIPE, text=True,
+                                "--collector", collector.address],
+                               env=with_token(env, collector.make_token("lab")),
+                               stderr=subprocess.PIPE, text=True,
                                preexec_fn=_sigint_default)
     lines = _lines(process.stderr)
     seen = []
@@ -459,8 +489,8 @@ def test_end_to_end_with_the_real_workload(tmp_path, collector) -> None:
     env = agent_env(tmp_path, None)
     token = collector.make_token("ci")
     done = agent(["run", "--models", "B0", "--image-size", "32", "--limit-images", "48",
-                  "--batch", "8", "--epochs", "2", "--collector", collector.address,
-                  "--token", token], env, timeout=600)
+                  "--batch", "8", "--epochs", "2", "--collector", collector.address],
+                 with_token(env, token), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "sent to the collector" in done.stderr, done.stderr[-3000:]
     [sent] = list((tmp_path / "spool" / "sent").iterdir())
@@ -481,8 +511,8 @@ def test_a_run_is_compared_with_the_others_like_it_not_itself(
     env = agent_env(tmp_path, fake_workload_command, GPUBENCH_NVML_TRACE=str(trace_path),
                     FAKE_WORKLOAD_EPOCH_SECONDS="0.5")
     token = collector.make_token("lab")
-    args = ["run", "--models", "B0", "--batch", "8", "--collector", collector.address,
-            "--token", token]
+    args = ["run", "--models", "B0", "--batch", "8", "--collector", collector.address]
+    env = with_token(env, token)
     first = agent(args, env)
     assert first.returncode == 0, first.stderr
     # Unlike runs (another precision) stay out of the comparison.
@@ -509,8 +539,8 @@ def test_a_run_whose_gpu_waited_is_warned_flagged_and_left_out(
     env = agent_env(tmp_path, fake_workload_command, GPUBENCH_NVML_TRACE=str(idle_trace),
                     FAKE_WORKLOAD_EPOCH_SECONDS="0.8")
     token = collector.make_token("lab")
-    done = agent(["run", "--models", "B0", "--batch", "8", "--collector", collector.address,
-                  "--token", token], env)
+    done = agent(["run", "--models", "B0", "--batch", "8", "--collector", collector.address],
+                 with_token(env, token))
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
     assert "measures the host and the framework, not the GPU" in said, done.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_agent_cli import agent, agent_env
+from test_agent_cli import agent, agent_env, with_token
 
 from gpubench.agent.assemble import slower_second_epoch
 from gpubench.agent.telemetry import WindowTelemetry
@@ -21,8 +21,8 @@ def test_a_slower_second_epoch_and_a_streamed_cache_reach_the_collector(
                     FAKE_WORKLOAD_EPOCH_SECONDS="0.6", FAKE_WORKLOAD_FIRST_EPOCH_SECONDS="0.3",
                     FAKE_WORKLOAD_PIPELINE_MODE="streaming")
     token = collector.make_token("lab")
-    done = agent(["run", "--models", "B0", "--batch", "8", "--collector", collector.address,
-                  "--token", token], env)
+    done = agent(["run", "--models", "B0", "--batch", "8", "--collector", collector.address],
+                 with_token(env, token))
     assert done.returncode == 0, done.stderr
     assert "sent to the collector" in done.stderr and "refused" not in done.stderr
     with Client(collector.address, collector.admin_token) as client:

@@ -105,6 +105,7 @@ class Deployment:
             "GPUBENCH_SPOOL_VOLUME": self.spool_volume,
             "GPUBENCH_NETWORK": self.network,
             "TOKEN": self.token,
+            "GPUBENCH_TOKEN": self.token,  # the collector block exports it
         }
 
     def names(self) -> Names:

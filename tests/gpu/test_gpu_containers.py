@@ -115,7 +115,8 @@ def readme_agent(collector: Collector, spool: str, *extra: str) -> str:
 def start(script: str, token: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
     process = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=REPO,
                                text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env={**os.environ, "TOKEN": token}, start_new_session=True)
+                               env={**os.environ, "TOKEN": token, "GPUBENCH_TOKEN": token},
+                               start_new_session=True)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:

@@ -117,6 +117,64 @@ def test_a_restore_makes_each_run_from_its_record(taken, tmp_path: Path) -> None
     assert backup.key_path(db).read_bytes().strip() == backup.read_key(taken[1])
 
 
+def backdoored_tokens(folder: Path, tmp_path: Path) -> Path:
+    """A tokens.parquet with an admin token the attacker knows, beside the backup."""
+    evil = tmp_path / "evil"
+    shutil.copytree(folder, evil)
+    rewrite(evil, "tokens", backdoor_admin)
+    return evil / "tokens.parquet"
+
+
+def test_a_file_swapped_after_the_check_is_refused_as_it_is_copied(
+    taken, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old gap: the files hashed, then read again to load them. A tokens.parquet
+    swapped in right after the check is hashed as it is copied, and refused."""
+    folder = copy_of(taken, tmp_path)
+    swap = backdoored_tokens(folder, tmp_path)
+    checked = backup.verify
+
+    def verify_then_swap(*args, **kwargs):
+        manifest = checked(*args, **kwargs)
+        swap.replace(folder / "tokens.parquet")
+        return manifest
+
+    monkeypatch.setattr(backup, "verify", verify_then_swap)
+    db = tmp_path / "restored.duckdb"
+    with pytest.raises(backup.BackupError) as refused:
+        backup.restore(folder, db, key=taken[1])
+    assert "tokens.parquet: its SHA-256 is not the one the signed manifest lists" in \
+        str(refused.value)
+    assert left_behind(db) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".gpubench-restore-")] == []
+
+
+def test_a_file_swapped_after_the_copy_is_not_what_gets_loaded(
+    taken, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Swapped once the private copies are checked, just before the load: the load reads
+    the copies, so the tokens restored are the backup's."""
+    folder = copy_of(taken, tmp_path)
+    swap = backdoored_tokens(folder, tmp_path)
+    load = backup._load
+
+    def swap_then_load(*args, **kwargs):
+        swap.replace(folder / "tokens.parquet")
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(backup, "_load", swap_then_load)
+    db = tmp_path / "restored.duckdb"
+    backup.restore(folder, db, key=taken[1])
+    assert not swap.exists()  # it was swapped in
+    store = Store(db)
+    try:
+        assert {t.name: (t.admin, t.revoked) for t in store.tokens()} == {
+            "root": (True, False), "lab": (False, False), "gone": (False, True)}
+        assert TokenBook(store).identify("gpb_attackers-own-secret") is None
+    finally:
+        store.close()
+
+
 def test_restore_names_the_reason_and_exits_6(taken, tmp_path: Path) -> None:
     folder = copy_of(taken, tmp_path)
     rewrite(folder, "tokens", backdoor_admin)

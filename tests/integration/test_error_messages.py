@@ -120,7 +120,7 @@ def cases(scene: Scene) -> list[Case]:
              ("did not accept the token (checking access): token unknown or revoked",
               "The token came from $GPUBENCH_TOKEN",
               "works only at the collector whose database made it",
-              "--token or $GPUBENCH_TOKEN", "Nothing was run", "--offline"),
+              "--token-file or $GPUBENCH_TOKEN", "Nothing was run", "--offline"),
              env={"GPUBENCH_TOKEN": "gpb_wrong"}),
         Case("--memory-limit without a GPU", [*agent_run, "--offline", "--memory-limit",
                                               "16GiB"],

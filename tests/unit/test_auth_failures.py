@@ -1,11 +1,11 @@
-"""Failed authentications are counted per address, however the peer reconnects, and only
-ever slow the failing calls down."""
+"""Failed authentications are counted per address, however the peer reconnects, spent at
+the moment each call is decided, and never touch other addresses."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpubench.collector.auth import HELD_PER_PEER, HELD_TOTAL, MAX_HOLD_S, AuthFailures, peer_key
+from gpubench.collector.auth import AuthFailures, peer_key
 
 
 @pytest.mark.parametrize(
@@ -24,24 +24,38 @@ def test_peers_are_keyed_by_address_not_connection(peer: str, key: str) -> None:
     assert peer_key(peer) == key
 
 
-def test_failures_past_the_allowance_are_held_and_other_addresses_are_not() -> None:
+def test_the_budget_is_taken_as_each_call_is_decided_and_other_addresses_keep_theirs() -> None:
     failures = AuthFailures(per_minute=3)
-    assert [failures.failed("203.0.113.7") for _ in range(3)] == [0.0, 0.0, 0.0]
-    held = failures.failed("203.0.113.7")
-    # One failure back every 20 s: held until then, at most MAX_HOLD_S.
-    assert held == MAX_HOLD_S
-    assert failures.failed("198.51.100.1") == 0.0
-    assert failures.held == 1
+    # Three calls in flight together take the three failures; the fourth is refused
+    # before its token is checked, with the wait for one to come back (one every 20 s).
+    assert [failures.admit("203.0.113.7") for _ in range(3)] == [0.0, 0.0, 0.0]
+    wait = failures.admit("203.0.113.7")
+    assert 19.0 < wait <= 20.0
+    assert failures.admit("198.51.100.1") == 0.0
+    assert failures.refused == 1
 
 
-def test_held_answers_are_bounded_per_address_and_in_all() -> None:
+def test_a_valid_token_gives_its_failure_back() -> None:
     failures = AuthFailures(per_minute=1)
-    for _ in range(1 + HELD_PER_PEER):  # the allowance, then as many as may be held
-        failures.failed("203.0.113.7")
-    assert failures.failed("203.0.113.7") == 0.0  # past the cap: answered at once
-    assert failures.held == HELD_PER_PEER and failures.answered_at_once == 1
-    peers = [f"198.51.100.{i}" for i in range(HELD_TOTAL)]
-    for peer in peers:
-        failures.failed(peer)
-        failures.failed(peer)
-    assert failures.held == HELD_TOTAL  # the others' holds, up to the cap in all
+    assert failures.admit("203.0.113.7") == 0.0
+    failures.forgive("203.0.113.7")  # it was valid
+    assert failures.admit("203.0.113.7") == 0.0
+    assert failures.admit("203.0.113.7") > 0.0
+
+
+def test_known_tokens_are_the_valid_ones_and_follow_changes(tmp_path) -> None:
+    from gpubench.collector.auth import TokenBook
+    from gpubench.collector.store import Store
+
+    store = Store(tmp_path / "c.duckdb")
+    try:
+        tokens = TokenBook(store, local_admin_secret="gpb_local")
+        _, alice = tokens.create("alice", admin=False)
+        assert tokens.known(alice) and tokens.known("gpb_local")
+        assert not tokens.known("gpb_guess")
+        tokens.revoke("alice")
+        assert not tokens.known(alice)
+        _, bob = tokens.create("bob", admin=True)
+        assert tokens.known(bob)
+    finally:
+        store.close()

@@ -127,4 +127,6 @@ def test_visitors_wrong_tokens_never_shut_out_the_sites_reads(tmp_path) -> None:
             for _ in range(3):  # meanwhile, a visitor without a token, and a valid one
                 assert live.get("/runs")[0] == 200
                 assert live.get("/runs", token=admin)[0] == 200
-            assert {g.result()[0] for g in guesses} == {401}
+            # Wrong tokens: 401, and 429 once the site's address has spent its budget.
+            assert {g.result()[0] for g in guesses} <= {401, 429}
+            assert 401 in {g.result()[0] for g in guesses}

@@ -115,7 +115,11 @@ RUNNER_OPTIONS = _options(
 
 
 def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--collector, --token or --token-file, --ca; the command gets `token` either way."""
+    """--collector, --token-file (or $GPUBENCH_TOKEN), --ca; the command gets `token`.
+
+    The token never comes from argv, where every user of the machine reads it (`ps`):
+    --token is refused with what to use instead.
+    """
 
     @wraps(command)
     def with_token(*args: Any, token_file: str | None = None, **kwargs: Any) -> Any:
@@ -125,14 +129,14 @@ def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed((
         click.option("--collector", metavar="HOST:PORT", envvar="GPUBENCH_COLLECTOR",
                      help="The collector to send runs to [env: GPUBENCH_COLLECTOR]."),
-        click.option("--token", metavar="TOKEN", envvar="GPUBENCH_TOKEN",
-                     help="Access token for the collector [env: GPUBENCH_TOKEN]; on a shared "
-                          "machine prefer --token-file or the environment, which other users "
-                          "cannot read from the process list."),
+        # Hidden: kept only to refuse it clearly (token_of); the variable is the way in.
+        click.option("--token", metavar="TOKEN", envvar="GPUBENCH_TOKEN", hidden=True),
         click.option("--token-file", metavar="FILE", envvar="GPUBENCH_TOKEN_FILE",
                      type=click.Path(dir_okay=False, allow_dash=True),
                      help="Read the access token from FILE ('-': the first line of stdin) "
-                          "[env: GPUBENCH_TOKEN_FILE]."),
+                          "[env: GPUBENCH_TOKEN_FILE]; or give the token itself in "
+                          "GPUBENCH_TOKEN. Never on the command line, where other users "
+                          "read it from the process list."),
         click.option("--ca", type=click.Path(dir_okay=False, exists=True, path_type=Path),
                      help="PEM certificate to trust: talk TLS to the collector."),
     )):
@@ -140,13 +144,20 @@ def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return with_token
 
 
+TOKEN_IN_ARGV = (
+    "--token puts the secret in the process list, where every user of this machine "
+    "reads it: use --token-file FILE ('-': stdin), or set GPUBENCH_TOKEN"
+)
+
+
 def token_of(token: str | None, token_file: str | None) -> str | None:
-    """The access token: --token, or the one --token-file names ('-': stdin's first line)."""
-    if token_file is None:
-        return token
+    """The access token: $GPUBENCH_TOKEN, or the one --token-file names ('-': stdin's
+    first line); a UsageError (exit 2) when --token was given on the command line."""
     if token is not None and click.get_current_context().get_parameter_source(
             "token") is click.core.ParameterSource.COMMANDLINE:
-        raise click.UsageError("give --token or --token-file, not both")
+        raise click.UsageError(TOKEN_IN_ARGV)
+    if token_file is None:
+        return token
     try:
         text = sys.stdin.readline() if token_file == "-" else Path(token_file).read_text()
     except OSError as exc:
@@ -185,7 +196,7 @@ def _origins(ctx: click.Context) -> Any:
     """Where --collector and --token came from (the flag or the variable)."""
     from gpubench.cli_shared import connection_origins
 
-    return connection_origins(ctx)
+    return connection_origins(ctx, set_token="--token-file or $GPUBENCH_TOKEN")
 
 
 @click.group(context_settings=CONTEXT)
@@ -264,7 +275,8 @@ def run(ctx: click.Context, models: list[str], quick: bool,
         models, settings["batch"] = [QUICK_MODEL], (QUICK_BATCH, RULE_QUICK)
     if not offline and not collector:
         raise click.UsageError(
-            "give --collector HOST:PORT --token T (or $GPUBENCH_COLLECTOR), or --offline"
+            "give --collector HOST:PORT (or $GPUBENCH_COLLECTOR) and the token in "
+            "--token-file or $GPUBENCH_TOKEN, or --offline"
         )
     _sigterm_interrupts()
     display = RunDisplay()

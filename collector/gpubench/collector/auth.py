@@ -16,8 +16,10 @@ metadata. The interceptor decides per method:
 Missing, unknown or revoked tokens get UNAUTHENTICATED; a valid token that may
 not do something gets PERMISSION_DENIED (DeleteRun's "submitter or admin" rule
 is checked by the servicer, which knows the run). Past
-DEFAULT_AUTH_FAILURES_PER_MINUTE failed authentications a minute from a peer address,
-the answers to its failing calls are held (AuthFailures); its valid calls are not.
+DEFAULT_AUTH_FAILURES_PER_MINUTE failed authentications a minute from a client address,
+its calls with wrong tokens (or none) are refused (RESOURCE_EXHAUSTED, with the wait)
+until it has one again (AuthFailures). Behind a proxy the collector was told to trust,
+the client address is the one the proxy forwards (collector.forwarded).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import logging
+import math
 import re
 import secrets
 import threading
@@ -40,12 +43,13 @@ from google.protobuf import message_factory
 
 from gpubench.collector.door import address_key
 from gpubench.collector.errors import ShuttingDown
+from gpubench.collector.forwarded import TrustedProxies
 from gpubench.collector.rows import utc_now
 from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.statuses import answer_of
 from gpubench.collector.store import Store
 from gpubench.collector.tokens import TokenRow
-from gpubench.collector.transport import Refusal, held_for, parse_request
+from gpubench.collector.transport import Refusal, parse_request
 from gpubench.errors import InvalidRecord
 from gpubench.v1 import collector_pb2
 
@@ -58,14 +62,9 @@ TOKEN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
 LOCAL_ADMIN = "local-admin"
 # How often a token's last_used_at is written back (not on every call).
 LAST_USED_INTERVAL_S = 60.0
-# Failed authentications a peer address may have a minute answered at once; past them
-# each failing answer is held (AuthFailures). Valid tokens are never held.
+# Failed authentications a client address may have a minute (bursts of as many); past
+# them its calls with unseen tokens are refused until it has one again (AuthFailures).
 DEFAULT_AUTH_FAILURES_PER_MINUTE = 30.0
-# The longest a failing answer is held (s), and how many are held at once: from one
-# address, and in all.
-MAX_HOLD_S = 5.0
-HELD_PER_PEER = 4
-HELD_TOTAL = 16
 # Peer addresses whose failures are counted at once, at most (memory).
 MAX_PEERS = 100_000
 
@@ -170,13 +169,17 @@ class TokenBook:
         self._used: dict[str, datetime] = {}
         self._flushed_at = time.monotonic()
         self._local_hash = secret_hash(local_admin_secret) if local_admin_secret else None
+        # The valid tokens' hashes and the generation they were read at (`known`).
+        self._valid: tuple[int, frozenset[str]] | None = None
 
     def create(self, name: str, *, admin: bool) -> tuple[TokenRow, str]:
         """A new token and its secret (shown once)."""
         check_token_name(name)
         secret = new_secret()
         row = self._store.create_token(name, secret_hash(secret), admin)
-        self._forget(name)  # a replaced (revoked) token of the same name must not linger
+        # A replaced (revoked) token of the same name must not linger; the valid tokens'
+        # hashes are read again.
+        self._forget(name)
         return row, secret
 
     def list(self) -> list[TokenRow]:
@@ -196,6 +199,24 @@ class TokenBook:
         with self._lock:
             self._generation += 1
             self._by_hash = {h: t for h, t in self._by_hash.items() if t.name != name}
+
+    def known(self, secret: str) -> bool:
+        """Whether `secret` is a valid token (or the local credential): such calls need
+        no failure budget. Answered from the valid tokens' hashes held in memory (a few
+        hundred at most), read from the store again only after a token change, so a
+        guess costs no store read."""
+        if self.is_local(secret):
+            return True
+        digest = secret_hash(secret)
+        with self._lock:
+            valid, generation = self._valid, self._generation
+        if valid is None or valid[0] != generation:
+            hashes = frozenset(t.secret_sha256 for t in self._store.tokens() if not t.revoked)
+            valid = (generation, hashes)
+            with self._lock:
+                if self._generation == generation:  # no change since the read
+                    self._valid = valid
+        return digest in valid[1]
 
     def is_local(self, secret: str) -> bool:
         """Whether `secret` is the serve process's own local admin credential."""
@@ -270,18 +291,20 @@ class RateLimiter:
 
 
 class AuthFailures:
-    """Failed authentications per peer address, and how long each failing answer is held.
+    """Failed authentications per client address: a budget a minute that holds however
+    many calls an address has in flight.
 
     A token has 256 random bits: no guesser finds one by trying. What guessing can do
     is cost the collector work and, if the limit shut the address out, cost everyone
-    behind that address (a NAT, a proxy, the results site) their valid calls. So every
-    token is checked whatever its address did, a valid one is answered at once and a
-    public read never counts; only a failing call is slowed. Each address has
-    `per_minute` failures a minute (bursts of as many) answered at once; past them the
-    answer to each failure is held until the address has one again (at most
-    MAX_HOLD_S), which keeps a guesser waiting for its answers to that rate. Held
-    answers are bounded, HELD_PER_PEER from an address and HELD_TOTAL in all (each may
-    hold a server thread): past them a failure is answered at once.
+    behind that address (a NAT, a proxy, the results site) their valid calls. Each
+    address has `per_minute` failures a minute (bursts of as many). A call whose token
+    is not valid (TokenBook.known, from memory) takes one failure from its address's
+    budget before the token is checked (`admit`), given back should it pass after all
+    (`forgive`: a token made since): the budget is spent at the moment each call is
+    decided, so calls in flight together cannot all spend its last failure. With the
+    budget spent, such calls are refused at once with the wait until the address has
+    one again: no server thread is held, and other addresses' budgets and calls are
+    untouched. Valid tokens and public reads never need the budget.
 
     Peers are keyed by IP address (an IPv6 address by its /64, which one host usually
     holds whole), so that new connections do not start afresh.
@@ -291,52 +314,45 @@ class AuthFailures:
         self.per_minute = per_minute
         self._rate = per_minute / 60.0
         self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[float, float]] = {}  # peer -> (tokens, at)
-        # Until when each held answer is held: per peer, and in all.
-        self._held: dict[str, list[float]] = {}
-        self._held_total: list[float] = []
-        self.held = 0  # failing answers held so far
-        self.answered_at_once = 0  # failures past the allowance answered unheld (caps)
+        self._buckets: dict[str, tuple[float, float]] = {}  # peer -> (failures left, at)
+        self.refused = 0  # calls refused with the budget spent
 
-    def failed(self, peer: str) -> float:
-        """Count one failed authentication of `peer`; how long its answer is held (s;
-        0: answer it now)."""
+    def admit(self, peer: str) -> float:
+        """Take one failure from `peer`'s budget for a call whose token is about to be
+        checked: 0.0 when taken, else the wait (s) until the budget has one again (the
+        call is to be refused)."""
         now = time.monotonic()
         with self._lock:
             if len(self._buckets) >= MAX_PEERS:
                 self._forget_full(now)
-            tokens = self._tokens(peer, now)
-            self._buckets[peer] = (max(tokens - 1.0, 0.0), now)
-            if tokens >= 1.0:
-                return 0.0
-            hold = min(MAX_HOLD_S, (1.0 - tokens) / self._rate)
-            held = [t for t in self._held.get(peer, ()) if t > now]
-            self._held_total = [t for t in self._held_total if t > now]
-            if len(held) >= HELD_PER_PEER or len(self._held_total) >= HELD_TOTAL:
-                self.answered_at_once += 1
-                self._held[peer] = held
-                return 0.0
-            held.append(now + hold)
-            self._held[peer] = held
-            self._held_total.append(now + hold)
-            self.held += 1
-            return hold
+            left = self._left(peer, now)
+            if left < 1.0:
+                self._buckets[peer] = (left, now)
+                self.refused += 1
+                return (1.0 - left) / self._rate
+            self._buckets[peer] = (left - 1.0, now)
+            return 0.0
 
-    def _tokens(self, peer: str, now: float) -> float:
-        tokens, at = self._buckets.get(peer, (self.per_minute, now))
-        return min(self.per_minute, tokens + (now - at) * self._rate)
+    def forgive(self, peer: str) -> None:
+        """Give back the failure `admit` took: the token was valid after all."""
+        now = time.monotonic()
+        with self._lock:
+            left = self._left(peer, now)
+            self._buckets[peer] = (min(self.per_minute, left + 1.0), now)
+
+    def _left(self, peer: str, now: float) -> float:
+        left, at = self._buckets.get(peer, (self.per_minute, now))
+        return min(self.per_minute, left + (now - at) * self._rate)
 
     def _forget_full(self, now: float) -> None:
-        """Drop the peers whose bucket has refilled; if too many are left (a flood from
+        """Drop the peers whose budget is whole again; if too many are left (a flood from
         many addresses), drop them all and say so."""
         self._buckets = {p: b for p, b in self._buckets.items()
-                         if self._tokens(p, now) < self.per_minute}
-        self._held = {p: h for p, h in self._held.items() if p in self._buckets}
+                         if self._left(p, now) < self.per_minute}
         if len(self._buckets) >= MAX_PEERS:
             log.warning("failed authentications from more than %d addresses at once; "
                         "their counts start again", MAX_PEERS)
             self._buckets = {}
-            self._held = {}
 
 
 def peer_key(peer: str | None) -> str:
@@ -369,12 +385,14 @@ class Gate:
     def __init__(
         self, tokens: TokenBook, *, public_read: bool = False, limiter: RateLimiter | None = None,
         failures: AuthFailures | None = None, counts: SubmissionCounts | None = None,
+        proxies: TrustedProxies | None = None,
     ) -> None:
         self.tokens = tokens
         self._public_read = public_read
         self._limiter = limiter
         self._failures = failures
         self._counts = counts  # submissions refused here are counted (collector.stats)
+        self._proxies = proxies or TrustedProxies(())  # whose x-forwarded-for is believed
 
     def check(self, access: Access, secret: str | None, peer: str | None = None) -> Caller | None:
         """The caller for a call needing `access`; raises Refusal when it may not proceed.
@@ -391,15 +409,26 @@ class Gate:
             raise
 
     def _check_peer(self, access: Access, secret: str | None, peer: str | None) -> Caller | None:
-        if self._failures is None or (secret and self.tokens.is_local(secret)):
+        failures = self._failures
+        public = secret is None and access is Access.READ and self._public_read
+        if failures is None or public or (secret and self.tokens.known(secret)):
             return self._check(access, secret)
+        key = peer_key(peer)
+        wait = failures.admit(key)
+        if wait > 0:
+            raise Refusal(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many failed authentications from {key} "
+                f"({failures.per_minute:g} a minute): retry in {math.ceil(wait)} s",
+            )
         try:
-            return self._check(access, secret)
+            caller = self._check(access, secret)
         except Refusal as refused:
-            if refused.code == grpc.StatusCode.UNAUTHENTICATED:
-                # Held by whoever answers the call: this thread may answer others.
-                refused.hold_s = self._failures.failed(peer_key(peer))
+            if refused.code != grpc.StatusCode.UNAUTHENTICATED:
+                failures.forgive(key)  # the token was valid: refused for another reason
             raise
+        failures.forgive(key)
+        return caller
 
     def _check(self, access: Access, secret: str | None) -> Caller | None:
         if secret is None:
@@ -437,14 +466,13 @@ class Gate:
         turns the call's peer into the client's (collector.door.Door.peer_of)."""
 
         def checked(data: bytes, context: grpc.ServicerContext) -> Any:
-            secret = bearer_secret(context.invocation_metadata())
+            metadata = context.invocation_metadata()
+            secret = bearer_secret(metadata)
             try:
-                caller = self.check(access, secret, peer_of(context.peer()))
+                peer = self._proxies.client_peer(peer_of(context.peer()), metadata)
+                caller = self.check(access, secret, peer)
                 request = parse_request(request_class, data)
             except Exception as exc:  # a refusal, the store closing, or a bug (INTERNAL)
-                # A forwarded call's context (collector.owner) has the front-end hold it.
-                hold = getattr(context, "hold_answer", None) or time.sleep
-                hold(held_for(exc, context.time_remaining()))
                 context.abort(*answer_of(exc, "checking a token"))
             reset = current_caller.set(caller)
             try:

@@ -32,6 +32,8 @@ import json
 import os
 import secrets
 import shutil
+import stat
+import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -294,7 +296,12 @@ def restore(folder: Path, db_path: Path, *, key: Path, replace: bool = False) ->
     staging = db_path.with_name(db_path.name + ".restoring")
     _remove_database(staging)
     try:
-        _load(folder, staging, manifest)
+        # What is loaded is a private copy, hashed as it was copied: a file swapped in
+        # the backup's folder after the check above is never what gets loaded.
+        with tempfile.TemporaryDirectory(prefix=".gpubench-restore-",
+                                         dir=db_path.parent) as private:
+            copied = copy_verified(folder, manifest, Path(private))
+            _load(copied, staging, manifest, shown=folder)
     except BaseException as exc:
         _remove_database(staging)
         if isinstance(exc, BackupError):
@@ -316,8 +323,38 @@ def restore(folder: Path, db_path: Path, *, key: Path, replace: bool = False) ->
     return manifest
 
 
-def _load(folder: Path, staging: Path, manifest: Manifest) -> None:
-    """Make `staging` (the collector's own schema) and load the backup's data into it."""
+def copy_verified(folder: Path, manifest: Manifest, private: Path) -> Path:
+    """Copy the files `manifest` lists from `folder` into `private` (a folder only this
+    user reaches, 0700), each hashed as it is read; BackupError unless every copy has the
+    SHA-256 the signed manifest lists. Returns `private`: what is loaded from there is
+    exactly what was checked, whatever happens to `folder` meanwhile."""
+    private.chmod(0o700)
+    for name, digest in sorted(manifest.files.items()):
+        source = folder / name
+        try:
+            # O_NOFOLLOW: a link swapped in is refused, not followed; fstat: the file opened.
+            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise BackupError(f"{source}: cannot open it as a plain file "
+                              f"({exc.strerror or exc}); nothing restored") from None
+        with os.fdopen(fd, "rb") as data:
+            if not stat.S_ISREG(os.fstat(data.fileno()).st_mode):
+                raise BackupError(f"{source}: not a plain file; nothing restored")
+            hashed = hashlib.sha256()
+            target = os.open(private / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(target, "wb") as out:
+                for chunk in iter(lambda: data.read(1 << 20), b""):
+                    hashed.update(chunk)
+                    out.write(chunk)
+        if not hmac.compare_digest(hashed.hexdigest(), digest):
+            raise BackupError(f"{source}: its SHA-256 is not the one the signed manifest "
+                              "lists: the file was changed after the backup; nothing restored")
+    return private
+
+
+def _load(folder: Path, staging: Path, manifest: Manifest, *, shown: Path) -> None:
+    """Make `staging` (the collector's own schema) and load the backup's data, the
+    checked copies in `folder`, into it; errors name the backup's folder `shown`."""
     store = Store(staging)
     try:
         counts = store.load_backup({table: folder / f"{table}.parquet" for table in TABLES})
@@ -326,7 +363,7 @@ def _load(folder: Path, staging: Path, manifest: Manifest) -> None:
     expected = {"runs": manifest.runs, "tokens": manifest.tokens,
                 "quarantine": manifest.quarantined}
     if counts != expected:
-        raise BackupError(f"{folder}: holds {_counted(counts)}, but its manifest says "
+        raise BackupError(f"{shown}: holds {_counted(counts)}, but its manifest says "
                           f"{_counted(expected)}; nothing restored")
 
 

@@ -93,10 +93,16 @@ def cli(log_level: str) -> None:
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address /metrics listens on; the figures need no token, so keep it to "
                    "the operators' network.")
+@click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDRESS",
+              help="A proxy in front of the collector (docker/edge): an address, a network "
+                   "(CIDR) or a host name; repeat for more. Calls from it are counted by "
+                   "the client address in its x-forwarded-for (failed authentications are "
+                   "limited per client); from any other peer that header is ignored.")
 def serve(
     db_path: Path, host: str, port: int, public_read: bool, tls_cert: Path | None,
     tls_key: Path | None, insecure: bool, rate_limit: float, max_message_bytes: int,
     frontends: str, metrics_port: int | None, metrics_host: str,
+    trusted_proxies: tuple[str, ...],
 ) -> None:
     """Serve the collector until SIGTERM or Ctrl-C, then stop gracefully."""
     from gpubench.collector.server import TlsFiles, default_frontends
@@ -132,7 +138,7 @@ def serve(
         rate_limit=rate_limit, max_message_bytes=max_message_bytes, frontends=count,
         on_ready=ready,
         metrics=(metrics_host, metrics_port) if metrics_port is not None else None,
-        on_metrics=metrics_ready,
+        on_metrics=metrics_ready, trusted_proxies=trusted_proxies,
     )
     err.print("collector stopped")
 
@@ -151,8 +157,8 @@ def serve(
               help="Read with the token a request carries (Authorization: Bearer) when it "
                    "carries one, for a site only token holders reach. Wrong tokens count "
                    "against the collector's limit of failed authentications for the site's "
-                   "address: past it the answers to wrong tokens are slowed, never the site's "
-                   "own reads or a visitor's valid token.")
+                   "address: past it, wrong tokens are refused for a while "
+                   "(RESOURCE_EXHAUSTED), never valid ones or the site's own reads.")
 @click.option("--ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="PEM certificate to trust for a collector serving TLS.")
 @click.option("--tls", is_flag=True, help="Reach the collector over TLS with the system's roots.")

@@ -11,7 +11,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from gpubench.collector.auth import (
 from gpubench.collector.door import Door
 from gpubench.collector.durability import storage_error
 from gpubench.collector.errors import StorageFull
+from gpubench.collector.forwarded import TrustedProxies
 from gpubench.collector.service import AdminService, CollectorService
 from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.store import Store
@@ -68,15 +69,16 @@ MAX_AUTO_FRONTENDS = 4
 def make_gate(
     tokens: TokenBook, *, public_read: bool, rate_limit: float,
     auth_failures_per_minute: float = DEFAULT_AUTH_FAILURES_PER_MINUTE,
-    counts: SubmissionCounts | None = None,
+    counts: SubmissionCounts | None = None, trusted_proxies: Sequence[str] = (),
 ) -> Gate:
     """The token check, the rate limit and the failed-authentication limit every call of
     one collector goes through (0: no limit); submissions they refuse are counted in
-    `counts` (the store's, for the Stats call)."""
+    `counts` (the store's, for the Stats call). Calls from `trusted_proxies` are counted
+    by the client address they forward (collector.forwarded)."""
     limiter = RateLimiter(rate_limit) if rate_limit > 0 else None
     failures = AuthFailures(auth_failures_per_minute) if auth_failures_per_minute > 0 else None
     return Gate(tokens, public_read=public_read, limiter=limiter, failures=failures,
-                counts=counts)
+                counts=counts, proxies=TrustedProxies(trusted_proxies))
 
 
 class CollectorServer:
@@ -126,6 +128,7 @@ def create_server(
     max_workers: int = DEFAULT_WORKERS,
     gate: Gate | None = None,
     auth_failures_per_minute: float = DEFAULT_AUTH_FAILURES_PER_MINUTE,
+    trusted_proxies: Sequence[str] = (),
     max_concurrent_streams: int = MAX_CONCURRENT_STREAMS,
     max_connections: int = MAX_CONNECTIONS,
     max_concurrent_calls: int = MAX_CONCURRENT_CALLS,
@@ -143,7 +146,7 @@ def create_server(
     tokens = tokens or TokenBook(store)
     gate = gate or make_gate(tokens, public_read=public_read, rate_limit=rate_limit,
                              auth_failures_per_minute=auth_failures_per_minute,
-                             counts=store.submissions)
+                             counts=store.submissions, trusted_proxies=trusted_proxies)
     door = open_door(host, port, tls=tls is not None, limits=door_limits(max_connections))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
@@ -186,6 +189,7 @@ def serve(
     stop: threading.Event | None = None,
     metrics: tuple[str, int] | None = None,
     on_metrics: Callable[[int], None] | None = None,
+    trusted_proxies: Sequence[str] = (),
 ) -> None:
     """Run a collector until SIGTERM/SIGINT (or `stop` is set), then stop gracefully.
 
@@ -196,6 +200,9 @@ def serve(
     While it runs, a local admin credential (a fresh secret and a loopback address)
     sits next to the database, readable only by its owner, so `gpubench-collector
     token ...` can administer the live collector; it is removed on stop.
+
+    `trusted_proxies`: the proxies whose x-forwarded-for names the client
+    (collector.forwarded).
 
     `metrics` (host, port): also serve /metrics (Prometheus) there, from this process,
     which holds the database (collector.metrics); `on_metrics` is told its port.
@@ -219,7 +226,7 @@ def serve(
         secret = new_secret()
         tokens = TokenBook(store, local_admin_secret=secret)
         gate = make_gate(tokens, public_read=public_read, rate_limit=rate_limit,
-                         counts=store.submissions)
+                         counts=store.submissions, trusted_proxies=trusted_proxies)
         if frontends > 1:
             _serve_with_frontends(
                 store, gate, credential, secret, host=host, port=port, tls=tls,

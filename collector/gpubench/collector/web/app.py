@@ -234,6 +234,8 @@ class Site:
             log.warning("collector unavailable: %s", exc)
         elif code == "FAILED_PRECONDITION":
             status, title = 409, "The collector refuses to compare these runs"
+        elif code == "RESOURCE_EXHAUSTED":  # a limit: too many wrong tokens from here
+            status, title = 429, "Too many requests"
         elif isinstance(exc, (InvalidRecord, RequestRefused)) and code:
             status, title = 400, "The collector refused the request"
         elif not code:  # the site's own reading of the request: a field, a price, a size

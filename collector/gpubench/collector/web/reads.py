@@ -35,8 +35,8 @@ class SiteConfig:
     token: str | None = None  # the site's own token; None: tokenless reads
     # Read with the token a request carries, when it carries one. Off by default: every
     # wrong token a visitor sends counts against the collector's limit of failed
-    # authentications for the site's address (its answers slowed past the limit; the
-    # site's own reads and valid tokens never are).
+    # authentications for the site's address (past the limit, wrong tokens are refused
+    # for a while; valid ones and the site's own reads never are).
     visitor_tokens: bool = False
     ca: Path | None = None
     tls: bool = False
