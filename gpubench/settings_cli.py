@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from gpubench import models
 from gpubench.errors import GpubenchError
 from gpubench.settings import (
     DEPRECATED_BATCH_WORDS,
@@ -48,11 +49,17 @@ class Parsed(click.ParamType):
 
 
 def model_name(text: str) -> str:
-    """One of the protocol's models, given in any case, as the protocol names it (B0);
-    else BadSettings in those names."""
-    name = text.strip().upper()
-    if name not in MODELS:
-        raise BadSettings(f"{text.strip()!r} is not one of {', '.join(MODELS)}")
+    """A model as --model names it (gpubench.models): a standard workload given in any
+    case, as the project names it (B0, ViT-B16); else a keras.applications name, a
+    .keras file or file.py:function as given; else BadSettings saying what it takes."""
+    name = text.strip()
+    standard = {m.upper(): m for m in models.STANDARD_MODELS}
+    if name.upper() in standard:
+        return standard[name.upper()]
+    try:
+        models.kind_of(name)
+    except ValueError as exc:
+        raise BadSettings(str(exc)) from None
     return name
 
 
@@ -60,7 +67,8 @@ def model_names(text: str) -> list[str]:
     """A comma list of models (model_name), each once, in the order given."""
     names = [model_name(part) for part in text.split(",") if part.strip()]
     if not names:
-        raise BadSettings(f"{text!r}: give one of {', '.join(MODELS)}, or a comma list of them")
+        raise BadSettings(f"{text!r}: give a model ({', '.join(MODELS)}, ...), or a comma "
+                          "list of them")
     return list(dict.fromkeys(names))
 
 
@@ -70,7 +78,7 @@ class Model(Parsed):
 
     def __init__(self, parse: Callable[[str], Any] = model_name) -> None:
         super().__init__("model", parse)
-        self._metavar = "B0,B3,..." if parse is model_names else "[" + "|".join(MODELS) + "]"
+        self._metavar = "B0,B3,..." if parse is model_names else "MODEL"
 
     def get_metavar(self, param: Any, ctx: Any = None) -> str:  # click < 8.2 passes no ctx
         return self._metavar
