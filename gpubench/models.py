@@ -53,6 +53,9 @@ def kind_of(model: str) -> str:
         return EFFICIENTNET
     if model in TRANSFORMERS:
         return BUILT_IN
+    if re.fullmatch(r"[Bb]\d", model):
+        raise ValueError(f"--model {model}: the protocol's EfficientNets are B0, B3 and B7 "
+                         f"(keras.applications' EfficientNet{model.upper()} by that name)")
     if model.endswith(".keras"):
         return FILE
     if _FUNCTION.fullmatch(model):

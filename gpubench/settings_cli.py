@@ -63,6 +63,22 @@ def model_name(text: str) -> str:
     return name
 
 
+def stored_model(text: str) -> str:
+    """A model as the collector's queries take it: a standard workload in any case (as
+    the project names it), a custom model's recorded name, or a model fingerprint (its
+    first 8 or more hex digits); else BadSettings."""
+    name = text.strip()
+    standard = {m.upper(): m for m in models.STANDARD_MODELS}
+    if name.upper() in standard:
+        return standard[name.upper()]
+    if models.is_fingerprint(name.lower()):
+        return name.lower()
+    if models.is_record_name(name):
+        return name
+    raise BadSettings(f"{name!r}: give {', '.join(models.STANDARD_MODELS)}, a model's name as "
+                      "its runs record it, or a model fingerprint")
+
+
 def model_names(text: str) -> list[str]:
     """A comma list of models (model_name), each once, in the order given."""
     names = [model_name(part) for part in text.split(",") if part.strip()]

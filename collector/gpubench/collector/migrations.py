@@ -215,6 +215,12 @@ def backfill_dimension(name: str) -> Callable[[Any], None]:
     return backfill
 
 
+def backfill_model_identity(con: Any) -> None:
+    """The data step of 0011_model_identity: both of its dimensions from the records."""
+    backfill_dimension("model_fingerprint")(con)
+    backfill_dimension("unit")(con)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "0001_runs",
@@ -520,6 +526,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         # voice: the figures are the medians of the submitters' medians).
         ("ALTER TABLE group_figures ADD COLUMN submitters INTEGER NOT NULL DEFAULT 0",),
         refill_group_figures=True,
+    ),
+    Migration(
+        "0011_model_identity",
+        # Any model, not only B0, B3 and B7: a run's model fingerprint and the unit of its
+        # speed (images or tokens a second) are dimensions of the comparison key.
+        (*dimension_statements("model_fingerprint")[:1], *dimension_statements("unit")),
+        refill_group_figures=True,
+        backfill=backfill_model_identity,
     ),
 )
 

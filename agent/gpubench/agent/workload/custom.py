@@ -32,8 +32,8 @@ import numpy as np
 from gpubench import models
 from gpubench.agent.workload import frameworks, pipeline
 from gpubench.agent.workload.data import Dataset
+from gpubench.agent.workload.failure import Refused
 from gpubench.agent.workload.frameworks.types import Source
-from gpubench.agent.workload.model_check import Refused
 from gpubench.settings import RunSettings
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from gpubench import models
+from gpubench.agent.workload.failure import Refused
 from gpubench.errors import GpubenchError
 from gpubench.events import ErrorEvent, EventSink, LogEvent, parse_line
 from gpubench.settings import EXIT_OK, EXIT_REFUSED, WORKLOAD_MODULE, RunSettings, arguments
@@ -23,12 +24,6 @@ from gpubench.settings import EXIT_OK, EXIT_REFUSED, WORKLOAD_MODULE, RunSetting
 CHECK_TIMEOUT_SECONDS = 600.0
 # The line of the check's stdout that carries the model's identity.
 IDENTITY_PREFIX = "model: "
-
-
-class Refused(GpubenchError):
-    """gpubench cannot build or feed this model; says why and what it takes."""
-
-    exit_code = EXIT_REFUSED
 
 
 def check_settings(settings: RunSettings) -> RunSettings:
