@@ -96,5 +96,7 @@ def record_name(text: str) -> str:
 
 
 def is_record_name(text: str) -> bool:
-    """Whether `text` is a model name a record may carry (the collector's check)."""
-    return bool(_NAME.fullmatch(text))
+    """Whether `text` is a model name a record may carry (the collector's check): a
+    standard workload's, or another model's that is not an EfficientNet's we lack (B5)."""
+    return is_standard(text) or (bool(_NAME.fullmatch(text))
+                                 and not re.fullmatch(r"[Bb]\d", text))
