@@ -96,6 +96,8 @@ class Dimension:
     # names the benchmark version last, after how the runs ran.
     title: str = "{}"
     title_last: bool = False
+    # A value the title leaves unsaid (the usual one: a speed in images a second).
+    title_unless: Value = ""
 
     @property
     def flag(self) -> str:
@@ -123,7 +125,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("unit", "unit", False,
               lambda run: models.unit_of(run.config.model, run.config.unit),
               "Only runs whose speed counts this: images, or tokens (a language model).",
-              choices=models.UNITS, title="{}/s"),
+              choices=models.UNITS, title="{} a second", title_unless=models.IMAGES),
     Dimension("benchmark_version", "benchmark version", False,
               lambda run: run.benchmark_version,
               "Only runs of this benchmark version.", metavar="VERSION",

@@ -41,8 +41,10 @@ def rate_unit(unit: str = "images") -> str:
 
 
 def per_joule_unit(unit: str = "images") -> str:
-    """Training work a joule: "img/J" or "tok/J"."""
-    return f"{_UNIT_SHORT.get(unit or 'images', 'img')}/J"
+    """Training samples a joule: "img/J", or "seq/J" for a language model (the record
+    counts its samples, whole sequences, per joule: its training samples over the
+    epoch's energy)."""
+    return "seq/J" if unit == "tokens" else "img/J"
 
 
 def unit_words(unit: str = "images") -> str:
@@ -52,8 +54,9 @@ def unit_words(unit: str = "images") -> str:
 
 def rate_legend(unit: str = "images") -> str:
     """The legend of a table's speed and energy columns in `unit`."""
-    words = unit_words(unit)
-    return (f"{rate_unit(unit)}: {words} a second; {per_joule_unit(unit)}: {words} a joule")
+    joule = "training sequences" if unit == "tokens" else unit_words(unit)
+    return (f"{rate_unit(unit)}: {unit_words(unit)} a second; {per_joule_unit(unit)}: "
+            f"{joule} a joule")
 
 
 def unit_of_frame(frame: Any) -> str:

@@ -190,7 +190,7 @@ def compare_title(frame: pd.DataFrame) -> str:
     parts = [attrs.get("model", "")]
     shared = {k: v for k, v in attrs.items() if k in SHARED and v != "mixed"}
     for dimension in comparison_key.TITLE_ORDER:
-        if shared.get(dimension.name):
+        if shared.get(dimension.name) and shared[dimension.name] != dimension.title_unless:
             parts.append(dimension.title.format(shared[dimension.name]))
     return " · ".join(p for p in parts if p)
 
