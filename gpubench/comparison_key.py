@@ -141,7 +141,9 @@ DIMENSIONS: tuple[Dimension, ...] = (
               leaderboard_help="Only runs at this precision.", form_label="Precision"),
     Dimension("image_size", "image size", True, lambda run: run.config.image_size,
               "Only runs at this image size (px).", leaderboard=STANDARD,
-              standard=lambda model: record.NATIVE_IMAGE_SIZE.get(model, 0), title="{} px"),
+              standard=lambda model: (record.NATIVE_IMAGE_SIZE.get(model)
+                                      or models.STANDARD_IMAGE_SIZE.get(model, 0)),
+              title="{} px"),
     Dimension("train_images", "training images", True, lambda run: run.config.train_images,
               "Only runs with N training images per epoch; pins comparisons to one dataset "
               "size (the standard data set has 1709, a smoke run with --limit-images fewer).",

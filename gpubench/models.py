@@ -35,6 +35,8 @@ UNIT_OF = {VIT: IMAGES, LM: TOKENS}
 LM_LAYERS, LM_WIDTH, LM_HEADS, LM_TOKENS, LM_VOCABULARY = 12, 768, 12, 1024, 50_257
 # The ViT's input side (16 px patches).
 VIT_IMAGE_SIZE = 224
+# The built-in transformers' image sizes in the standard benchmark (0: not images).
+STANDARD_IMAGE_SIZE = {VIT: VIT_IMAGE_SIZE, LM: 0}
 
 # How the record names a custom model: letters, digits and . _ - (at most 64).
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")

@@ -258,7 +258,8 @@ def leaderboard(client: Client, model: str, query: Mapping[str, str], path: str)
         "model": model, "board": board, "filters": filters, "page": page,
         "sorting": sorting, "columns": LEADERBOARD_COLUMNS,
         "choices": filters.choices(any_rule=False, pipeline=False),
-        "several_ways": len(ways) > 1, "native_size": record.NATIVE_IMAGE_SIZE.get(model, 0),
+        "several_ways": len(ways) > 1,
+        "native_size": comparison_key.standard_value("image_size", model),
         "unit": models.unit_of(model),
     }, frame=reads.leaderboard_frame(board), name=f"{model.lower()}-leaderboard")
 
