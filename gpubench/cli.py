@@ -453,6 +453,8 @@ def leaderboard(
     One submitter, one voice: a configuration's medians are the median of its submitters'
     medians. Each says how many submitters stand behind it, and whether it is
     corroborated (a reference run or several submitters agree) or "one source"."""
+    if ctx.get_parameter_source("settings") is click.core.ParameterSource.DEFAULT:
+        settings = record.default_settings(model)  # Keras's own path for all but B0-B7
     frame = query_client(ctx).leaderboard(
         model, precision=precision, limit=limit, backend=backend, settings=settings,
         batch_rule=batch_rule, benchmark_version=benchmark_version,

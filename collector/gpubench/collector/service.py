@@ -205,7 +205,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
         limit = _check_limit("limit", request.limit, DEFAULT_LEADERBOARD, MAX_PAGE_SIZE)
         query = LeaderboardQuery(
             model=request.model, precision=request.precision, backend=request.backend,
-            settings=request.settings or record.DEFAULT_SETTINGS,
+            settings=request.settings or record.default_settings(request.model),
             batch_rule=request.batch_rule or record.DEFAULT_BATCH_RULE,
             benchmark_version=request.benchmark_version,
             include_flagged=request.include_flagged,

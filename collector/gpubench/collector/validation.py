@@ -405,13 +405,13 @@ def _model(c: _Checker, cfg: run_pb2.Config) -> None:
     if not cfg.model:
         c.fail("run.config.model", f"missing (one of {', '.join(models.STANDARD_MODELS)}, or "
                                    "a model's name with its fingerprint)")
-    elif not models.is_record_name(cfg.model):
-        c.fail("run.config.model", "a model's name is a letter, then letters, digits and "
-                                   ". _ - (64 at most)")
     elif not fingerprint and not models.is_standard(cfg.model):
         c.fail("run.config.model", f"unknown {cfg.model[:SHORT]!r} (one of "
                                    f"{', '.join(models.STANDARD_MODELS)}, or another model "
                                    "with its run.config.model_fingerprint)")
+    elif not models.is_record_name(cfg.model):
+        c.fail("run.config.model", "a model's name is a letter, then letters, digits and "
+                                   ". _ - (64 at most)")
 
 
 def _config(c: _Checker, run: run_pb2.Run) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -231,7 +231,7 @@ def overview(client: Client, query: Mapping[str, str]) -> Answer:
     """The home page: each model's top configurations at the protocol's settings."""
     boards = []
     for model in models.STANDARD_MODELS:
-        board = reads.leaderboard(client, model, settings=record.DEFAULT_SETTINGS,
+        board = reads.leaderboard(client, model, settings=record.default_settings(model),
                                   batch_rule=record.DEFAULT_BATCH_RULE, precision="",
                                   backend="", include_flagged=False, limit=5)
         boards.append((model, board))
@@ -245,6 +245,8 @@ def leaderboard(client: Client, model: str, query: Mapping[str, str], path: str)
     model = model_of(model)
     filters = Filters.of(query)
     sorting = lists.Sorting.of(query, LEADERBOARD_COLUMNS)
+    if "settings" not in query:  # each model's own default: Keras's path for all but B0-B7
+        filters = replace(filters, settings=record.default_settings(model))
     board = reads.leaderboard(client, model, settings=filters.settings,
                               batch_rule=filters.batch_rule, precision=filters.precision,
                               backend=filters.backend, include_flagged=filters.include_flagged,
