@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from gpubench import answers, plot_data, record, sizes
+from gpubench import answers, models, plot_data, record, sizes
 from gpubench import fit as fitting
 from gpubench.cli_shared import MODEL, MODEL_HELP, output_width, query_client
 
@@ -198,7 +198,10 @@ def plot(ctx: click.Context, model: str, gpu: str | None, out_dir: str,
     measured, published = runs.measured, runs.published
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    chosen = [m for m in plot_data.METRICS if not metrics or m.name in metrics]
+    units = {models.unit_of(run.config.model, run.config.unit) for run in measured + published}
+    unit = units.pop() if len(units) == 1 else models.IMAGES
+    chosen = [plot_data.in_unit(m, unit) for m in plot_data.METRICS
+              if not metrics or m.name in metrics]
     for metric in chosen:
         footnotes = []
         absent = plot_data.missing(published, metric)
