@@ -165,11 +165,20 @@ def search_only(settings: RunSettings, limits: Sequence[int], events: EventSink)
 
     trials.use_trial_environment(settings)  # this process makes trials only
     try:
-        dataset = load_dataset(settings, model_check.check(settings))
         plans = [replace(settings, memory_limit_bytes=limit) for limit in limits] or [settings]
         warm = trials.warm_applies(settings)
         make: Any = None
-        if warm:
+        identity: dict[str, Any] = {}
+        if warm and not models.is_efficientnet(settings.model):
+            # The trials' network, built here, says how the model is fed (or refuses it):
+            # no check process of its own.
+            load_framework(replace(settings, memory_limit_bytes=None))
+            make = trials.WarmTrials(settings)
+            identity = make.identity()
+        elif not warm:
+            identity = model_check.check(settings)
+        dataset = load_dataset(settings, identity)
+        if warm and make is None:
             load_framework(replace(settings, memory_limit_bytes=None))
             make = trials.WarmTrials(settings)
         for plan in plans:

@@ -84,6 +84,11 @@ class WarmTrials:
             self.build_seconds = time.monotonic() - began
         return self._network
 
+    def identity(self) -> dict[str, Any]:
+        """The model's identity (custom.identity; {} for an EfficientNet), its network
+        built for the trials now: one gpubench cannot feed is refused here."""
+        return dict(getattr(self._prepare(), "gpubench_identity", {}))
+
     def __call__(self, batch: int, kind: str) -> Trial:
         from gpubench.agent.workload import memory
 
