@@ -55,9 +55,8 @@ def kind_of(model: str) -> str:
         return EFFICIENTNET
     if model in TRANSFORMERS:
         return BUILT_IN
-    if re.fullmatch(r"[Bb]\d", model):
-        raise ValueError(f"--model {model}: the protocol's EfficientNets are B0, B3 and B7 "
-                         f"(keras.applications' EfficientNet{model.upper()} by that name)")
+    if is_missing_efficientnet(model):
+        raise ValueError(missing_efficientnet(model))
     if model.endswith(".keras"):
         return FILE
     if _FUNCTION.fullmatch(model):
@@ -67,6 +66,17 @@ def kind_of(model: str) -> str:
     raise ValueError(
         f"--model {model!r}: give B0, B3, B7, {VIT}, {LM}, a keras.applications "
         "architecture (e.g. ConvNeXtTiny), a .keras file or path/to/file.py:function")
+
+
+def is_missing_efficientnet(text: str) -> bool:
+    """Whether `text` names an EfficientNet the protocol does not have (b9, B5)."""
+    return bool(re.fullmatch(r"[Bb]\d", text)) and text.upper() not in EFFICIENTNETS
+
+
+def missing_efficientnet(text: str) -> str:
+    """Why `text` (is_missing_efficientnet) is refused, in the protocol's names."""
+    return (f"{text!r} is not one of {', '.join(EFFICIENTNETS)} (another EfficientNet by its "
+            "keras.applications name, e.g. EfficientNetB5)")
 
 
 def is_efficientnet(model: str) -> bool:
@@ -101,4 +111,4 @@ def is_record_name(text: str) -> bool:
     """Whether `text` is a model name a record may carry (the collector's check): a
     standard workload's, or another model's that is not an EfficientNet's we lack (B5)."""
     return is_standard(text) or (bool(_NAME.fullmatch(text))
-                                 and not re.fullmatch(r"[Bb]\d", text))
+                                 and not is_missing_efficientnet(text))

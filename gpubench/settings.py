@@ -258,7 +258,9 @@ class RunSettings:
         try:
             models.kind_of(self.model)
         except ValueError as exc:
-            raise BadSettings(str(exc)) from None
+            said = str(exc)
+            raise BadSettings(said if said.startswith("--model") else f"--model {said}") \
+                from None
         self._check_own_paths()
         if self.batch is not None and self.batch < 1:
             raise BadSettings(f"--batch must be at least 1, 'steps' or 'largest', not "

@@ -71,6 +71,8 @@ def stored_model(text: str) -> str:
     standard = {m.upper(): m for m in models.STANDARD_MODELS}
     if name.upper() in standard:
         return standard[name.upper()]
+    if models.is_missing_efficientnet(name):
+        raise BadSettings(models.missing_efficientnet(name))
     if models.is_fingerprint(name.lower()):
         return name.lower()
     if models.is_record_name(name):
