@@ -377,9 +377,10 @@ class DockerRunner(Runner):
             # folder under a fixed path: the model is named there.
             file, colon, function = request.model.rpartition(":") if ":" in request.model \
                 else (request.model, "", "")
-            source = Path(file).expanduser().resolve()
-            volumes[str(source.parent)] = {"bind": MODEL_MOUNT, "mode": "ro"}
-            args[args.index("--model") + 1] = f"{MODEL_MOUNT}/{source.name}{colon}{function}"
+            model_file = Path(file).expanduser().resolve()
+            volumes[str(model_file.parent)] = {"bind": MODEL_MOUNT, "mode": "ro"}
+            args[args.index("--model") + 1] = (f"{MODEL_MOUNT}/{model_file.name}{colon}"
+                                               f"{function}")
         gpu = self._gpu_arguments()
         log = OutputLog(log_path)
         container = None
