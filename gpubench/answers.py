@@ -49,8 +49,11 @@ class Runs:
 
 def read_runs(client: Client, model: str, gpu: str | None = None, *,
               include_outliers: bool = False) -> Runs:
-    """The usable runs of `model` on GPUs whose name contains `gpu` (every GPU: None)."""
-    stored = client.iter_runs(model=model, gpu=gpu)
+    """The usable runs of `model` (a model's name or fingerprint: Client.model_of) on GPUs
+    whose name contains `gpu` (every GPU: None)."""
+    model, fingerprint = client.model_of(model)
+    stored = [s for s in client.iter_runs(model=model, gpu=gpu)
+              if s.run.config.model_fingerprint.startswith(fingerprint)]
     matching = [s for s in stored if gpu is None or stored_runs.matches_gpu(s.run, gpu)]
     left_out = [] if include_outliers else stored_runs.outliers(matching)
     measured, published = stored_runs.split(matching, include_outliers=include_outliers)

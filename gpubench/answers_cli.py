@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
-from gpubench import answers, plot_data, record, sizes
+from gpubench import answers, models, plot_data, record, sizes
 from gpubench import fit as fitting
-from gpubench.cli_shared import MODEL, output_width, query_client
+from gpubench.cli_shared import MODEL, MODEL_HELP, output_width, query_client
 
 
 def _echo_wrapped(text: str, indent: str = "") -> None:
@@ -58,7 +58,7 @@ def _estimate_lines(group: dict[str, Any]) -> None:
 
 
 @click.command()
-@click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
+@click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
 @_gpu_option('Only GPUs whose name contains this, e.g. "Tesla T4" or "H200" '
              "(default: every GPU with runs).")
 @click.option("--epochs", type=click.IntRange(min=1), required=True,
@@ -79,7 +79,6 @@ def estimate(ctx: click.Context, model: str, gpu: str | None, epochs: int, image
     takes what epoch 2 did. Runs measured differently (backend, precision, settings,
     batch rule, ...) are shown apart, with the range over their runs (min, median,
     max); published figures are shown on lines of their own."""
-    model = model.upper()
     document = answers.estimate_document(_runs(ctx, model, gpu, include_outliers), model,
                                          epochs, images, gpu)
     if fmt == "json":
@@ -135,7 +134,7 @@ def _answer_lines(found: dict[str, Any]) -> None:
     "through each run's search trials predicts the largest batch that leaves "
     f"{fitting.HEADROOM:.0%} of the card free, as the agent's search would. Says which runs "
     "the answer rests on and how sure it is; published figures are answered apart."))
-@click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
+@click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
 @click.option("--memory", "memory_bytes", metavar="SIZE", callback=_parse_memory,
               help="The card's memory with its unit, e.g. 8GiB, 16GB or 24000MiB (GiB is "
               "1024^3 bytes, GB 1000^3; a bare G is GiB), at least "
@@ -153,7 +152,6 @@ def fit(ctx: click.Context, model: str, memory_bytes: int | None, card: str | No
     if (memory_bytes is None) == (card is None):
         raise click.UsageError("give the card's memory (--memory 16GiB) or its name "
                                '(--card "Tesla T4"), one of them')
-    model = model.upper()
     if card is not None:
         memory_bytes = answers.card_memory(query_client(ctx), card)
     assert memory_bytes is not None
@@ -178,7 +176,7 @@ def fit(ctx: click.Context, model: str, memory_bytes: int | None, card: str | No
 
 
 @click.command()
-@click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
+@click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
 @_gpu_option("Only GPUs whose name contains this (default: every GPU with runs).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
               show_default=True, help="The folder to write the charts into (made if "
@@ -202,12 +200,14 @@ def plot(ctx: click.Context, model: str, gpu: str | None, out_dir: str,
 
     from gpubench import charts
 
-    model = model.upper()
     runs = _runs(ctx, model, gpu, include_outliers)
     measured, published = runs.measured, runs.published
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    chosen = [m for m in plot_data.METRICS if not metrics or m.name in metrics]
+    units = {models.unit_of(run.config.model, run.config.unit) for run in measured + published}
+    unit = units.pop() if len(units) == 1 else models.IMAGES
+    chosen = [plot_data.in_unit(m, unit) for m in plot_data.METRICS
+              if not metrics or m.name in metrics]
     for metric in chosen:
         footnotes = []
         absent = plot_data.missing(published, metric)

@@ -20,6 +20,7 @@ import pandas as pd
 from gpubench import answers, answers_cli, comparison_key, frames, prices, record, tables
 from gpubench.cli_shared import (
     MODEL,
+    MODEL_HELP,
     connection_origins,
     output_width,
     query_client,
@@ -264,7 +265,7 @@ def cli(
 
 
 @cli.command()
-@click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
+@click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
 @click.option(
     "--baseline",
     metavar="GPU",
@@ -320,7 +321,7 @@ def compare(ctx: click.Context, model: str, chart: str | None, price_options: tu
     csv). With prices, what the cards buy: images/s per 1,000 USD beside img/J."""
     # Read before the collector is asked: a bad price fails at once, naming its line.
     book = prices.load(price_options, [price_file] if price_file else [])
-    frame = query_client(ctx).compare(model.upper(), **filters)
+    frame = query_client(ctx).compare(model, **filters)
     published = frames.published_of(frame)
     uncatalogued = frames.uncatalogued_of(frame)
     if fmt == "json":
@@ -334,7 +335,7 @@ def compare(ctx: click.Context, model: str, chart: str | None, price_options: tu
         console = table_console()
         if frame.empty:
             if not frame.attrs.get("warnings"):
-                click.echo(f"no runs of {model.upper()} match", err=True)
+                click.echo(f"no runs of {model} match", err=True)
         else:
             console.print(tables.compare_table(frame))
         if not published.empty:
@@ -388,7 +389,7 @@ def runs_list(
     """Stored runs, newest first."""
     frame = query_client(ctx).list_runs(
         gpu=gpu,
-        model=model.upper() if model else None,
+        model=model if model else None,
         backend=backend,
         precision=precision,
         gpu_count=gpu_count,
@@ -454,7 +455,7 @@ def runs_delete(ctx: click.Context, run_id: str) -> None:
 
 
 @cli.command()
-@click.option("--model", type=MODEL, required=True, help="The network: B0, B3 or B7.")
+@click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
 @leaderboard_pins
 @click.option("--include-flagged", is_flag=True,
               help="Rank runs the collector flagged as implausible too (look-alikes of "
@@ -486,12 +487,14 @@ def leaderboard(
     One submitter, one voice: a configuration's medians are the median of its submitters'
     medians. Each says how many submitters stand behind it, and whether it is
     corroborated (a reference run or several submitters agree) or "one source"."""
+    if ctx.get_parameter_source("settings") is click.core.ParameterSource.DEFAULT:
+        settings = record.default_settings(model)  # Keras's own path for all but B0-B7
     frame = query_client(ctx).leaderboard(
-        model.upper(), precision=precision, limit=limit, backend=backend, settings=settings,
+        model, precision=precision, limit=limit, backend=backend, settings=settings,
         batch_rule=batch_rule, benchmark_version=benchmark_version,
         include_flagged=include_flagged, corroborated_only=corroborated_only)
     if fmt == "table" and frame.empty:
-        click.echo(wrap_message("", f"no runs of {model.upper()} with settings {settings} and "
+        click.echo(wrap_message("", f"no runs of {model} with settings {settings} and "
                                 f"batch rule {batch_rule} yet (--settings and --batch-rule "
                                 "choose others)", output_width()), err=True)
         return

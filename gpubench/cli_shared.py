@@ -12,9 +12,11 @@ import click
 from rich.console import Console
 
 from gpubench.client import ADDRESS_ENV, FROM_DEFAULT, TOKEN_ENV, Client, Origins
-from gpubench.settings_cli import Model
+from gpubench.settings_cli import Model, stored_model
 
-MODEL = Model()
+MODEL = Model(stored_model)
+MODEL_HELP = ("The model: B0, B3, B7, ViT-B16 or GPT2-small; another model by the name "
+              "its runs record, or by its fingerprint (8 or more hex digits).")
 # How a person sets the collector's address and token on the command line.
 SET_ADDRESS = f"--collector HOST:PORT or ${ADDRESS_ENV}"
 SET_TOKEN = f"--token or ${TOKEN_ENV}"

@@ -29,7 +29,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 import grpc  # noqa: E402 - after its verbosity is set
 import pandas as pd  # noqa: E402
 
-from gpubench import comparison_key, frames
+from gpubench import comparison_key, frames, models
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,
@@ -593,8 +593,26 @@ class Client:
 
     # -- comparisons ----------------------------------------------------------------
 
+    def model_of(self, text: str) -> tuple[str, str]:
+        """The model `text` names and the fingerprint it pins: (text, "") for a model's
+        name; for a model fingerprint (8 or more hex digits, gpubench.models), the model
+        of the stored runs whose fingerprint starts so and their whole fingerprint, or
+        NotFound."""
+        if models.is_standard(text) or not models.is_fingerprint(text):
+            return text, ""
+        for stored in self.iter_runs():
+            config = stored.run.config
+            if config.model_fingerprint.startswith(text):
+                return config.model, config.model_fingerprint
+        raise NotFound(f"model fingerprint {text}: no stored run is of a model of that "
+                       "fingerprint")
+
     def compare_response(self, model: str, **filters: Any) -> collector_pb2.CompareResponse:
-        """The collector's raw comparison; `filters` are those of `compare`."""
+        """The collector's raw comparison; `filters` are those of `compare`. `model` may
+        be a model fingerprint (model_of)."""
+        model, fingerprint = self.model_of(model)
+        if fingerprint:
+            filters["model_fingerprint"] = fingerprint
         asked = CompareFilters(model, **filters)
         try:
             return self._call(self._collector.Compare, asked.request(), f"comparing {model}",

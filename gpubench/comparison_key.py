@@ -11,7 +11,10 @@ the frames' columns, the tables' words and the site's form.
 A dimension's `name` is at once the runs-table column, the field of CompareRequest,
 CompareResponse and LeaderboardEntry, and the frames' column.
 
-Why each: the epoch-2 time depends on the image size and on how many images an epoch
+Why each: a model other than the EfficientNets is its fingerprint (the SHA-256 of its
+architecture, gpubench.models): two models of one name may differ, and a model's runs
+compare only with its own; the unit (images or tokens a second) follows the model. The
+epoch-2 time depends on the image size and on how many images an epoch
 trains on (a smoke run with --limit-images has fewer), so both must agree as much as
 the software does. So must the settings (record.settings_label): the torch backend's
 own kernels or data kept on the device make a run up to 4x faster than Keras's code
@@ -32,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpubench import record
+from gpubench import models, record
 from gpubench.v1 import run_pb2
 
 # A dimension's value: text, or a count (0: unrecorded, or "any" in a pin).
@@ -93,6 +96,8 @@ class Dimension:
     # names the benchmark version last, after how the runs ran.
     title: str = "{}"
     title_last: bool = False
+    # A value the title leaves unsaid (the usual one: a speed in images a second).
+    title_unless: Value = ""
 
     @property
     def flag(self) -> str:
@@ -111,6 +116,16 @@ class Dimension:
 
 
 DIMENSIONS: tuple[Dimension, ...] = (
+    Dimension("model_fingerprint", "model fingerprint", False,
+              lambda run: run.config.model_fingerprint,
+              "Only runs of the model of this fingerprint (the SHA-256 of its architecture, "
+              "which a run of a model other than B0, B3 and B7 records; its first 8 or more "
+              "hex digits do too, as --model).",
+              metavar="SHA256", form_label="Model fingerprint", title="model {:.12}"),
+    Dimension("unit", "unit", False,
+              lambda run: models.unit_of(run.config.model, run.config.unit),
+              "Only runs whose speed counts this: images, or tokens (a language model).",
+              choices=models.UNITS, title="{} a second", title_unless=models.IMAGES),
     Dimension("benchmark_version", "benchmark version", False,
               lambda run: run.benchmark_version,
               "Only runs of this benchmark version.", metavar="VERSION",
@@ -126,7 +141,9 @@ DIMENSIONS: tuple[Dimension, ...] = (
               leaderboard_help="Only runs at this precision.", form_label="Precision"),
     Dimension("image_size", "image size", True, lambda run: run.config.image_size,
               "Only runs at this image size (px).", leaderboard=STANDARD,
-              standard=lambda model: record.NATIVE_IMAGE_SIZE.get(model, 0), title="{} px"),
+              standard=lambda model: (record.NATIVE_IMAGE_SIZE.get(model)
+                                      or models.STANDARD_IMAGE_SIZE.get(model, 0)),
+              title="{} px"),
     Dimension("train_images", "training images", True, lambda run: run.config.train_images,
               "Only runs with N training images per epoch; pins comparisons to one dataset "
               "size (the standard data set has 1709, a smoke run with --limit-images fewer).",

@@ -121,6 +121,12 @@ class Started(Event):
     fused_batchnorm: bool
     channels_first: bool
     dataset: Dataset
+    # A model other than the EfficientNets (gpubench.models): its identity, never its
+    # architecture; "" and 0 for the EfficientNets.
+    model_fingerprint: str = ""  # SHA-256 of its canonical architecture config
+    parameter_count: int = 0
+    input_spec: str = ""  # how it is fed: "photos 224x224x3", "tokens 1024 of 50257"
+    unit: str = ""  # what its speed counts: "images" or "tokens" ("": images)
 
 
 @dataclass(frozen=True, kw_only=True)

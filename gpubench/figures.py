@@ -30,6 +30,46 @@ EPOCH_RATE_MEANS = "training images a second in epoch 2, after its first step"
 STEP_RATE = "img/s, median step"
 STEP_RATE_MEANS = ("training images a second at epoch 2's median step (its global batch over "
                    "the median step time): the steady rate")
+# What a speed counts follows the workload (gpubench.models): images, or a language
+# model's tokens. Every view names the rate through these.
+_UNIT_SHORT = {"images": "img", "tokens": "tok"}
+
+
+def rate_unit(unit: str = "images") -> str:
+    """The speed's unit: "img/s", or "tok/s" for a language model ("" reads images)."""
+    return f"{_UNIT_SHORT.get(unit or 'images', 'img')}/s"
+
+
+def per_joule_unit(unit: str = "images") -> str:
+    """Training samples a joule: "img/J", or "seq/J" for a language model (the record
+    counts its samples, whole sequences, per joule: its training samples over the
+    epoch's energy)."""
+    return "seq/J" if unit == "tokens" else "img/J"
+
+
+def unit_words(unit: str = "images") -> str:
+    """What the speed counts, in words: "training images" or "training tokens"."""
+    return "training tokens" if unit == "tokens" else "training images"
+
+
+def rate_legend(unit: str = "images") -> str:
+    """The legend of a table's speed and energy columns in `unit`."""
+    joule = "training sequences" if unit == "tokens" else unit_words(unit)
+    return (f"{rate_unit(unit)}: {unit_words(unit)} a second; {per_joule_unit(unit)}: "
+            f"{joule} a joule")
+
+
+def unit_of_frame(frame: Any) -> str:
+    """The unit a table's speeds are in: its `unit` (what the runs share), else its rows'
+    one unit, else images (also where rows of both are shown together)."""
+    shared = getattr(frame, "attrs", {}).get("unit", "")
+    if shared:
+        return str(shared)
+    column = frame["unit"] if "unit" in getattr(frame, "columns", ()) else None
+    units = set(column.dropna()) if column is not None else set()
+    return units.pop() if len(units) == 1 else "images"
+
+
 # The one ratio of "how many times faster", and how it is computed.
 SPEEDUP = "speedup"
 SPEEDUP_MEANS = ("how many times faster than the baseline: the baseline's median epoch-2 "

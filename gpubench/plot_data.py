@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpubench import fit, stored_runs
 from gpubench.stored_runs import Setup
@@ -45,6 +45,14 @@ METRICS = (
     Metric("energy", "energy of epoch 2, all GPUs", "joules",
            _energy, "lower"),
 )
+
+
+def in_unit(metric: Metric, unit: str) -> Metric:
+    """`metric` with its axis in the runs' unit: a language model's throughput counts
+    tokens (gpubench.models)."""
+    if metric.name != "throughput" or unit != "tokens":
+        return metric
+    return replace(metric, axis="training tokens per second")
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,14 @@ SETTINGS_LABELS = _every_settings_label()
 # The settings of the default run (torch on one GPU: its own kernels, CUDA graphs): what
 # the leaderboard ranks unless asked for another label.
 DEFAULT_SETTINGS = "kernels+cuda-graphs"
+# Any other model trains on Keras's own code path: its leaderboard ranks those runs.
+KERAS_SETTINGS = "keras"
+
+
+def default_settings(model: str) -> str:
+    """The settings label a model's leaderboard ranks unless asked: the default run's for
+    the EfficientNets, Keras's own code path for any other model."""
+    return DEFAULT_SETTINGS if model in MODELS else KERAS_SETTINGS
 # How batch_per_gpu was chosen is Config.batch_rule, one of BATCH_RULES (gpubench.settings;
 # empty in records of schema 1); the default run's rule (--batch steps) is the one the
 # leaderboard ranks unless asked for another.

@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gpubench import sizes
+from gpubench import models, sizes
 from gpubench.errors import ExitCode, GpubenchError
 
 # The protocol's values.
-MODELS = ("B0", "B3", "B7")
+MODELS = models.EFFICIENTNETS
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 BACKENDS = ("tensorflow", "torch", "jax")
 PIPELINES = ("cached", "seed")
@@ -61,6 +61,8 @@ QUICK_MODEL, QUICK_BATCH = "B0", 128
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_OUT_OF_MEMORY = 3
+# The model cannot be fed or built as given: refused before any training, no record.
+EXIT_REFUSED = ExitCode.USAGE
 
 # The batch search's defaults.
 DEFAULT_MAX_TRIALS = 8
@@ -127,8 +129,13 @@ class RunSettings:
     """One benchmark run's settings: the schema of every setting, and their checks."""
 
     model: str = _setting(
-        "B0", flag="--model", kind="choice", choices=MODELS, commands=TRIAL,
-        help="EfficientNet variant: B0 (224 px), B3 (300 px) or B7 (600 px).")
+        "B0", flag="--model", commands=TRIAL,
+        help="The model to train: the protocol's EfficientNet B0 (224 px), B3 (300 px) or B7 "
+             f"(600 px); {models.VIT} (a ViT-B/16 on the photos) or {models.LM} (a decoder "
+             "language model of GPT-2 small's shape on synthetic tokens, timed in tokens/s); "
+             "a keras.applications architecture by name (e.g. ConvNeXtTiny, no weights); "
+             "a .keras file (its architecture); or path/to/file.py:function, a function "
+             "that returns the model.")
     batch: int | None = _setting(  # None: chosen from the batch search by batch_rule
         None, flag="--batch", kind="batch", agent=AGENT_RUN, agent_default=RULE_STEPS,
         help="Batch size per GPU. 'steps': search the largest batch that fits (recorded) "
@@ -168,7 +175,9 @@ class RunSettings:
     limit_images: int | None = _setting(
         None, flag="--limit-images", kind="int", minimum=10, commands=SEARCH,
         agent=AGENT_BOTH, agent_default="all",
-        help="Use only this many images (quick checks; not comparable).")
+        help="Use only this many images, or samples for a model fed synthetic inputs such "
+             "as the language model's sequences (quick checks; compared only with runs of "
+             "as many).")
     pipeline: str = _setting(
         "cached", flag="--pipeline", kind="choice", choices=PIPELINES, agent=AGENT_RUN,
         help="cached: decode once and prefetch (measures the GPU); seed: decode every "
@@ -246,6 +255,13 @@ class RunSettings:
     def __post_init__(self) -> None:
         for name, setting in SETTINGS.items():
             _check(setting, getattr(self, name))
+        try:
+            models.kind_of(self.model)
+        except ValueError as exc:
+            said = str(exc)
+            raise BadSettings(said if said.startswith("--model") else f"--model {said}") \
+                from None
+        self._check_own_paths()
         if self.batch is not None and self.batch < 1:
             raise BadSettings(f"--batch must be at least 1, 'steps' or 'largest', not "
                               f"{self.batch}")
@@ -267,6 +283,22 @@ class RunSettings:
             raise BadSettings("--replicas-on-cpu needs --gpus 0 and --backend torch")
         if self.data_on_device and (self.pipeline != "cached" or self.backend != "torch"):
             raise BadSettings("--data-on-device needs --pipeline cached and --backend torch")
+
+    def _check_own_paths(self) -> None:
+        """Any model but the EfficientNets trains on Keras's own code path: the
+        EfficientNets' torch kernels, CUDA graphs and starting weights do not apply."""
+        if models.is_efficientnet(self.model):
+            return
+        for name in (*TORCH_KERNELS, "cuda_graphs", "data_on_device"):
+            if getattr(self, name):
+                raise BadSettings(f"{SETTINGS[name].flag} applies to the EfficientNets "
+                                  f"(B0, B3, B7) only; {self.model} trains on Keras's own "
+                                  "code path")
+            if getattr(self, name) is None:  # frozen: settle the default once, here
+                object.__setattr__(self, name, False)
+        if self.weights != "none":
+            raise BadSettings(f"--weights applies to the EfficientNets only; {self.model} "
+                              "starts from fresh weights")
 
     def _check_memory_limit(self) -> None:
         if self.memory_limit_bytes is None:
@@ -304,8 +336,9 @@ class RunSettings:
 
     @property
     def size(self) -> int:
-        """Pixels per side fed to the network."""
-        return self.image_size or NATIVE_IMAGE_SIZE[self.model]
+        """Pixels per side fed to the network (0 for a model other than the
+        EfficientNets without --image-size: the model's own)."""
+        return self.image_size or NATIVE_IMAGE_SIZE.get(self.model, 0)
 
     @property
     def devices(self) -> int:
@@ -334,7 +367,8 @@ def parse_size(text: str) -> int:
 def graphs_apply(settings: RunSettings) -> bool:
     """Whether --cuda-graphs is on by default: torch on one GPU, without jit_compile and
     mixed_float16 (whose loss scaling reads a flag back to the host every step)."""
-    return (settings.backend == "torch" and settings.gpus == 1 and not settings.jit_compile
+    return (models.is_efficientnet(settings.model) and settings.backend == "torch"
+            and settings.gpus == 1 and not settings.jit_compile
             and settings.precision != "mixed_float16" and not settings.replicas_on_cpu)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from gpubench import models
 from gpubench.errors import GpubenchError
 from gpubench.settings import (
     DEPRECATED_BATCH_WORDS,
@@ -48,19 +49,44 @@ class Parsed(click.ParamType):
 
 
 def model_name(text: str) -> str:
-    """One of the protocol's models, given in any case, as the protocol names it (B0);
-    else BadSettings in those names."""
-    name = text.strip().upper()
-    if name not in MODELS:
-        raise BadSettings(f"{text.strip()!r} is not one of {', '.join(MODELS)}")
+    """A model as --model names it (gpubench.models): a standard workload given in any
+    case, as the project names it (B0, ViT-B16); else a keras.applications name, a
+    .keras file or file.py:function as given; else BadSettings saying what it takes."""
+    name = text.strip()
+    standard = {m.upper(): m for m in models.STANDARD_MODELS}
+    if name.upper() in standard:
+        return standard[name.upper()]
+    try:
+        models.kind_of(name)
+    except ValueError as exc:
+        raise BadSettings(str(exc)) from None
     return name
+
+
+def stored_model(text: str) -> str:
+    """A model as the collector's queries take it: a standard workload in any case (as
+    the project names it), a custom model's recorded name, or a model fingerprint (its
+    first 8 or more hex digits); else BadSettings."""
+    name = text.strip()
+    standard = {m.upper(): m for m in models.STANDARD_MODELS}
+    if name.upper() in standard:
+        return standard[name.upper()]
+    if models.is_missing_efficientnet(name):
+        raise BadSettings(models.missing_efficientnet(name))
+    if models.is_fingerprint(name.lower()):
+        return name.lower()
+    if models.is_record_name(name):
+        return name
+    raise BadSettings(f"{name!r}: give {', '.join(models.STANDARD_MODELS)}, a model's name as "
+                      "its runs record it, or a model fingerprint")
 
 
 def model_names(text: str) -> list[str]:
     """A comma list of models (model_name), each once, in the order given."""
     names = [model_name(part) for part in text.split(",") if part.strip()]
     if not names:
-        raise BadSettings(f"{text!r}: give one of {', '.join(MODELS)}, or a comma list of them")
+        raise BadSettings(f"{text!r}: give a model ({', '.join(MODELS)}, ...), or a comma "
+                          "list of them")
     return list(dict.fromkeys(names))
 
 
@@ -70,7 +96,7 @@ class Model(Parsed):
 
     def __init__(self, parse: Callable[[str], Any] = model_name) -> None:
         super().__init__("model", parse)
-        self._metavar = "B0,B3,..." if parse is model_names else "[" + "|".join(MODELS) + "]"
+        self._metavar = "B0,B3,..." if parse is model_names else "MODEL"
 
     def get_metavar(self, param: Any, ctx: Any = None) -> str:  # click < 8.2 passes no ctx
         return self._metavar

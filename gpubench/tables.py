@@ -190,7 +190,7 @@ def compare_title(frame: pd.DataFrame) -> str:
     parts = [attrs.get("model", "")]
     shared = {k: v for k, v in attrs.items() if k in SHARED and v != "mixed"}
     for dimension in comparison_key.TITLE_ORDER:
-        if shared.get(dimension.name):
+        if shared.get(dimension.name) and shared[dimension.name] != dimension.title_unless:
             parts.append(dimension.title.format(shared[dimension.name]))
     return " · ".join(p for p in parts if p)
 
@@ -217,8 +217,9 @@ def compare_table(frame: pd.DataFrame) -> Table:
     and the legend saying in what they differ, and how each configuration ran."""
     baseline = frame.attrs.get("baseline", "")
     mixed = mixed_dimensions(frame)
+    unit = figures.unit_of_frame(frame)
     legend = ["runs: runs/submitters (medians: each submitter's, then theirs); "
-              "img/s: training images a second; img/J: training images a joule", BATCH_LEGEND]
+              + figures.rate_legend(unit), BATCH_LEGEND]
     if _limited(frame):
         legend.append(LIMIT_LEGEND)
     if baseline:
@@ -233,12 +234,12 @@ def compare_table(frame: pd.DataFrame) -> Table:
     table.add_column("GPU config")
     table.add_column("runs", justify="right")
     table.add_column(Text("epoch 2 (s) median [min-max]"), justify="right")
-    table.add_column("img/s", justify="right")
+    table.add_column(figures.rate_unit(unit), justify="right")
     table.add_column(figures.TIMED_BATCH, justify="right")
     table.add_column(figures.LARGEST_BATCH, justify="right")
     table.add_column("peak memory (% of card)", justify="right")
     table.add_column("energy per epoch", justify="right")
-    table.add_column("img/J", justify="right")
+    table.add_column(figures.per_joule_unit(unit), justify="right")
     table.add_column(figures.SPEEDUP, justify="right")
     for row in frame.to_dict("records"):
         config = row["gpu_config"] + ("  (baseline)" if row["is_baseline"] else "")
@@ -323,9 +324,12 @@ SHORT_BACKEND = {"tensorflow": "tf"}
 def cost_table(costed: pd.DataFrame) -> Table:
     """What the cards buy: speed, price, images/s per 1,000 USD and images per joule
     (a comparison with `prices.cost_frame`'s columns)."""
+    unit = figures.unit_of_frame(costed)
+    rate = figures.rate_unit(unit)
     table = narrow_table("what the cards buy (measured runs, medians)",
-                         "img/s: training images a second; img/J: training images a joule")
-    for heading in ("GPU configuration", "img/s", "USD", "img/s per 1k USD", "img/J"):
+                         figures.rate_legend(unit))
+    for heading in ("GPU configuration", rate, "USD", f"{rate} per 1k USD",
+                    figures.per_joule_unit(unit)):
         table.add_column(heading, justify="left" if heading.startswith("GPU") else "right")
     for row in costed.to_dict("records"):
         table.add_row(Text(row["gpu_config"]), figures.three_digits(row["images_per_s_median"]),
@@ -342,11 +346,13 @@ def runs_table(frame: pd.DataFrame, *, title: str | None = None,
     and `runs delete` accept. `legend`: explain the abbreviations below (once, under
     the last of several tables)."""
     limited = _limited(frame)
+    unit = figures.unit_of_frame(frame)
     table = narrow_table(
         title,
         "run: the run id's first characters (runs show takes them); tf: tensorflow; "
-        f"{PRECISION_LEGEND}; batch timed / largest: {BATCH_LEGEND}; img/s: training images "
-        "a second; peak memory: GiB (% of card" + (" or --memory-limit" if limited else "") + ")"
+        f"{PRECISION_LEGEND}; batch timed / largest: {BATCH_LEGEND}; "
+        f"{figures.rate_unit(unit)}: {figures.unit_words(unit)} a second; peak memory: GiB "
+        "(% of card" + (" or --memory-limit" if limited else "") + ")"
         if legend else None,
     )
     table.add_column("run", overflow="fold")
@@ -357,7 +363,7 @@ def runs_table(frame: pd.DataFrame, *, title: str | None = None,
     table.add_column(f"batch {figures.TIMED_BATCH.split()[0]} / "
                      f"{figures.LARGEST_BATCH.split()[0]}", justify="right")
     table.add_column("epoch 2 (s)", justify="right")
-    table.add_column("img/s", justify="right")
+    table.add_column(figures.rate_unit(unit), justify="right")
     table.add_column("peak memory", justify="right")
     table.add_column("status")
     table.add_column("submitter", overflow="fold")
@@ -406,20 +412,22 @@ def leaderboard_table(frame: pd.DataFrame) -> Table:
     """A leaderboard for the terminal (80 columns): ranked by the median epoch-2 time
     (the legend says so), the best single run beside it."""
     varies = any(frame[c].nunique() > 1 for c in AS_RUN) if not frame.empty else False
+    unit = figures.unit_of_frame(frame)
     table = narrow_table(
         leaderboard_title(frame),
         "ranked by the median epoch-2 time of each configuration's runs (the median of "
         "its submitters' medians); runs/src: its runs and submitters; "
         f"{CORROBORATED_MARK}: corroborated (a reference run or several submitters "
         "agree); one source: a single submitter; best: its fastest "
-        f"run; img/s: training images a second; {BATCH_LEGEND}; {PRECISION_LEGEND}",
+        f"run; {figures.rate_unit(unit)}: {figures.unit_words(unit)} a second; {BATCH_LEGEND}; "
+        f"{PRECISION_LEGEND}",
     )
     table.add_column("#", justify="right")
     table.add_column("GPU config")
     table.add_column("runs/src", justify="right")
     table.add_column("best epoch 2 (s)", justify="right")
     table.add_column("median epoch 2 (s)", justify="right")
-    table.add_column("img/s", justify="right")
+    table.add_column(figures.rate_unit(unit), justify="right")
     table.add_column(figures.TIMED_BATCH, justify="right")
     table.add_column(figures.LARGEST_BATCH, justify="right")
     table.add_column("backend")
@@ -484,6 +492,9 @@ def run_facts(stored: collector_pb2.StoredRun) -> list[tuple[str, str]]:
     add("memory limit", figures.gib(row["memory_limit_gib"]))
     add("driver / CUDA", " / ".join(v for v in (row["driver_version"], row["cuda_version"]) if v))
     add("model", f"{row['model']} at {row['image_size']} px" if row["image_size"] else row["model"])
+    if row.get("model_fingerprint"):
+        add("model fingerprint", row["model_fingerprint"])
+        add("model size", f"{row['parameter_count'] or 0:,} parameters; fed {row['input_spec']}")
     choice = BATCH_CHOICES.get(row["batch_choice"], "")
     add(figures.TIMED_BATCH, figures.batch(row["timed_batch_per_gpu"], row["timed_global_batch"],
                                            row["gpu_count"])
@@ -508,8 +519,9 @@ def run_facts(stored: collector_pb2.StoredRun) -> list[tuple[str, str]]:
     add("seed", row["seed"] or "")
     add("epoch 1 (s)", figures.seconds(row["epoch1_s"], unit=False))
     add("epoch 2 (s)", figures.seconds(row["epoch2_s"], unit=False))
-    add(figures.EPOCH_RATE, figures.three_digits(row["train_images_per_s"]))
-    add(figures.STEP_RATE, figures.three_digits(row["step_images_per_s"]))
+    rate = figures.rate_unit(row.get("unit") or "images")
+    add(figures.EPOCH_RATE.replace("img/s", rate), figures.three_digits(row["train_images_per_s"]))
+    add(figures.STEP_RATE.replace("img/s", rate), figures.three_digits(row["step_images_per_s"]))
     add("peak memory", _memory(row, "peak_memory_gib"))
     add("energy/epoch", figures.energy(row["energy_per_epoch_j"]))
     add("mean power", figures.measured(row["mean_power_w"], "W"))

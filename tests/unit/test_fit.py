@@ -91,3 +91,22 @@ def test_nothing_fits_reads_as_batch_zero() -> None:
 def test_a_run_without_memory_figures_says_nothing() -> None:
     run = make_run(model="B7", peak_memory_bytes=0)
     assert fit.fit_run(run, 8 * GIB) is None
+
+
+def test_a_language_model_too_big_for_8_gib_is_an_answer_not_an_error() -> None:
+    from gpubench import answers, models
+
+    # A language model's search on an H200: 12 GiB fixed (weights, Adam's state, the
+    # head's logits) and 1.2 GiB a sequence; a card of 8 GiB holds not even one.
+    run = make_run(gpu_name="NVIDIA H200", backend="torch", batch_per_gpu=16)
+    run.config.model, run.config.image_size = models.LM, 0
+    run.config.model_fingerprint, run.config.unit = "ab" * 32, models.TOKENS
+    run.result.largest_batch_per_gpu = 40
+    for batch, fits in ((1, True), (4, True), (120, False)):
+        reserved = int((12 + 1.2 * batch) * GIB) if fits else 0
+        run.result.batch_trials.append(run_pb2.BatchTrial(
+            batch=batch, fits=fits, peak_memory_bytes=reserved, reserved_peak_bytes=reserved))
+    document = answers.fit_document(answers.Runs(measured=[run]), models.LM, 8 * GIB)
+    verdicts = [result["verdict"] for result in document["measured"].values()]
+    assert verdicts == ["does not fit, not even batch 1"], document
+    assert fit.fit_run(run, 24 * GIB).batch == 7  # (24 x 0.88 - 12) / 1.2 = 7.6

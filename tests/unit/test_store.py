@@ -499,11 +499,11 @@ def test_upgrading_unflags_the_runs_of_cards_the_catalogue_lists_now(tmp_path: P
                     "catalogue has this name (gpu_specs.json); its figures are held to the best "
                     "of every card"])
     cursor.execute("DELETE FROM group_figures")
-    cursor.execute("DELETE FROM schema_migrations WHERE name = '0011_gpu_catalogue_cards'")
+    cursor.execute("DELETE FROM schema_migrations WHERE name = '0012_gpu_catalogue_cards'")
     store.close()
     store = Store(db)
     try:
-        assert "0011_gpu_catalogue_cards" in store.applied_migrations()
+        assert "0012_gpu_catalogue_cards" in store.applied_migrations()
         assert not any(store.get(run.run_id).flagged for run in runs)
         groups = store.compare_groups(CompareQuery(model="B0"))
         assert [(g.gpu_name, g.runs, g.uncatalogued) for g in groups] == [

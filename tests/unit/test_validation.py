@@ -409,3 +409,22 @@ def test_an_unknown_batch_rule_or_trial_kind_is_refused() -> None:
         run.result.batch_trials[0].kind = kind
         run.config.batch_rule = "largest"
         assert validation.problems(run) == []
+
+
+def test_a_model_other_than_the_efficientnets_comes_with_its_fingerprint() -> None:
+    run = make_run()
+    run.config.model, run.config.unit = "ConvNeXtTiny", "images"
+    run.config.input_spec, run.config.parameter_count = "photos 224x224x3", 28_589_128
+    assert [p for p in validation.problems(run) if p[0] == "run.config.model"] == [
+        ("run.config.model", "unknown 'ConvNeXtTiny' (one of B0, B3, B7, ViT-B16, GPT2-small, "
+                             "or another model with its run.config.model_fingerprint)")]
+    run.config.model_fingerprint = "not hex"
+    assert ("run.config.model_fingerprint", "must be 64 hex digits (a SHA-256)") in \
+        validation.problems(run)
+    run.config.model_fingerprint = "0f" * 32
+    assert validation.problems(run) == []
+    run.config.unit = "words"
+    assert [name for name, _ in validation.problems(run)] == ["run.config.unit"]
+    b0 = make_run()
+    b0.config.model_fingerprint = "0f" * 32  # B0 is told by its name alone
+    assert [name for name, _ in validation.problems(b0)] == ["run.config.model_fingerprint"]

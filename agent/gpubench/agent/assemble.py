@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from gpubench import gpu_busy, record
+from gpubench import gpu_busy, models, record
 from gpubench.agent.inventory import Inventory
 from gpubench.agent.runners.base import Outcome, WorkloadRequest
 from gpubench.agent.telemetry import IdleReport, Tick, WindowTelemetry, aggregate
@@ -290,8 +291,13 @@ class RunBuilder:
             config.precision = started.precision
             config.gpu_count = started.gpu_count
             config.image_size = started.image_size
+            config.model_fingerprint = started.model_fingerprint
+            config.parameter_count = started.parameter_count
+            config.input_spec = started.input_spec
+            config.unit = started.unit
         else:
-            config.model = request.model
+            config.model = (request.model if models.is_standard(request.model) else
+                            models.record_name(Path(request.model.split(":")[0]).stem))
             config.precision = str(request.setting("precision") or "float32")
             gpu_count = request.setting("gpus")
             config.gpu_count = int(len(self.gpu_indices) if gpu_count is None else gpu_count)

@@ -33,7 +33,7 @@ from gpubench.agent.telemetry import (
     wait_for_idle,
 )
 from gpubench.errors import GpubenchError
-from gpubench.settings import DEFAULT_EPOCHS
+from gpubench.settings import DEFAULT_EPOCHS, EXIT_REFUSED
 from gpubench.v1 import run_pb2
 
 # How many times a model runs again, each at a smaller batch, after running out of
@@ -210,6 +210,11 @@ class Benchmark:
                               style="yellow")
             builder.begin_retry(ending, smaller)
             attempt = replace(request, batch=smaller, batch_rule="given")
+        if ended.exit_code == EXIT_REFUSED and not interrupted:
+            # The model cannot be fed: said before any training, and no run to keep.
+            raise GpubenchError(f"{request.model}: " + (builder.error.message if builder.error
+                                                       else "refused by the workload"),
+                                exit_code=EXIT_REFUSED)
         with sigint_ignored():
             run = builder.build(ended, ticks, idle)
             run.result.total_seconds = time.monotonic() - began

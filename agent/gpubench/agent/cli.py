@@ -33,6 +33,9 @@ from gpubench.settings_cli import Model, agent_options, given_settings, model_na
 from gpubench.versions import VERSION
 
 EXIT_OK, EXIT_FAILED = ExitCode.OK, ExitCode.FAILURE
+MODEL_WORDS = (" B0, B3, B7 (the protocol's EfficientNets), ViT-B16, GPT2-small, a "
+               "keras.applications architecture (ConvNeXtTiny), a .keras file or "
+               "path/to/file.py:function.")
 EXIT_UNAVAILABLE, EXIT_AUTH, EXIT_INTERRUPTED = (ExitCode.UNAVAILABLE, ExitCode.AUTH,
                                                  ExitCode.INTERRUPTED)
 
@@ -217,7 +220,7 @@ def main() -> None:
     "without a GPU, GPUBENCH_NVML_TRACE=FILE replays a recorded NVML trace instead of the "
     "driver and GPUBENCH_WORKLOAD_COMMAND replaces `python -m gpubench.agent.workload`."))
 @click.option("--models", type=Model(model_names), default="B0,B3,B7", show_default=True,
-              help="Comma list of the models to run, in order.")
+              help="Comma list of the models to run, in order:" + MODEL_WORDS)
 @click.option("--quick", is_flag=True,
               help="B0 only, at the article's Tesla T4 batch (128), the protocol's float32: a "
                    "comparable figure in about a minute on a large GPU.")
@@ -397,7 +400,7 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
 
 @main.command("largest-batch", context_settings=CONTEXT)
 @click.option("--models", type=Model(model_names), default="B0,B3,B7", show_default=True,
-              help="Comma list of the models to search, in order.")
+              help="Comma list of the models to search, in order:" + MODEL_WORDS)
 @click.option("--memory-limit", "limits", metavar="SIZE", multiple=True,
               help="Search as a GPU of this size, e.g. 16GiB (repeat, or give a comma "
                    "list: 8GiB,16GiB,48GiB) [default: the whole card].")

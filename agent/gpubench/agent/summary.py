@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from gpubench import figures, record
+from gpubench import figures, models, record
 from gpubench.comparison_key import key_of
 from gpubench.figures import MISSING
 from gpubench.tables import BATCH_LEGEND, narrow_table
@@ -44,10 +44,17 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
                                     first.config.memory_limit_bytes)
              if first is not None and first.gpus else "CPU only")
     searched_any = any(r.result.largest_batch_per_gpu for r in runs)
+    # What each run's speed counts (images, or a language model's tokens): one unit in the
+    # heading, or each figure with its own.
+    units = [models.unit_of(r.config.model, r.config.unit) for r in runs]
+    one_unit = units[0] if len(set(units)) == 1 else ""
+    rate = figures.rate_unit(one_unit) if one_unit else "speed"
     # The query CLI's narrow layout: fits 80 columns, wraps rather than cuts.
     table = narrow_table(
         f"gpubench on {where}",
-        "epoch 1, epoch 2: wall time; img/s: training images a second in epoch 2; "
+        f"epoch 1, epoch 2: wall time; {rate}: "
+        + (f"{figures.unit_words(one_unit)}" if one_unit else "training images or tokens")
+        + " a second in epoch 2; "
         "energy and power: the measured epoch, all GPUs; "
         + (BATCH_LEGEND if searched_any else f"timed batch: {figures.TIMED_BATCH_MEANS}"),
     )
@@ -55,14 +62,14 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
     table.add_column("status")
     table.add_column("epoch 1", justify="right")
     table.add_column("epoch 2", justify="right")
-    table.add_column("img/s", justify="right")
+    table.add_column(rate, justify="right")
     table.add_column(figures.TIMED_BATCH, justify="right")
     if searched_any:
         table.add_column(figures.LARGEST_BATCH, justify="right")
     table.add_column("peak memory", justify="right")
     table.add_column("energy", justify="right")
     table.add_column("power", justify="right")
-    for run in runs:
+    for run, unit in zip(runs, units, strict=True):
         result = run.result
         epochs = {epoch.number: epoch for epoch in result.epochs}
         status = record.status_name(result.status)
@@ -72,7 +79,8 @@ def summary_table(runs: Sequence[run_pb2.Run]) -> Table:
             status if status == "ok" else f"[red]{status}[/red]",
             figures.seconds(epochs[1].wall_seconds if 1 in epochs else 0.0),
             figures.seconds(result.epoch2_seconds),
-            figures.three_digits(result.train_images_per_second or None),
+            figures.three_digits(result.train_images_per_second or None)
+            + ("" if one_unit else f" {figures.rate_unit(unit)}"),
             figures.batch(config.batch_per_gpu, config.global_batch, config.gpu_count),
             *([figures.largest_batch(result.largest_batch_per_gpu, result.largest_batch_capped)]
               if searched_any else []),
@@ -120,12 +128,13 @@ def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Tab
         runs=("run_id", "size"), epoch2=("epoch2_s", "median"),
         per_second=("train_images_per_s", "median")).sort_values("epoch2")
     mine = frames.flat_run(collector_pb2.StoredRun(run=run))
+    unit = models.unit_of(config.model, config.unit)
     table = narrow_table(
         f"{config.model}: this run beside the collector's others like it",
-        f"{figures.SPEEDUP}: {figures.SPEEDUP_MEANS}, this run the baseline; img/s: "
-        "training images a second")
+        f"{figures.SPEEDUP}: {figures.SPEEDUP_MEANS}, this run the baseline; "
+        f"{figures.rate_unit(unit)}: {figures.unit_words(unit)} a second")
     for name, right in (("GPU config", False), ("runs", True), ("epoch 2 (s)", True),
-                        ("img/s", True), (figures.SPEEDUP, True)):
+                        (figures.rate_unit(unit), True), (figures.SPEEDUP, True)):
         table.add_column(name, justify="right" if right else "left")
     table.add_row(Text(f"{mine['gpu_config']} (this run)", style="bold"), "1",
                   figures.seconds(mine["epoch2_s"], unit=False),

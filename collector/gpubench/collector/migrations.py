@@ -215,6 +215,12 @@ def backfill_dimension(name: str) -> Callable[[Any], None]:
     return backfill
 
 
+def backfill_model_identity(con: Any) -> None:
+    """The data step of 0011_model_identity: both of its dimensions from the records."""
+    backfill_dimension("model_fingerprint")(con)
+    backfill_dimension("unit")(con)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "0001_runs",
@@ -522,7 +528,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         refill_group_figures=True,
     ),
     Migration(
-        "0011_gpu_catalogue_cards",
+        "0011_model_identity",
+        # Any model, not only B0, B3 and B7: a run's model fingerprint and the unit of its
+        # speed (images or tokens a second) are dimensions of the comparison key.
+        (*dimension_statements("model_fingerprint")[:1], *dimension_statements("unit")),
+        refill_group_figures=True,
+        backfill=backfill_model_identity,
+    ),
+    Migration(
+        "0012_gpu_catalogue_cards",
         # No schema change: the catalogue lists a row per card since Pascal; the stored
         # runs flagged again by it (a card it now knows no longer flagged unrecognised),
         # and the outlier groups and their figures recomputed.

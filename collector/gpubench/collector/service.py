@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from gpubench import comparison_key, record
+from gpubench import comparison_key, models, record
 from gpubench.collector import backup, compare, validation, wire
 from gpubench.collector.aggregates import CompareQuery, LeaderboardQuery
 from gpubench.collector.auth import LOCAL_ADMIN, Caller, TokenBook, current_caller
@@ -82,6 +82,17 @@ def _optional_time(message: Any, field: str) -> datetime | None:
 def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
     if value and value not in allowed:
         raise InvalidRecord(field, f"unknown {value[:64]!r} (one of {', '.join(allowed)})")
+
+
+def _check_model(model: str) -> None:
+    """A model a run may be of: a standard workload, or another model's recorded name
+    (gpubench.models)."""
+    if not model:
+        raise InvalidRecord("model", f"missing (one of {', '.join(models.STANDARD_MODELS)}, "
+                                     "or a model's name)")
+    if not (models.is_standard(model) or models.is_record_name(model)):
+        raise InvalidRecord("model", f"unknown {model[:64]!r} (one of "
+                                     f"{', '.join(models.STANDARD_MODELS)}, or a model's name)")
 
 
 def _check_pins(message: Any, names: tuple[str, ...]) -> None:
@@ -167,9 +178,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
 
     @_translating_errors
     def Compare(self, request, context):  # noqa: N802
-        _check_choice("model", request.model, record.MODELS)
-        if not request.model:
-            raise InvalidRecord("model", f"missing (one of {', '.join(record.MODELS)})")
+        _check_model(request.model)
         _check_pins(request, comparison_key.NAMES)
         query = CompareQuery(
             request.model,
@@ -191,14 +200,12 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
 
     @_translating_errors
     def Leaderboard(self, request, context):  # noqa: N802
-        if not request.model:
-            raise InvalidRecord("model", f"missing (one of {', '.join(record.MODELS)})")
-        _check_choice("model", request.model, record.MODELS)
+        _check_model(request.model)
         _check_pins(request, _LEADERBOARD_PINS)
         limit = _check_limit("limit", request.limit, DEFAULT_LEADERBOARD, MAX_PAGE_SIZE)
         query = LeaderboardQuery(
             model=request.model, precision=request.precision, backend=request.backend,
-            settings=request.settings or record.DEFAULT_SETTINGS,
+            settings=request.settings or record.default_settings(request.model),
             batch_rule=request.batch_rule or record.DEFAULT_BATCH_RULE,
             benchmark_version=request.benchmark_version,
             include_flagged=request.include_flagged,

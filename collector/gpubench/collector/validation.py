@@ -39,7 +39,7 @@ from datetime import datetime, timedelta, timezone
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from gpubench import record
+from gpubench import models, record
 from gpubench.collector import plausibility, wire
 from gpubench.errors import InvalidRecord
 from gpubench.settings import BATCH_RULES
@@ -109,6 +109,8 @@ NUMBER_LIMITS: dict[str, tuple[float, float]] = {
     "Gpu.pcie_generation": (0, 16),
     "Gpu.pcie_width": (0, 64),  # lanes; PCIe's widest link is x32
     "Config.image_size": (0, MAX_IMAGE_SIZE),
+    # A model's parameters: a trillion at most, past any model one card trains.
+    "Config.parameter_count": (0, 1e12),
     "Config.batch_per_gpu": (0, MAX_BATCH),
     "Config.global_batch": (0, MAX_BATCH * MAX_GPUS),
     "Config.gpu_count": (0, MAX_GPUS),
@@ -387,15 +389,41 @@ def _software(c: _Checker, software: run_pb2.Software) -> None:
     c.texts("run.software", software, SOFTWARE_TEXTS, SHORT)
 
 
+def _model(c: _Checker, cfg: run_pb2.Config) -> None:
+    """A standard workload (B0, B3, B7, the built-in transformers) by name, or any other
+    model by a name and the fingerprint of its architecture; the unit of its speed."""
+    if cfg.unit:
+        c.choice("run.config.unit", cfg.unit, models.UNITS)
+    c.text("run.config.input_spec", cfg.input_spec, SHORT)
+    fingerprint = cfg.model_fingerprint
+    if fingerprint and not re.fullmatch(r"[0-9a-f]{64}", fingerprint):
+        c.fail("run.config.model_fingerprint", "must be 64 hex digits (a SHA-256)")
+    if models.is_efficientnet(cfg.model):
+        if fingerprint:
+            c.fail("run.config.model_fingerprint", f"{cfg.model} is told by its name: none")
+        return
+    if not cfg.model:
+        c.fail("run.config.model", f"missing (one of {', '.join(models.STANDARD_MODELS)}, or "
+                                   "a model's name with its fingerprint)")
+    elif not fingerprint and not models.is_standard(cfg.model):
+        c.fail("run.config.model", f"unknown {cfg.model[:SHORT]!r} (one of "
+                                   f"{', '.join(models.STANDARD_MODELS)}, or another model "
+                                   "with its run.config.model_fingerprint)")
+    elif not models.is_record_name(cfg.model):
+        c.fail("run.config.model", "a model's name is a letter, then letters, digits and "
+                                   ". _ - (64 at most)")
+
+
 def _config(c: _Checker, run: run_pb2.Run) -> None:
     cfg = run.config
-    c.choice("run.config.model", cfg.model, record.MODELS)
+    _model(c, cfg)
     c.choice("run.config.precision", cfg.precision, record.PRECISIONS)
     if cfg.pipeline:
         c.choice("run.config.pipeline", cfg.pipeline, record.PIPELINES)
     if cfg.pipeline_mode:
         c.choice("run.config.pipeline_mode", cfg.pipeline_mode, record.PIPELINE_MODES)
-    if cfg.image_size < 1:
+    if cfg.image_size < 1 and not (cfg.model_fingerprint and
+                                   not cfg.input_spec.startswith("photos")):
         c.fail("run.config.image_size", f"must be 1..{MAX_IMAGE_SIZE}, got {cfg.image_size}")
     if cfg.batch_per_gpu < 1:
         c.fail("run.config.batch_per_gpu", f"must be >= 1, got {cfg.batch_per_gpu}")

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpubench import models
 from gpubench.agent import compat
 from gpubench.agent.runners import gpu_access
 from gpubench.agent.runners.base import (
@@ -38,6 +39,7 @@ from gpubench.versions import DISTRIBUTION
 DEFAULT_IMAGE = "gpubench-workload:latest"
 WORKLOAD_COMMAND = ("python3", "-m", WORKLOAD_MODULE)
 DATA_MOUNT = "/data"
+MODEL_MOUNT = "/model"  # the folder of a --model file
 # Seconds after SIGINT, then after SIGTERM, before the next signal (runners/local.py).
 STOP_TIMEOUTS = (0.5, 0.5)
 # The label each workload container carries with a value of its own start.
@@ -370,6 +372,15 @@ class DockerRunner(Runner):
             source = str(Path(request.setting("data")).expanduser().resolve())
             volumes[source] = {"bind": DATA_MOUNT, "mode": "ro"}
             args[args.index("--data") + 1] = DATA_MOUNT
+        if models.kind_of(request.model) in (models.FILE, models.FUNCTION):
+            # A model file (or the Python file that builds it) goes in read-only, its
+            # folder under a fixed path: the model is named there.
+            file, colon, function = request.model.rpartition(":") if ":" in request.model \
+                else (request.model, "", "")
+            model_file = Path(file).expanduser().resolve()
+            volumes[str(model_file.parent)] = {"bind": MODEL_MOUNT, "mode": "ro"}
+            args[args.index("--model") + 1] = (f"{MODEL_MOUNT}/{model_file.name}{colon}"
+                                               f"{function}")
         gpu = self._gpu_arguments()
         log = OutputLog(log_path)
         container = None

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpubench import models
 from gpubench.errors import GpubenchError
 from gpubench.events import BatchTrial, SearchSummary
 from gpubench.memory_line import HEADROOM, MemoryLine
@@ -37,6 +38,15 @@ from gpubench.settings import (
 # The two probes of each model: small enough for an 8 GB card (the article's GTX 1070
 # ran 60 / 16 / 1), far enough apart for the line's slope.
 PROBES = {"B0": (16, 64), "B3": (8, 32), "B7": (2, 8)}
+# Any other model's: a language model of GPT-2 small's shape fits 2 to 4 sequences in
+# 8 GB, a ViT-B/16 about 50 images.
+OTHER_PROBES = {models.LM: (1, 4)}
+DEFAULT_PROBES = (4, 16)
+
+
+def probes_of(model: str) -> tuple[int, int]:
+    """The search's two probes for `model`."""
+    return PROBES.get(model) or OTHER_PROBES.get(model) or DEFAULT_PROBES
 # After a failed confirm, the next candidate is this share of the failed batch (then
 # bisection): the line is usually close, so a small step down usually fits.
 STEP_DOWN = 0.875

@@ -78,6 +78,23 @@ def trial(batch: int, kind: str, **given: Any) -> None:
 
 
 @main.command()
+@workload_options("trial")
+def check(**given: Any) -> None:
+    """Internal: build the model on the CPU and print its identity as a log event, or
+    refuse it (exit 2) where gpubench cannot feed it."""
+    from gpubench.agent.workload import model_check
+    from gpubench.agent.workload.failure import report_failure
+    from gpubench.agent.workload.stream import claim_stdout
+
+    events = claim_stdout()
+    try:
+        settings = RunSettings(**given)
+    except GpubenchError as exc:
+        sys.exit(report_failure(events, exc))
+    sys.exit(model_check.check_main(settings, events))
+
+
+@main.command()
 @workload_options("search")
 @click.option("--batch", "batch_rule", type=click.Choice(SEARCHED_RULES),
               default=RULE_STEPS, show_default=True,

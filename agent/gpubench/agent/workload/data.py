@@ -209,3 +209,11 @@ def decoder_pool() -> ThreadPoolExecutor:
 def _workers() -> int:
     return max(1, min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                       else (os.cpu_count() or 1)))
+
+
+def synthetic_samples(kind: str, count: int, seed: int, validation_split: float) -> Dataset:
+    """`count` synthetic samples of a model fed synthetic tokens or values (`kind`) as a
+    data set without files: what its epoch trains on, split as the photos are."""
+    return Dataset(name=f"synthetic-{kind}", root=Path("."), class_names=("",),
+                   files=("",) * count, labels=(0,) * count, skipped_files=0,
+                   fingerprint="", seed=seed, validation_split=validation_split)

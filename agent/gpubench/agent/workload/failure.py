@@ -7,7 +7,14 @@ import traceback
 from gpubench.agent.workload import batch_search, error_text
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import MESSAGE_LIMIT, ErrorEvent, EventSink
-from gpubench.settings import EXIT_ERROR, EXIT_OUT_OF_MEMORY
+from gpubench.settings import EXIT_ERROR, EXIT_OUT_OF_MEMORY, EXIT_REFUSED
+
+
+class Refused(GpubenchError):
+    """gpubench cannot build or feed this model (before any training); says why and
+    what it takes."""
+
+    exit_code = EXIT_REFUSED
 
 
 def report_failure(events: EventSink, exc: BaseException) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpubench import models
 from gpubench.agent.workload import frameworks
 from gpubench.settings import RunSettings
 
@@ -21,6 +22,11 @@ def prepare_network(settings: RunSettings, *, weights: str = "none",
     (None when the steps run eagerly)."""
     from gpubench.agent.workload import model as net
 
+    if not models.is_efficientnet(settings.model):
+        network = _prepare_other(settings)
+        frameworks.get(settings.backend).prepare_steps(network, gpus=settings.gpus,
+                                                        cuda_graphs=False)
+        return network, None
     net.set_precision(settings.precision)
     assert settings.channels_first is not None  # settled by RunSettings.__post_init__
     net.set_data_format(settings.channels_first)
@@ -32,6 +38,27 @@ def prepare_network(settings: RunSettings, *, weights: str = "none",
     graphs = frameworks.get(settings.backend).prepare_steps(
         network, gpus=settings.gpus, cuda_graphs=bool(settings.cuda_graphs))
     return network, graphs
+
+
+def _prepare_other(settings: RunSettings) -> Any:
+    """Any other model (custom.py) on Keras's own code path, compiled and checked: one
+    gpubench cannot feed is refused here, before any training. Its feeding is left on
+    the model as `gpubench_feeding`, its identity as `gpubench_identity`."""
+    from gpubench.agent.workload import custom
+    from gpubench.agent.workload import model as net
+
+    net.set_precision(settings.precision)
+    net.set_data_format(False)
+    network, loss = custom.build(settings)
+    feeding = custom.feeding(network, own_loss=loss is not None)
+    if settings.jit_compile:
+        frameworks.get(settings.backend).allow_compiling(network)
+    custom.compile_for_training(network, loss, jit_compile=bool(settings.jit_compile))
+    network.gpubench_feeding = feeding
+    name = settings.model if models.kind_of(settings.model) in (
+        models.BUILT_IN, models.APPLICATION) else network.name
+    network.gpubench_identity = {**custom.identity(network, feeding), "name": name}
+    return network
 
 
 def _fast_kernels(settings: RunSettings, network: Any) -> None:

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpubench import events as ev
+from gpubench import models
 from gpubench.agent.workload import (
     backend,
     batch_search,
     data,
     frameworks,
+    model_check,
     search_beside,
     synthetic,
     trials,
@@ -81,7 +83,8 @@ class BatchChoice:
 def run(settings: RunSettings, events: EventSink) -> int:
     """Run the benchmark; returns the process's exit code."""
     try:
-        dataset = load_dataset(settings)
+        identity = model_check.check(settings)  # refuses a model it cannot feed
+        dataset = load_dataset(settings, identity)
         warm = trials.warm_applies(settings)
         choice = None
         if settings.batch is not None:
@@ -94,14 +97,15 @@ def run(settings: RunSettings, events: EventSink) -> int:
 
             assert choice is not None  # several devices: never warm
             return torch_ddp.launch(train, settings, dataset, choice.batch, choice.choice, events,
-                                    replicas=settings.replicas_on_cpu or None)
+                                    replicas=settings.replicas_on_cpu or None,
+                                    identity=identity)
         if choice is None:  # warm trials, in a process beside this one's import
             choice = search_while_loading(settings, dataset, events)
             notes = open_gpus(settings)
         else:
             notes = load_framework(settings)
         return train(settings, dataset, choice.batch, choice.choice, events, rule=choice.rule,
-                     memory_notes=notes)
+                     memory_notes=notes, identity=identity)
     except KeyboardInterrupt as exc:
         report_failure(events, exc)  # said on the stream, then Python's own Ctrl-C exit
         raise
@@ -161,11 +165,20 @@ def search_only(settings: RunSettings, limits: Sequence[int], events: EventSink)
 
     trials.use_trial_environment(settings)  # this process makes trials only
     try:
-        dataset = load_dataset(settings)
         plans = [replace(settings, memory_limit_bytes=limit) for limit in limits] or [settings]
         warm = trials.warm_applies(settings)
         make: Any = None
-        if warm:
+        identity: dict[str, Any] = {}
+        if warm and not models.is_efficientnet(settings.model):
+            # The trials' network, built here, says how the model is fed (or refuses it):
+            # no check process of its own.
+            load_framework(replace(settings, memory_limit_bytes=None))
+            make = trials.WarmTrials(settings)
+            identity = make.identity()
+        elif not warm:
+            identity = model_check.check(settings)
+        dataset = load_dataset(settings, identity)
+        if warm and make is None:
             load_framework(replace(settings, memory_limit_bytes=None))
             make = trials.WarmTrials(settings)
         for plan in plans:
@@ -193,8 +206,15 @@ def search_only(settings: RunSettings, limits: Sequence[int], events: EventSink)
         return report_failure(events, exc)
 
 
-def load_dataset(settings: RunSettings) -> data.Dataset:
-    """The run's images: the synthetic set (generated on first use) or the given folder."""
+def load_dataset(settings: RunSettings, identity: dict[str, Any] | None = None
+                 ) -> data.Dataset:
+    """The run's images: the synthetic set (generated on first use) or the given folder;
+    for a model fed synthetic tokens or values (its `identity` says), that many samples
+    (--limit-images, else as many as the protocol's images)."""
+    feeding = (identity or {}).get("feeding", "photos")
+    if feeding != "photos":
+        return data.synthetic_samples(feeding, settings.limit_images or synthetic.IMAGE_COUNT,
+                                      settings.seed, VALIDATION_SPLIT)
     if settings.data == SYNTHETIC:
         count = min(settings.limit_images or synthetic.IMAGE_COUNT, synthetic.IMAGE_COUNT)
         folder = synthetic.ensure(count)
@@ -217,7 +237,7 @@ def search(settings: RunSettings, make_trial: batch_search.TryBatch, train_image
                                  f"trials and {settings.search_budget:.0f} s at most)"))
     return batch_search.search(
         make_trial,
-        probes=batch_search.PROBES[settings.model],
+        probes=batch_search.probes_of(settings.model),
         largest_useful=max(1, train_images // settings.devices),
         speed_candidate=(batch_search.speed_batch(train_images, train_images, settings.devices)
                          if settings.batch_rule != RULE_LARGEST else 0),
@@ -243,11 +263,12 @@ def choose_batch(settings: RunSettings, make_trial: batch_search.TryBatch,
 
 
 def started_event(settings: RunSettings, dataset: data.Dataset, batch: int, choice: str,
-                  rule: str = "") -> ev.Started:
+                  rule: str = "", identity: dict[str, Any] | None = None) -> ev.Started:
     """The `started` event: the framework's versions and what the run runs."""
     from gpubench.agent.workload import model as net
 
     versions = backend.versions(settings.backend)
+    identity = identity or {}
     return ev.Started(
         backend=versions["backend"],
         backend_version=versions["backend_version"],
@@ -255,8 +276,9 @@ def started_event(settings: RunSettings, dataset: data.Dataset, batch: int, choi
         python_version=versions["python_version"],
         cuda_runtime_version=versions["cuda_runtime_version"],
         cudnn_version=versions["cudnn_version"],
-        model=settings.model,
-        image_size=settings.size,
+        model=settings.model if models.is_standard(settings.model)
+        else models.record_name(str(identity.get("name", "custom"))),
+        image_size=identity.get("image_size", settings.size),
         batch_per_gpu=batch,
         global_batch=batch * settings.devices,
         batch_choice=choice,
@@ -274,6 +296,10 @@ def started_event(settings: RunSettings, dataset: data.Dataset, batch: int, choi
         fused_batchnorm=bool(settings.fused_batchnorm),
         channels_first=bool(settings.channels_first),
         dataset=dataset.describe(),
+        model_fingerprint=identity.get("model_fingerprint", ""),
+        parameter_count=identity.get("parameter_count", 0),
+        input_spec=identity.get("input_spec", ""),
+        unit=identity.get("unit", ""),
     )
 
 
@@ -288,6 +314,7 @@ def train(
     hooks: ReplicaHooks | None = None,
     rule: str = "",
     memory_notes: Sequence[str] = (),
+    identity: dict[str, Any] | None = None,
 ) -> int:
     """Load the framework, train the protocol's model and report (one process).
 
@@ -310,15 +337,35 @@ def train(
     def log(message: str) -> None:
         emit(ev.LogEvent(message=message))
 
-    emit(started_event(settings, dataset, batch, choice, rule))
+    emit(started_event(settings, dataset, batch, choice, rule, identity))
+
+    def build() -> tuple[Any, Any]:
+        emit(ev.Phase(phase="build", message=f"building {_words(settings.model)}"))
+        with distribute.replicas(settings):
+            built = prepare_network(settings, weights=settings.weights,
+                                    classes=len(dataset.class_names))
+            if hooks is not None:
+                hooks.prepare(built[0])
+        return built
 
     assert settings.channels_first is not None  # settled by RunSettings.__post_init__
-    feed = pipeline.build_feed(
-        dataset, size=settings.size, global_batch=batch * settings.devices,
-        pipeline=settings.pipeline, seed=settings.seed, on_device=settings.data_on_device,
-        channels_first=settings.channels_first,
-        shard=shard, log=log,
-    )
+    other = not models.is_efficientnet(settings.model)
+    if other:  # its network says how it is fed: built first
+        began = time.monotonic()
+        network, graphs = build()
+        from gpubench.agent.workload import custom
+
+        feed = custom.build_feed(network.gpubench_feeding, dataset,
+                                 global_batch=batch * settings.devices,
+                                 pipeline_name=settings.pipeline, seed=settings.seed,
+                                 shard=shard, log=log)
+    else:
+        feed = pipeline.build_feed(
+            dataset, size=settings.size, global_batch=batch * settings.devices,
+            pipeline=settings.pipeline, seed=settings.seed, on_device=settings.data_on_device,
+            channels_first=settings.channels_first,
+            shard=shard, log=log,
+        )
     for warning in feed.warnings:
         emit(ev.WarningEvent(message=warning))
     if feed.decode_seconds:
@@ -326,13 +373,9 @@ def train(
 
     if shard[1] == 1:  # the batch search's trials may have run in this process
         memory.reset_peaks(settings.backend, settings.gpus)
-    emit(ev.Phase(phase="build", message=f"building EfficientNet{settings.model}"))
-    began = time.monotonic()
-    with distribute.replicas(settings):
-        network, graphs = prepare_network(settings, weights=settings.weights,
-                                          classes=len(dataset.class_names))
-        if hooks is not None:
-            hooks.prepare(network)
+    if not other:
+        began = time.monotonic()
+        network, graphs = build()
     counts = net.parameter_counts(network)
     log(f"built in {time.monotonic() - began:.1f} s")
     emit(ev.Phase(phase="first_step",
@@ -356,8 +399,11 @@ def train(
             peaks.append(hooks.read_peaks() if hooks is not None
                          else memory.read_peaks(settings.backend, local_gpus))
 
+    # What a step counts in the run's unit: its images or samples, or its tokens.
+    per_sample = network.gpubench_feeding.unit_per_sample if other else 1
     timer = timing.epoch_timer(settings.backend, settings.gpus > 0, events,
-                               feed.train.images_in_step, len(feed.train),
+                               lambda step: feed.train.images_in_step(step) * per_sample,
+                               len(feed.train),
                                before_epoch=before_epoch, after_epoch=after_epoch)
     _cap_address_space_for_tests()
     network.fit(feed.train, validation_data=feed.validation, epochs=settings.epochs,
@@ -374,8 +420,8 @@ def train(
     measured = timer.epochs[MEASURED_EPOCH - 1]
     warnings = list(feed.warnings) + list(measured.stats.warnings if measured.stats else [])
     warnings += replica_warnings
-    expected = PROTOCOL_PARAMETERS[settings.model]
-    if len(dataset.class_names) == 3 and tuple(counts.values()) != expected:
+    expected = PROTOCOL_PARAMETERS.get(settings.model)
+    if expected and len(dataset.class_names) == 3 and tuple(counts.values()) != expected:
         warnings.append(f"parameter counts {counts} differ from the protocol's {expected}")
     for warning in warnings[len(feed.warnings):]:
         emit(ev.WarningEvent(message=warning))
@@ -396,6 +442,11 @@ def train(
         jit_compile=bool(network.jit_compile),
     ))
     return EXIT_OK
+
+
+def _words(model: str) -> str:
+    """How the build phase names a model: EfficientNetB0, or as --model names it."""
+    return f"EfficientNet{model}" if models.is_efficientnet(model) else model
 
 
 def _cap_address_space_for_tests() -> None:

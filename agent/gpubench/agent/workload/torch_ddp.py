@@ -128,7 +128,8 @@ class ReplicaHooks:
 
 
 def launch(train: Train, settings: RunSettings, dataset: Dataset, batch: int, choice: str,
-           events: EventSink, *, replicas: int | None = None) -> int:
+           events: EventSink, *, replicas: int | None = None,
+           identity: dict[str, Any] | None = None) -> int:
     """Run `train` (runner.train) in one process per GPU (or in `replicas` CPU processes
     over gloo, for tests)."""
     import torch.multiprocessing as mp
@@ -139,7 +140,8 @@ def launch(train: Train, settings: RunSettings, dataset: Dataset, batch: int, ch
     port = _free_port()
     processes = mp.start_processes(
         _replica,
-        args=(world, train, settings, dataset, batch, choice, port, channel, bool(replicas)),
+        args=(world, train, settings, dataset, batch, choice, port, channel, bool(replicas),
+              identity),
         nprocs=world, join=False, start_method="spawn",
     )
     done = False
@@ -160,7 +162,8 @@ def _forward(channel: Any, events: EventSink) -> None:
 
 
 def _replica(rank: int, world: int, train: Train, settings: RunSettings, dataset: Dataset,
-             batch: int, choice: str, port: int, channel: Any, on_cpu: bool) -> None:
+             batch: int, choice: str, port: int, channel: Any, on_cpu: bool,
+             identity: dict[str, Any] | None = None) -> None:
     from gpubench.agent.workload import backend
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -176,7 +179,7 @@ def _replica(rank: int, world: int, train: Train, settings: RunSettings, dataset
     dist.init_process_group("gloo" if on_cpu else "nccl", rank=rank, world_size=world)
     try:
         train(settings, dataset, batch, choice, _QueuedEvents(channel) if rank == 0 else None,
-              shard=(rank, world), hooks=ReplicaHooks(rank, world))
+              shard=(rank, world), hooks=ReplicaHooks(rank, world), identity=identity)
     finally:
         dist.destroy_process_group()
 

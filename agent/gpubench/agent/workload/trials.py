@@ -84,6 +84,11 @@ class WarmTrials:
             self.build_seconds = time.monotonic() - began
         return self._network
 
+    def identity(self) -> dict[str, Any]:
+        """The model's identity (custom.identity; {} for an EfficientNet), its network
+        built for the trials now: one gpubench cannot feed is refused here."""
+        return dict(getattr(self._prepare(), "gpubench_identity", {}))
+
     def __call__(self, batch: int, kind: str) -> Trial:
         from gpubench.agent.workload import memory
 
@@ -115,7 +120,7 @@ class WarmTrials:
         new shape costs seconds of kernel set-up on a GPU, so the epoch's other
         shapes (its short last batches, validation) are left to HEADROOM and, in the
         real run, to the run again at a smaller batch."""
-        x, y = self._batch(batch)
+        x, y = self._batch(batch, getattr(network, "gpubench_feeding", None))
         times = []
         for _ in range(steps):
             began = time.monotonic()
@@ -124,8 +129,13 @@ class WarmTrials:
             times.append(time.monotonic() - began)
         return statistics.median(times[1:]) if len(times) > 1 else 0.0
 
-    def _batch(self, images: int) -> tuple[Any, Any]:
-        """Random uint8 images and one-hot labels of `images` (kept: trials repeat sizes)."""
+    def _batch(self, images: int, feeding: Any = None) -> tuple[Any, Any]:
+        """Random uint8 images and one-hot labels of `images` (kept: trials repeat sizes);
+        for a model other than the EfficientNets, samples as `feeding` makes them."""
+        if feeding is not None and images not in self._data:
+            from gpubench.agent.workload import custom
+
+            self._data[images] = custom.samples(feeding, images, self.settings.seed + images)
         if images not in self._data:
             import numpy as np
 

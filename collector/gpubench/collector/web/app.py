@@ -38,7 +38,7 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gpubench import figures, frames, record
+from gpubench import figures, frames, models, record
 from gpubench.collector.web import lists, metrics, reads, text, views
 from gpubench.errors import (
     AccessDenied,
@@ -78,7 +78,7 @@ def templates() -> jinja2.Environment:
     )
     env.filters.update(text.FILTERS)
     env.globals.update(
-        models=record.MODELS, gpu_url=views.gpu_url, run_url=views.run_url,
+        models=models.STANDARD_MODELS, gpu_url=views.gpu_url, run_url=views.run_url,
         summary=views.summary_of, spread=text.SPREAD, version=VERSION,
         config_name=record.gpu_config_name, status_name=record.status_name,
         memory=text.memory, url_with=lists.url_with, figures=figures,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
 
-from gpubench import answers, comparison_key, figures, frames, prices, record, sizes, tables
+from gpubench import answers, comparison_key, figures, frames, models, prices, record, sizes, tables
 from gpubench.client import Client
 from gpubench.collector.validation import MAX_GPUS
 from gpubench.collector.web import charts, lists, reads
@@ -163,11 +163,15 @@ class Filters:
 
 
 def model_of(name: str) -> str:
-    """The model of a URL ('b0' or 'B0'); NotFound for anything else (a page that is not)."""
-    model = name.upper()
-    if model not in record.MODELS:
-        raise NotFound(f"model {name[:16]!r}: no such model (one of {', '.join(record.MODELS)})")
-    return model
+    """The model of a URL: a standard workload in any case ('b0', 'vit-b16'), or another
+    model's recorded name as it is; NotFound for anything else (a page that is not)."""
+    standard = {m.upper(): m for m in models.STANDARD_MODELS}
+    if name.upper() in standard:
+        return standard[name.upper()]
+    if not models.is_record_name(name):
+        raise NotFound(f"model {name[:16]!r}: no such model (one of "
+                       f"{', '.join(models.STANDARD_MODELS)}, or a model's name)")
+    return name
 
 
 def gpu_url(gpu_name: str) -> str:
@@ -226,8 +230,8 @@ LEADERBOARD_COLUMNS = (
 def overview(client: Client, query: Mapping[str, str]) -> Answer:
     """The home page: each model's top configurations at the protocol's settings."""
     boards = []
-    for model in record.MODELS:
-        board = reads.leaderboard(client, model, settings=record.DEFAULT_SETTINGS,
+    for model in models.STANDARD_MODELS:
+        board = reads.leaderboard(client, model, settings=record.default_settings(model),
                                   batch_rule=record.DEFAULT_BATCH_RULE, precision="",
                                   backend="", include_flagged=False, limit=5)
         boards.append((model, board))
@@ -241,6 +245,8 @@ def leaderboard(client: Client, model: str, query: Mapping[str, str], path: str)
     model = model_of(model)
     filters = Filters.of(query)
     sorting = lists.Sorting.of(query, LEADERBOARD_COLUMNS)
+    if "settings" not in query:  # each model's own default: Keras's path for all but B0-B7
+        filters = replace(filters, settings=record.default_settings(model))
     board = reads.leaderboard(client, model, settings=filters.settings,
                               batch_rule=filters.batch_rule, precision=filters.precision,
                               backend=filters.backend, include_flagged=filters.include_flagged,
@@ -254,7 +260,9 @@ def leaderboard(client: Client, model: str, query: Mapping[str, str], path: str)
         "model": model, "board": board, "filters": filters, "page": page,
         "sorting": sorting, "columns": LEADERBOARD_COLUMNS,
         "choices": filters.choices(any_rule=False, pipeline=False),
-        "several_ways": len(ways) > 1, "native_size": record.NATIVE_IMAGE_SIZE[model],
+        "several_ways": len(ways) > 1,
+        "native_size": comparison_key.standard_value("image_size", model),
+        "unit": models.unit_of(model),
     }, frame=reads.leaderboard_frame(board), name=f"{model.lower()}-leaderboard")
 
 
@@ -486,7 +494,7 @@ def gpu(client: Client, name: str, query: Mapping[str, str], path: str) -> Answe
     card = next((g for s in stored.runs for g in s.run.gpus
                  if record.normalize_gpu_name(g.name) == wanted), None)
     by_model = {}
-    for model in record.MODELS:
+    for model in dict.fromkeys(s.run.config.model for s in stored.runs):
         members = sorting.apply([s for s in stored.runs if s.run.config.model == model])
         if members:
             by_model[model] = lists.paginate(members, path, query, name=f"{model.lower()}_start")
