@@ -254,7 +254,8 @@ def test_a_card_not_yet_catalogued_is_compared_apart() -> None:
     assert [(g.figures.gpu_name, g.speedup, g.is_baseline) for g in result.uncatalogued] == [
         ("NVIDIA GeForce RTX 6090", pytest.approx(905.0 / 41.0), False),
         ("NVIDIA GeForce GTX 1010", pytest.approx(0.5), False)]
-    with pytest.raises(NotFound, match="baseline_gpu: no runs of 1x NVIDIA GeForce RTX 6090"):
+    with pytest.raises(NotFound,
+                       match=r"baseline_gpu \(--baseline\): no runs of 1x NVIDIA GeForce RTX 6090"):
         compare.compare("B7", [T4, fast], baseline_gpu="NVIDIA GeForce RTX 6090")
     # Only cards not yet catalogued: nothing compared, and they are still shown.
     alone = compare.compare("B7", [fast])

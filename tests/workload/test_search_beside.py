@@ -107,3 +107,39 @@ def test_the_run_imports_and_decodes_while_the_child_searches(dataset_cache) -> 
     assert [e.batch for e in events if e.kind == "batch_trial"] == [16, 64]
     # build_feed took the images decoded ahead, with the seconds that took.
     assert done.stderr.strip().splitlines()[-1] == "16 searched True"
+
+
+TINY = os.path.join(os.path.dirname(__file__), "tiny_models.py")
+
+
+@pytest.mark.parametrize(("builder", "decoded"), [
+    ("cnn", "decoding 240 images at 32x32 into memory"),  # photos at the model's own size
+    ("language_model", None),                            # tokens: no photos to decode
+])
+def test_a_model_of_its_own_is_decoded_ahead_as_it_is_fed(dataset_cache, builder: str,
+                                                          decoded: str | None) -> None:
+    """The run decodes ahead what the model takes, as its check says: the photos at the
+    model's input size (the settings name none for such a model), nothing for a model
+    fed tokens."""
+    model = f"{TINY}:{builder}"
+    script = (
+        "import sys\n"
+        "from gpubench.agent.workload import model_check, runner\n"
+        "from gpubench.events import EventWriter\n"
+        "from gpubench.settings import RunSettings\n"
+        f"settings = RunSettings(model={model!r}, backend='torch', gpus=0, trial_steps=1,\n"
+        "                        limit_images=240, max_trials=2)\n"
+        "identity = model_check.check(settings)\n"
+        "dataset = runner.load_dataset(settings, identity)\n"
+        "choice = runner.search_while_loading(settings, dataset, EventWriter(sys.stdout),\n"
+        "                                     identity)\n"
+        "print(choice.batch, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=900, check=False,
+                          env={**os.environ, "GPUBENCH_CACHE": str(dataset_cache)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [e for e in map(parse_line, done.stdout.splitlines()) if e is not None]
+    decoding = [e.message for e in events if e.kind == "log" and e.message.startswith("decoding")]
+    assert decoding == ([decoded] if decoded else [])
+    assert int(done.stderr.strip().splitlines()[-1]) > 0

@@ -100,7 +100,7 @@ def run(settings: RunSettings, events: EventSink) -> int:
                                     replicas=settings.replicas_on_cpu or None,
                                     identity=identity)
         if choice is None:  # warm trials, in a process beside this one's import
-            choice = search_while_loading(settings, dataset, events)
+            choice = search_while_loading(settings, dataset, events, identity)
             notes = open_gpus(settings)
         else:
             notes = load_framework(settings)
@@ -138,15 +138,22 @@ def open_gpus(settings: RunSettings) -> list[str]:
 
 
 def search_while_loading(settings: RunSettings, dataset: data.Dataset,
-                         events: EventSink) -> BatchChoice:
+                         events: EventSink, identity: dict[str, Any] | None = None
+                         ) -> BatchChoice:
     """The batch search in a process beside this one (search_beside) while this one
-    imports its framework and decodes the images; then the batch it chose."""
+    imports its framework and decodes the images (at the size the model takes, as its
+    `identity` says for a model other than the EfficientNets; none for a model fed
+    tokens or values); then the batch it chose."""
+    identity = identity or {}
+    size = identity.get("image_size") or settings.size
+    photos = identity.get("feeding", "photos") == "photos"
     with search_beside.SearchBeside(settings, events) as beside:
         import_framework(settings)
         from gpubench.agent.workload import pipeline  # imports Keras: after the backend
 
-        pipeline.decode_ahead(dataset, settings.size, settings.pipeline,
-                              log=lambda message: events.emit(ev.LogEvent(message=message)))
+        if photos:
+            pipeline.decode_ahead(dataset, size, settings.pipeline,
+                                  log=lambda message: events.emit(ev.LogEvent(message=message)))
         ready = beside.seconds
         batch, found = beside.result()
     waited = max(0.0, beside.seconds - ready)
