@@ -1,8 +1,8 @@
 """Runs aggregated per GPU configuration: Compare's figures (from the per-group figures
-the flusher keeps, or afresh from the runs), published runs, and the leaderboard.
+the store keeps, or afresh from the runs), published runs, and the leaderboard.
 
-Like every read (collector.visible), these see every run acknowledged before they
-began, outliers flagged as the next rescore will flag them, and never wait for a write.
+Like every read (collector.queries), these see every run acknowledged before they
+began, its outlier group rescored in the same commit, and never wait for a write.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import duckdb
 from gpubench import comparison_key, record
 from gpubench.collector import ceilings, corroboration, outliers
 from gpubench.collector.compare import GroupFigures
-from gpubench.collector.visible import Snapshot, Snapshots
+from gpubench.collector.database import Database
 from gpubench.comparison_key import Value
 from gpubench.v1 import run_pb2
+
+Connection = duckdb.DuckDBPyConnection
 
 # The columns of a GPU configuration, as SQL, and the dimensions Compare keeps apart
 # (gpubench.comparison_key: each a column of the runs and of group_figures).
@@ -89,8 +91,8 @@ class LeaderboardRow:
 class Aggregates:
     """Compare's and the leaderboard's reads."""
 
-    def __init__(self, snapshot: Snapshots) -> None:
-        self._snapshot = snapshot
+    def __init__(self, database: Database) -> None:
+        self._db = database
 
     def compare_groups(self, query: CompareQuery) -> list[GroupFigures]:
         """Per GPU configuration (name x count x memory limit): the figures Compare
@@ -100,21 +102,21 @@ class Aggregates:
         several outlier groups (runs of unlike settings) and the caller allows mixing
         them, or flagged runs are asked for, the medians are computed afresh from the runs.
         """
-        with self._snapshot() as read:
+        with self._db.read() as con:
             if query.include_flagged:
-                return [_group_figures(r) for r in _compare_rows_from_runs(read, query)]
+                return [_group_figures(r) for r in _compare_rows_from_runs(con, query)]
             clauses, params = _compare_filter(query)
-            rows = _records(read.con.execute(
+            rows = _records(con.execute(
                 f"""
                 SELECT {_CONFIG}, {", ".join(_FIGURE_NAMES)},
                     {", ".join(f"[{c}] AS {c}" for c in KEY_COLUMNS)}
-                FROM {read.group_figures()} WHERE with_outliers = ? AND {' AND '.join(clauses)}
+                FROM group_figures WHERE with_outliers = ? AND {' AND '.join(clauses)}
                 """,
                 [query.include_outliers, *params],
             ))
             configs = {tuple(r[c] for c in outliers.CONFIG_COLUMNS) for r in rows}
             if len(configs) < len(rows) and query.allow_mixed:
-                rows = _compare_rows_from_runs(read, query)
+                rows = _compare_rows_from_runs(con, query)
         return [_group_figures(r) for r in rows]
 
     def published_groups(self, model: str, gpu_names: Sequence[str] = ()) -> list[GroupFigures]:
@@ -122,11 +124,11 @@ class Aggregates:
         everything that changes what was timed, each group with its source. Flagged
         published runs are left out like measured ones."""
         clauses, params = _compare_filter(CompareQuery(model=model, gpu_names=tuple(gpu_names)))
-        with self._snapshot() as read:
-            published = f"""(SELECT *, true AS keep FROM {read.rows}
+        with self._db.read() as con:
+            published = f"""(SELECT *, true AS keep FROM runs
                              WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND published
                                AND NOT flagged AND {' AND '.join(clauses)})"""
-            rows = _records(read.con.execute(
+            rows = _records(con.execute(
                 f"""
                 SELECT {_CONFIG}, {outliers.FIGURES},
                     {", ".join(f"[{c}] AS {c}" for c in KEY_COLUMNS)},
@@ -177,21 +179,21 @@ class Aggregates:
                 clauses.append(f"{name} = ?")
                 params.append(value)
         where = " AND ".join(clauses)
-        with self._snapshot() as read:
+        with self._db.read() as con:
             version = query.benchmark_version
             if not version:
-                versions = _benchmark_versions(read, where, params)
+                versions = _benchmark_versions(con, where, params)
                 if not versions:
                     return [], ""
                 version = versions[0]
-            rows = _records(read.con.execute(
+            rows = _records(con.execute(
                 f"""
                 WITH voices AS (
                     SELECT {_BOARD_KEYS}, submitter, count(*) AS runs,
                         min(epoch2_seconds) AS best, median(epoch2_seconds) AS epoch2,
                         median(train_images_per_second) AS rate, max(batch_per_gpu) AS batch,
                         max(largest_batch_per_gpu) AS largest
-                    FROM {read.runs}
+                    FROM runs
                     WHERE {where} AND benchmark_version = ?
                     GROUP BY {_BOARD_KEYS}, submitter)
                 SELECT {_BOARD_KEYS}, sum(runs)::INTEGER AS runs,
@@ -206,7 +208,7 @@ class Aggregates:
                 """,
                 [*params, version],
             ))
-            published = _published_medians(read, query.model, version)
+            published = _published_medians(con, query.model, version)
         found = []
         for r in rows:
             row = LeaderboardRow(
@@ -244,13 +246,13 @@ def _reference_key(row: dict[str, Any]) -> tuple:
     return tuple(row[k] for k in _REFERENCE_KEYS)
 
 
-def _published_medians(read: Snapshot, model: str, version: str) -> dict[tuple, list]:
+def _published_medians(con: Connection, model: str, version: str) -> dict[tuple, list]:
     """The median epoch-2 time of the unflagged published runs of a model at its native
     size, per _REFERENCE_KEYS, each as (what it is, seconds)."""
-    rows = read.con.execute(
+    rows = con.execute(
         f"""
         SELECT {", ".join(_REFERENCE_KEYS)}, median(epoch2_seconds), any_value(run_id)
-        FROM {read.rows}
+        FROM runs
         WHERE published AND NOT flagged AND status = 'ok' AND epoch2_seconds IS NOT NULL
           AND model = ? AND image_size = ? AND benchmark_version = ?
         GROUP BY ALL
@@ -278,19 +280,19 @@ def _corroboration(row: dict[str, Any], published: Sequence[tuple[str, float]],
     return corroboration.corroborate(figure, row["submitter_medians"], references)
 
 
-def _benchmark_versions(read: Snapshot, where: str, params: Sequence[Any]) -> list[str]:
-    rows = read.con.execute(
-        f"SELECT DISTINCT benchmark_version FROM {read.runs} WHERE {where}", list(params)
+def _benchmark_versions(con: Connection, where: str, params: Sequence[Any]) -> list[str]:
+    rows = con.execute(
+        f"SELECT DISTINCT benchmark_version FROM runs WHERE {where}", list(params)
     ).fetchall()
     return sorted((v for (v,) in rows), key=record.version_key, reverse=True)
 
 
-def _compare_rows_from_runs(read: Snapshot, query: CompareQuery) -> list[dict[str, Any]]:
+def _compare_rows_from_runs(con: Connection, query: CompareQuery) -> list[dict[str, Any]]:
     clauses, params = _compare_filter(query)
-    kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {read.runs}
+    kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM runs
                 WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
                   AND (? OR NOT flagged) AND {' AND '.join(clauses)})"""
-    return _records(read.con.execute(
+    return _records(con.execute(
         f"""
         SELECT {_CONFIG}, {outliers.FIGURES},
             {", ".join(f"list(DISTINCT {c}) FILTER (WHERE keep) AS {c}" for c in KEY_COLUMNS)},

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -59,12 +59,10 @@ class Database:
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._local = threading.local()
         # A fatal error (a checkpoint on a full disk) leaves DuckDB refusing every
-        # statement until the database is opened again: the flusher does so (`reopen`),
+        # statement until the database is opened again: the store does so (`reopen`),
         # and each opening gets a new epoch, so that threads take new cursors.
         self.broken = False
         self._epoch = 0
-        # Called when the database turns broken (the flusher wakes up to open it again).
-        self.on_broken: Callable[[], None] | None = None
         self.write_lock = threading.Lock()
         self.closed = False
         try:
@@ -119,20 +117,21 @@ class Database:
             yield
         except Exception as exc:
             if isinstance(exc, duckdb.FatalException):
-                self.mark_broken()
+                self.broken = True  # the next write, or the store's retry, opens it again
             error = storage_error(exc, f"reading {self.path}")
             if error is None:
                 raise
             raise error from exc
 
-    def mark_broken(self) -> None:
-        """DuckDB refuses every statement until the database is opened again."""
-        self.broken = True
-        if self.on_broken is not None:
-            self.on_broken()
+    @contextlib.contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """This thread's cursor for a read, its storage failures raised as retryable
+        (`reading`)."""
+        with self.reading():
+            yield self.cursor()
 
     def reopen(self) -> None:
-        """Open the database again after a fatal error (called by the flusher with the
+        """Open the database again after a fatal error (called by the store with the
         write lock held; raises when it cannot yet: retried). DuckDB replays its log."""
         with self._cursor_lock:
             if self.closed:
@@ -150,13 +149,8 @@ class Database:
         self.broken = False
         log.warning("%s: opened again after a fatal error of the database", self.path)
 
-    def close(self, finish: Callable[[], None]) -> None:
-        """Call `finish` with the write lock held (unless closed already), then close
-        every cursor, checkpoint and close the file."""
-        with self.write_lock:
-            if self.closed:
-                return
-            finish()
+    def close(self) -> None:
+        """Close every cursor (after the write in flight), checkpoint and close the file."""
         with self._cursor_lock:
             if self.closed:
                 return

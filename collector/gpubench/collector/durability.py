@@ -1,11 +1,11 @@
 """Whether the store can make writes durable now, and who must know when that changes.
 
 A full disk (or a failing one) must not look like a bug: the store turns the
-errors of its journal and database writes into `StorageFull` or
+errors of its database writes into `StorageFull` or
 `StorageUnavailable` (retryable status codes with a clear message), and keeps
 here which of its parts cannot write. The health service listens: the collector
 says NOT_SERVING while any part is in trouble and SERVING again once its writes
-succeed (the store retries by itself: see collector.flusher).
+succeed (the store retries by itself: see collector.store).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _IO_WORDS = ("could not write", "could not read", "could not fsync", "input/outp
 
 def storage_error(exc: BaseException, doing: str) -> StorageUnavailable | None:
     """The StorageFull / StorageUnavailable an I/O failure of `doing` ("writing the
-    intake journal /x") amounts to; None for errors that are not about the storage
+    storing runs in /x") amounts to; None for errors that are not about the storage
     (bugs, a value the database refuses), which must not look retryable."""
     text = str(exc).lower()
     if isinstance(exc, OSError):
@@ -41,7 +41,7 @@ def storage_error(exc: BaseException, doing: str) -> StorageUnavailable | None:
     elif isinstance(exc, duckdb.Error):
         full = any(words in text for words in _FULL_WORDS)
         # FatalException: DuckDB refuses everything until the database is opened again,
-        # which the flusher does (Database.reopen).
+        # which the store does (Database.reopen).
         if not (full or isinstance(exc, (duckdb.IOException, duckdb.FatalException))
                 or any(words in text for words in _IO_WORDS)):
             return None
@@ -55,7 +55,7 @@ def storage_error(exc: BaseException, doing: str) -> StorageUnavailable | None:
 
 
 class Durability:
-    """Which parts of the store cannot write durably now ("journal", "database"), and
+    """Which parts of the store cannot write durably now ("database"), and
     the listeners told `trouble` (a message, or None when every part writes again)."""
 
     def __init__(self) -> None:

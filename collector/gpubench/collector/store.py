@@ -1,61 +1,61 @@
 """The collector's store: runs and tokens in one DuckDB file, through one object.
 
-`Store` opens the database (collector.database) and composes the parts that use it,
-each with one job:
+A submission is stored in one DuckDB transaction: the run inserted, its outlier group
+rescored, and the acknowledgement given only once the commit has returned. DuckDB
+syncs its write-ahead log at every commit, so an acknowledged run is on disk. Writes
+take the database's write lock, one at a time; reads take none (DuckDB's MVCC: each
+statement reads what was committed when it began).
 
-- collector.group_commit: submissions, group-committed into the intake journal and
-  acknowledged from it;
-- collector.backlog: the acknowledged runs not yet in DuckDB, and what readers must
-  add to DuckDB's runs;
-- collector.flusher: every write of the runs table (the journal's runs in bulk,
-  deletes, bulk loads, quarantine retries) and the outlier rescoring after it;
+`Store` composes the parts that use the database, each with one job:
+
 - collector.outliers: the outlier flags and per-group figures, as SQL;
 - collector.queries and collector.aggregates: the reads (runs, pages, counts;
-  Compare, the leaderboard), which never take the write lock (collector.visible);
-- collector.quarantine: the acknowledged runs the database refused;
+  Compare, the leaderboard);
+- collector.leftovers: what a previous version left to store (its intake journal,
+  its quarantine), stored once when the store opens;
 - collector.tokens: access tokens.
 """
 
 from __future__ import annotations
 
 import builtins
-import functools
+import contextlib
 import logging
-from collections.abc import Iterable, Sequence
-from concurrent.futures import Future
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
-from gpubench.collector import backup_tables, visible
+from gpubench.collector import backup_tables, columns, leftovers, outliers
 from gpubench.collector.aggregates import (
     Aggregates,
     CompareQuery,
     LeaderboardQuery,
     LeaderboardRow,
 )
-from gpubench.collector.backlog import Backlog
-from gpubench.collector.columns import RUN_COLUMNS
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.database import Database, backup_counts, registered, transaction
-from gpubench.collector.durability import Durability
-from gpubench.collector.flusher import Flusher
-from gpubench.collector.group_commit import GroupCommit
-from gpubench.collector.intake import Journal, journal_folder
-from gpubench.collector.quarantine import QuarantinedRun, QuarantineTable
+from gpubench.collector.durability import Durability, storage_error
+from gpubench.collector.errors import RunConflict
 from gpubench.collector.queries import RunFilter, RunReads
-from gpubench.collector.rows import Ack, run_row
+from gpubench.collector.rows import Ack, run_row, utc_now
+from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.tokens import TokenRow, Tokens
+from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2
 
 log = logging.getLogger(__name__)
 
-
-def _counted(part: str, name: str) -> property:
-    """A count its part keeps (`Store.<part>.<name>`), read as the store's own."""
-    return property(lambda store: getattr(getattr(store, part), name))
+# While writes fail (a full disk), how often the store tries whether they would succeed
+# again (s), so that health says SERVING again without waiting for a submission.
+RETRY_S = 1.0
+# What that try writes and syncs beside the database: about a large run record.
+PROBE_BYTES = 64 * 1024
 
 
 class Store:
@@ -65,45 +65,28 @@ class Store:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.database = Database(self.path)
-        # Whether journal and database writes succeed now (the health service listens).
+        # Whether writes succeed now (the health service listens).
         self.durability = Durability()
-        self.quarantine = QuarantineTable(self.database.cursor, self.path)
-        try:
-            # The database's file lock is held now: no other collector uses this journal.
-            self.backlog = Backlog(Journal(journal_folder(self.path)), self.durability,
-                                   self.database.mark_broken)
-            self.flusher = Flusher(self.database, self.backlog, self.quarantine)
-            self.flusher.replay()
-            self.backlog.known.add(r for (r,) in self.database.cursor().execute(
-                "SELECT run_id FROM runs UNION ALL SELECT run_id FROM quarantine").fetchall())
-        except BaseException:
-            self.database.close(lambda: None)  # release the file: nothing else may use it now
-            raise
-        held = self.quarantine.count()
-        if held:
-            log.warning("%s: %d acknowledged run(s) held in quarantine, refused by the "
-                        "database; see `gpubench-collector quarantine list`", self.path, held)
-        self.tokens_table = Tokens(self.database)
-        reads = functools.partial(visible.snapshot, self.database, self.backlog)
-        self._runs = RunReads(reads, self.quarantine)
-        self._aggregates = Aggregates(reads)
-        self._group_commit = GroupCommit(self.database, self.backlog)
-        self.flusher.start()
         # For operators (the Stats call): submissions acknowledged and refused.
-        self.submissions = self._group_commit.submissions
-
-    # For benchmarks: group commits (journal writes) and the runs they acknowledged;
-    # bulk inserts of the journal's runs into DuckDB and the runs they stored.
-    commits = _counted("_group_commit", "commits")
-    committed_runs = _counted("_group_commit", "committed_runs")
-    flushes = _counted("flusher", "flushes")
-    flushed_runs = _counted("flusher", "flushed_runs")
+        self.submissions = SubmissionCounts()
+        self.tokens_table = Tokens(self.database)
+        self._runs = RunReads(self.database)
+        self._aggregates = Aggregates(self.database)
+        self._closing = threading.Event()
+        self._retrying: threading.Thread | None = None
+        try:
+            # The database's file lock is held now: nothing else reads what was left.
+            leftovers.store_left_behind(self.path, self._writing, _insert)
+        except BaseException:
+            self.database.close()  # release the file: nothing else may use it now
+            raise
 
     def close(self) -> None:
-        """Finish queued submissions, flush the journal into DuckDB, checkpoint, close."""
-        self._group_commit.stop()
-        self.flusher.stop()
-        self.database.close(self.flusher.finish)
+        """Checkpoint and close the database (writes in flight finish first)."""
+        self._closing.set()
+        self.database.close()
+        if self._retrying is not None:
+            self._retrying.join()
 
     def applied_migrations(self) -> list[str]:
         """The names of the migrations this database has had, in order applied."""
@@ -117,57 +100,69 @@ class Store:
         The same run_id with the same content returns the first acknowledgement;
         with different content it raises RunConflict.
         """
-        return self.submit_row(run_row(run, submitter)).result()
-
-    def submit_row(self, row: dict[str, Any]) -> Future:
-        """Queue a row made by `run_row` for the next group commit, without waiting
-        (the multi-process collector's owner answers from the future's callback)."""
-        return self._group_commit.submit_row(row)
+        try:
+            (result,) = self.store_rows([run_row(run, submitter)])
+            if isinstance(result, Exception):
+                raise result
+        except Exception as exc:
+            self.submissions.refuse(exc)
+            raise
+        self.submissions.accept()
+        return result
 
     def submit_many(self, runs: Iterable[run_pb2.Run], submitter: str) -> list[Ack | Exception]:
-        """Store many validated runs at once, in DuckDB and rescored before this returns;
-        per run an Ack or the RunConflict."""
-        rows = [run_row(run, submitter) for run in runs]
-        with self.database.write_lock:
-            results = self._group_commit.accept_now(rows)
-            self.flusher.catch_up()
-        return results
+        """Store many validated runs in one transaction; per run an Ack, or the
+        RunConflict or InvalidRecord that refused it."""
+        return self.store_rows([run_row(run, submitter) for run in runs])
 
-    def catch_up(self) -> None:
-        """Store every acknowledged run still only in the journal and rescore the groups
-        waiting for it, now (the flusher does so within FLUSH_INTERVAL_S by itself)."""
-        with self.database.write_lock:
-            self.flusher.catch_up()
+    def store_rows(self, rows: Sequence[dict[str, Any]]) -> list[Ack | Exception]:
+        """Insert rows made by `run_row` (received_at set where None) and rescore the
+        outlier groups they join, in one transaction; per row its Ack, or the
+        RunConflict or InvalidRecord that refused it. Raises StorageFull or
+        StorageUnavailable (nothing stored) when the storage fails."""
+        with self._writing(f"storing runs in {self.path}") as con:
+            return _insert(con, rows)
 
     def delete(self, run_id: str) -> str:
         """Delete a run (and rescore its group); returns its submitter. NotFound if absent."""
-        return self.flusher.delete(run_id)
+        cols = ", ".join(outliers.OUTLIER_GROUP)
+        with self._writing(f"deleting a run from {self.path}") as con:
+            rows = con.execute(
+                f"SELECT submitter, status, {cols} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchall()
+            if not rows:
+                raise NotFound(f"run_id {run_id}: no such run")
+            con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+            if rows[0][1] == "ok":  # (a group a flagged run is not in: nothing changes)
+                outliers.rescore(con, {tuple(rows[0][2:])})
+            return rows[0][0]
 
     def bulk_load(self, table: pa.Table) -> None:
         """Append rows given as an Arrow table of RUN_COLUMNS (no validation, no rescoring)."""
-        self.flusher.bulk_load(table)
+        rows = table.select(columns.RUN_COLUMNS.names).cast(columns.RUN_COLUMNS)
+        with self.database.write_lock:
+            con = self.database.cursor()
+            with registered(con, "loaded_runs", rows), transaction(con):
+                con.execute("INSERT INTO runs BY NAME SELECT * FROM loaded_runs")
 
     def rescore_all(self) -> None:
         """Recompute the outlier flags of every group (after a bulk load)."""
-        self.flusher.rescore_all()
+        with self._writing(f"rescoring the outliers of {self.path}") as con:
+            outliers.rescore(con, None)
 
     def export_to(self, folder: Path, tables: Sequence[str]) -> dict[str, int]:
         """Write a consistent copy of `tables` into `folder`, one Parquet file each
         (collector.backup_tables), and return how many runs, tokens and quarantined runs
         it holds.
 
-        Every run acknowledged before the call is in it: the journal's pending runs are
-        stored first. The copy reads one snapshot, taken right after, in a transaction
-        of its own, so submissions go on while it is written (and are not in it).
+        Every run acknowledged before the call is in it. The copy reads one snapshot, in
+        a transaction of its own, so submissions go on while it is written (and are not
+        in it).
         """
-        with self.database.own_cursor() as con:
-            with self.database.write_lock:
-                self.flusher.flush()
-                con.execute("BEGIN TRANSACTION")
-                # The first read fixes the snapshot, before any later run is stored.
-                counts = backup_counts(con)
-            with self.backlog.writing("database", f"writing a backup into {folder}"):
-                backup_tables.export(con, folder, tables)
+        with self.database.own_cursor() as con, self.database.reading():
+            con.execute("BEGIN TRANSACTION")
+            counts = backup_counts(con)  # the first read fixes the snapshot
+            backup_tables.export(con, folder, tables)
             con.execute("COMMIT")
             return counts
 
@@ -185,13 +180,63 @@ class Store:
     def _insert_loaded(self, table: pa.Table) -> None:
         # Within load_backup's transaction and write lock.
         con = self.database.cursor()
-        with registered(con, "loaded_runs", table.cast(RUN_COLUMNS)):
+        with registered(con, "loaded_runs", table.cast(columns.RUN_COLUMNS)):
             con.execute("INSERT INTO runs BY NAME SELECT * FROM loaded_runs")
 
-    # -- reads (none takes the write lock: collector.visible) --------------------------------
+    @contextlib.contextmanager
+    def _writing(self, doing: str) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The write lock and one transaction on this thread's cursor for the block.
+
+        A failure of the storage (a full disk) is raised as StorageFull or
+        StorageUnavailable naming `doing` and noted in `durability` (logged once when
+        it begins, once when it ends) until a write or a retry succeeds; other errors
+        pass unchanged.
+        """
+        with self.database.write_lock:
+            try:
+                if self.database.broken:
+                    self.database.reopen()
+                con = self.database.cursor()
+                with transaction(con):
+                    yield con
+            except Exception as exc:
+                if isinstance(exc, duckdb.FatalException):  # refuses all until opened again
+                    self.database.broken = True
+                error = storage_error(exc, doing)
+                if error is None:
+                    raise
+                if self.durability.failed("database", error):
+                    self._retry_in_background()
+                raise error from exc
+        self.durability.recovered("database")
+
+    def _retry_in_background(self) -> None:
+        """Every RETRY_S, until it works: open a broken database again and write a
+        probe beside it; then writes are durable again."""
+        if self._retrying is not None and self._retrying.is_alive():
+            return
+
+        def retry() -> None:
+            while not self._closing.wait(RETRY_S):
+                with self.database.write_lock:
+                    if self.database.closed or not self.durability.failing("database"):
+                        return
+                    try:
+                        if self.database.broken:
+                            self.database.reopen()
+                        _probe(self.path.with_name(self.path.name + ".probe"))
+                    except Exception:  # still failing (logged when it began)
+                        continue
+                    self.durability.recovered("database")
+                    return
+
+        self._retrying = threading.Thread(target=retry, name="store-retry", daemon=True)
+        self._retrying.start()
+
+    # -- reads (none takes the write lock) --------------------------------------------------
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
-        """The stored run, or NotFound (which says so of a run held in quarantine)."""
+        """The stored run, or NotFound."""
         return self._runs.get(run_id)
 
     def count(self) -> int:
@@ -227,34 +272,11 @@ class Store:
         return self._aggregates.leaderboard(query)
 
     def figures(self) -> dict[str, Any]:
-        """The runs stored (flagged, outliers, published among them), quarantined and
-        waiting in the journal, and the bulk inserts so far: StatsResponse's fields."""
-        depth = len(self.backlog.view().rows)  # before the read, which includes them
-        return {**self._runs.counts(), "runs_quarantined": self.quarantine.count(),
-                "journal_depth": depth, "flushes": self.flusher.flushes,
-                "flush_seconds_total": self.flusher.flush_seconds_total,
-                "flush_seconds_last": self.flusher.flush_seconds_last}
+        """The runs stored (flagged, outliers, published among them) and those a previous
+        version left unstored (collector.leftovers): StatsResponse's fields."""
+        return {**self._runs.counts(), "runs_quarantined": self._runs.held_count()}
 
-    # -- quarantine and tokens --------------------------------------------------------------
-
-    def quarantine_count(self) -> int:
-        """How many acknowledged runs the database refused and quarantine holds."""
-        return self.quarantine.count()
-
-    def quarantined(self, run_ids: Sequence[str] = ()) -> builtins.list[QuarantinedRun]:
-        """The runs held in quarantine (those of `run_ids`; empty: every one), oldest
-        first. NotFound names a run_id quarantine does not hold."""
-        return self.quarantine.held(run_ids)
-
-    def retry_quarantined(
-        self, run_ids: Sequence[str] = ()
-    ) -> tuple[builtins.list[str], builtins.list[QuarantinedRun]]:
-        """Store runs held in quarantine again (Flusher.retry_quarantined)."""
-        return self.flusher.retry_quarantined(run_ids)
-
-    def drop_quarantined(self, run_ids: Sequence[str]) -> builtins.list[QuarantinedRun]:
-        """Delete named runs from quarantine for good (Flusher.drop_quarantined)."""
-        return self.flusher.drop_quarantined(run_ids)
+    # -- tokens -----------------------------------------------------------------------------
 
     def create_token(self, name: str, secret_sha256: str, admin: bool) -> TokenRow:
         """Store a new token (Tokens.create)."""
@@ -275,3 +297,65 @@ class Store:
     def record_token_use(self, used: dict[str, datetime]) -> None:
         """Write tokens' last-used times (the auth layer batches them)."""
         self.tokens_table.record_use(used)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, rows: Sequence[dict[str, Any]]
+            ) -> list[Ack | Exception]:
+    """Insert the rows not stored yet and rescore their groups, in the caller's
+    transaction; per row its Ack or the refusal (see Store.store_rows).
+
+    A run_id stored already (or held from a previous version, collector.leftovers) is
+    answered with its first acknowledgement when the content is the same.
+    """
+    ids = list(dict.fromkeys(row["run_id"] for row in rows))
+    if len(ids) == 1:  # a point lookup uses the primary key's index
+        where, params = "run_id = ?", ids
+    else:
+        where, params = "list_contains(?, run_id)", [ids]
+    found = con.execute(
+        f"SELECT run_id, received_at, content_sha256 FROM runs WHERE {where} UNION ALL "
+        f"SELECT run_id, received_at, content_sha256 FROM quarantine WHERE {where}",
+        params * 2,
+    ).fetchall()
+    acks: dict[str, Ack] = {r[0]: Ack(*r) for r in found}
+    now = utc_now()
+    fresh: list[dict[str, Any]] = []
+    results: list[Ack | Exception] = []
+    for row in rows:
+        ack = acks.get(row["run_id"])
+        if ack is None:
+            misfits = columns.misfits(row)
+            if misfits:  # a value no column holds: refused before it is acknowledged
+                results.append(InvalidRecord("run", "; ".join(misfits)))
+                continue
+            row = {**row, "received_at": row["received_at"] or now}
+            ack = acks[row["run_id"]] = Ack(row["run_id"], row["received_at"],
+                                            row["content_sha256"])
+            fresh.append(row)
+            results.append(ack)
+        elif ack.content_sha256 == row["content_sha256"]:
+            results.append(ack)
+        else:
+            results.append(RunConflict(
+                f"run_id {row['run_id']}: already stored with different content "
+                f"(sha256 {ack.content_sha256[:12]}...); a new run needs a new run_id"))
+    if fresh:
+        con.execute(columns.INSERT_ROWS, columns.column_lists(fresh))
+        outliers.rescore(con, {g for g in map(outliers.group_of, fresh) if g is not None})
+    return results
+
+
+def _probe(path: Path) -> None:
+    """Write and sync PROBE_BYTES at `path`, then remove it: whether a write of about a
+    run's size can be made durable now (raises OSError when not)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(bytes(PROBE_BYTES))
+            while view:
+                view = view[os.write(fd, view):]
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        path.unlink(missing_ok=True)
