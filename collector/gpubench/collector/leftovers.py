@@ -1,17 +1,12 @@
-"""Runs a previous version of the collector acknowledged but left unstored, stored once
-when the store opens.
+"""Runs an earlier version of the collector acknowledged but left unstored, stored
+once when the store opens.
 
 Collectors before 0.9 acknowledged a run once an intake journal beside the database
-(`runs.duckdb.intake/`) had it and inserted it into DuckDB later; a run the database
-refused went to the `quarantine` table. A database such a collector left (killed, or
-upgraded with runs in either) is opened here: every run in the journal and in
-quarantine is stored through the submissions' own insert, in one transaction, before
-anything is served; the journal's segments are deleted only once that has committed.
-A run that still cannot be stored stays in (or goes to) the quarantine table with the
-reason, logged at every start: nothing acknowledged is dropped.
-
-A journal segment is a series of entries, each framed so that a write cut short by a
-crash is recognised (it was never acknowledged):
+(`runs.duckdb.intake/`) had it, and put a run the database refused in the
+`quarantine` table. Opening such a database stores every run of both through the
+submissions' own insert, in one transaction; the journal's segments are deleted once
+it has committed. A run that still cannot be stored stays in quarantine with the
+reason, logged: nothing acknowledged is dropped. A segment's entries are framed:
 
     u32 length, u32 crc32 of the payload, payload
     payload = one line of JSON (run_id, submitter, received_at, content_sha256),
@@ -84,9 +79,10 @@ def store_left_behind(database: Path, writing: Writing, insert: Insert) -> None:
             if isinstance(result, Exception):
                 refused.append(((row["run_id"], row["submitter"], row["received_at"],
                                  row["content_sha256"], row["record"]), str(result)))
-        now = utc_now()
-        con.executemany("INSERT OR REPLACE INTO quarantine VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [[*left, reason, now] for left, reason in refused])
+        if refused:
+            now = utc_now()
+            con.executemany("INSERT OR REPLACE INTO quarantine VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [[*left, reason, now] for left, reason in refused])
     _remove_journal(folder, segments)
     stored = sum(not isinstance(result, Exception) for result in results)
     log.warning("%s: stored %d run(s) a previous version acknowledged (from %s and the "
