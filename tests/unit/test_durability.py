@@ -42,10 +42,8 @@ def test_listeners_hear_each_change_once() -> None:
     durability = Durability()
     durability.listen(heard.append)
     full = StorageFull("cannot store runs now: no space left on device (x)")
-    assert durability.failed("journal", full)
-    assert not durability.failed("journal", full)
-    durability.failed("database", full)
-    durability.recovered("journal")
-    durability.recovered("database")
-    durability.recovered("database")
-    assert [h is None for h in heard] == [True, False, False, False, True]
+    assert durability.failed(full)
+    assert not durability.failed(full)
+    durability.recovered()
+    durability.recovered()
+    assert [h is None for h in heard] == [True, False, True]

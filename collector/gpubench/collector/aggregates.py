@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from gpubench import comparison_key, record
 from gpubench.collector import ceilings, corroboration, outliers
 from gpubench.collector.compare import GroupFigures
-from gpubench.collector.database import Database
 from gpubench.comparison_key import Value
 from gpubench.v1 import run_pb2
+
+if TYPE_CHECKING:  # given by the store
+    from gpubench.collector.database import Database
 
 Connection = duckdb.DuckDBPyConnection
 

@@ -9,13 +9,15 @@ import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpubench.collector import gpu_names
-from gpubench.collector.database import Database
 from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2
+
+if TYPE_CHECKING:  # given by the store
+    from gpubench.collector.database import Database
 
 STORED_COLUMNS = ("run_id, record, submitter, received_at, outlier, outlier_score, "
                   "content_sha256, flagged, flag_reasons")
@@ -143,19 +145,16 @@ class RunReads:
                                [run_id]).fetchall()
         return rows[0][0] if rows else None
 
-    def held_count(self) -> int:
-        """How many runs an earlier version acknowledged are held unstored."""
-        with self._db.read() as con:
-            return con.execute("SELECT count(*) FROM quarantine").fetchall()[0][0]
-
     def counts(self) -> dict[str, int]:
-        """The runs stored, and how many of them are flagged, outliers and published."""
+        """The runs stored, how many of them are flagged, outliers and published, and
+        the runs an earlier version acknowledged that are held unstored (quarantine)."""
         with self._db.read() as con:
-            stored, flagged, outlier, published = con.execute(
+            stored, flagged, outlier, published, held = con.execute(
                 "SELECT count(*), count(*) FILTER (WHERE flagged), count(*) FILTER (WHERE "
-                "outlier), count(*) FILTER (WHERE published) FROM runs").fetchall()[0]
+                "outlier), count(*) FILTER (WHERE published), (SELECT count(*) FROM "
+                "quarantine) FROM runs").fetchall()[0]
         return {"runs_stored": stored, "runs_flagged": flagged, "runs_outlier": outlier,
-                "runs_published": published}
+                "runs_published": published, "runs_quarantined": held}
 
 
 def equal_where_set(source: object, columns: tuple[str, ...]) -> tuple[list[str], list[Any]]:

@@ -1,19 +1,11 @@
 """The collector's store: runs and tokens in one DuckDB file, through one object.
 
-A submission is stored in one DuckDB transaction: the run inserted, its outlier group
-rescored, and the acknowledgement given only once the commit has returned. DuckDB
-syncs its write-ahead log at every commit, so an acknowledged run is on disk. Writes
-take the database's write lock, one at a time; reads take none (DuckDB's MVCC: each
-statement reads what was committed when it began).
-
-`Store` composes the parts that use the database, each with one job:
-
-- collector.outliers: the outlier flags and per-group figures, as SQL;
-- collector.queries and collector.aggregates: the reads (runs, pages, counts;
-  Compare, the leaderboard);
-- collector.leftovers: what a previous version left to store (its intake journal,
-  its quarantine), stored once when the store opens;
-- collector.tokens: access tokens.
+A submission is stored in one DuckDB transaction, its outlier group rescored in it
+(collector.outliers), and acknowledged once the commit has returned: DuckDB syncs its
+write-ahead log at every commit. Writes take the database's write lock, one at a
+time; reads (collector.queries, collector.aggregates) take none: each statement reads
+what was committed when it began (DuckDB's MVCC). Opening stores what an earlier
+version left unstored (collector.leftovers).
 """
 
 from __future__ import annotations
@@ -31,7 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from gpubench.collector import backup_tables, columns, leftovers, outliers
+from gpubench.collector import backup_tables, columns, leftovers, migrations, outliers
 from gpubench.collector.aggregates import (
     Aggregates,
     CompareQuery,
@@ -64,7 +56,7 @@ class Store:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.database = Database(self.path)
+        self.database = Database(self.path, migrations.apply)
         # Whether writes succeed now (the health service listens).
         self.durability = Durability()
         # For operators (the Stats call): submissions acknowledged and refused.
@@ -111,8 +103,7 @@ class Store:
         return result
 
     def submit_many(self, runs: Iterable[run_pb2.Run], submitter: str) -> list[Ack | Exception]:
-        """Store many validated runs in one transaction; per run an Ack, or the
-        RunConflict or InvalidRecord that refused it."""
+        """Store many validated runs in one transaction (Store.store_rows)."""
         return self.store_rows([run_row(run, submitter) for run in runs])
 
     def store_rows(self, rows: Sequence[dict[str, Any]]) -> list[Ack | Exception]:
@@ -159,7 +150,7 @@ class Store:
         a transaction of its own, so submissions go on while it is written (and are not
         in it).
         """
-        with self.database.own_cursor() as con, self.database.reading():
+        with self.database.own_cursor() as con, self.database.read():
             con.execute("BEGIN TRANSACTION")
             counts = backup_counts(con)  # the first read fixes the snapshot
             backup_tables.export(con, folder, tables)
@@ -205,10 +196,10 @@ class Store:
                 error = storage_error(exc, doing)
                 if error is None:
                     raise
-                if self.durability.failed("database", error):
+                if self.durability.failed(error):
                     self._retry_in_background()
                 raise error from exc
-        self.durability.recovered("database")
+        self.durability.recovered()
 
     def _retry_in_background(self) -> None:
         """Every RETRY_S, until it works: open a broken database again and write a
@@ -219,7 +210,7 @@ class Store:
         def retry() -> None:
             while not self._closing.wait(RETRY_S):
                 with self.database.write_lock:
-                    if self.database.closed or not self.durability.failing("database"):
+                    if self.database.closed or self.durability.trouble is None:
                         return
                     try:
                         if self.database.broken:
@@ -227,7 +218,7 @@ class Store:
                         _probe(self.path.with_name(self.path.name + ".probe"))
                     except Exception:  # still failing (logged when it began)
                         continue
-                    self.durability.recovered("database")
+                    self.durability.recovered()
                     return
 
         self._retrying = threading.Thread(target=retry, name="store-retry", daemon=True)
@@ -272,9 +263,8 @@ class Store:
         return self._aggregates.leaderboard(query)
 
     def figures(self) -> dict[str, Any]:
-        """The runs stored (flagged, outliers, published among them) and those a previous
-        version left unstored (collector.leftovers): StatsResponse's fields."""
-        return {**self._runs.counts(), "runs_quarantined": self._runs.held_count()}
+        """StatsResponse's figures of the runs (queries.RunReads.counts)."""
+        return self._runs.counts()
 
     # -- tokens -----------------------------------------------------------------------------
 

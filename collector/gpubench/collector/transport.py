@@ -1,12 +1,11 @@
 """How the collector listens for gRPC: TLS, addresses, gRPC's connection options,
 health and reflection, refusals before a servicer runs.
 
-No door or connection count of our own: gRPC core closes a connection that never
-finishes its handshake (server_handshake_timeout_ms: the TLS handshake and the
-client's first HTTP/2 SETTINGS), one without a call for IDLE_CONNECTION_S
-(max_connection_idle_ms, which also ends one that sent its preface and SETTINGS and
-then nothing), and one whose peer stops answering pings (keepalive). A public
-collector sits behind a real proxy (docker/compose.yaml).
+gRPC core bounds connections itself: server_handshake_timeout_ms closes one that
+never finishes its handshake (TLS, and the client's HTTP/2 preface and SETTINGS),
+max_connection_idle_ms one without a call (one that sent its preface and SETTINGS
+and then nothing too), keepalive one whose peer stops answering. A public collector
+sits behind a real proxy (docker/compose.yaml).
 """
 
 from __future__ import annotations
