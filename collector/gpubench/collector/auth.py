@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import message_factory
@@ -42,11 +42,13 @@ from gpubench.collector.errors import ShuttingDown
 from gpubench.collector.rows import utc_now
 from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.statuses import answer_of
-from gpubench.collector.store import Store
 from gpubench.collector.tokens import TokenRow
 from gpubench.collector.transport import Refusal, address_key, held_for, parse_request
 from gpubench.errors import InvalidRecord
 from gpubench.v1 import collector_pb2
+
+if TYPE_CHECKING:  # the token book is given its store
+    from gpubench.collector.store import Store
 
 log = logging.getLogger(__name__)
 
