@@ -1,4 +1,4 @@
-"""Writes what a collector before 0.9 left beside its database: an intake journal
+"""Writes what an earlier collector left beside its database: an intake journal
 folder (`<db>.intake/`) of segment files holding acknowledged runs not yet in DuckDB,
 in that version's format (collector.leftovers reads it):
 

@@ -24,7 +24,7 @@ def test_version() -> None:
 
 
 def leftover_run(db: Path) -> None:
-    """A run acknowledged but not yet in the database, as a collector before 0.9 killed
+    """A run acknowledged but not yet in the database, as an earlier collector killed
     at once leaves it in its intake journal."""
     write_journal(db, [make_run()], submitter="lab")
 

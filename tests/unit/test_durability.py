@@ -19,9 +19,9 @@ from gpubench.collector.errors import StorageFull, StorageUnavailable
     ids=["ENOSPC", "EDQUOT", "duckdb"],
 )
 def test_a_full_disk_is_storage_full(error: Exception) -> None:
-    found = storage_error(error, "writing the intake journal /x")
+    found = storage_error(error, "storing runs in /x")
     assert isinstance(found, StorageFull)
-    assert "no space left on device (writing the intake journal /x)" in str(found)
+    assert "no space left on device (storing runs in /x)" in str(found)
 
 
 def test_other_io_errors_are_storage_unavailable() -> None:
