@@ -1,7 +1,7 @@
 """Runs an earlier version of the collector acknowledged but left unstored, stored
 once when the store opens.
 
-Collectors before 0.9 acknowledged a run once an intake journal beside the database
+Earlier collectors acknowledged a run once an intake journal beside the database
 (`runs.duckdb.intake/`) had it, and put a run the database refused in the
 `quarantine` table. Opening such a database stores every run of both through the
 submissions' own insert, in one transaction; the journal's segments are deleted once
