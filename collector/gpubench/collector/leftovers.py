@@ -94,13 +94,9 @@ def store_left_behind(database: Path, writing: Writing, insert: Insert) -> None:
 
 
 def read_segment(path: Path) -> list[Left]:
-    """The entries of one journal segment, in order.
-
-    A write cut short by a crash (the segment ends inside an entry, or in zero bytes
-    the file system allocated) was never acknowledged and is skipped. Any other damage
-    stops the reading with a warning naming the file and offset, and the segment is
-    kept beside as NAME.damaged for inspection.
-    """
+    """The entries of one journal segment, in order. A write cut short by a crash was
+    never acknowledged: skipped. Other damage stops the reading with a warning naming
+    the file and offset; the segment is kept beside as NAME.damaged."""
     data = path.read_bytes()
     entries: list[Left] = []
     offset, damage = 0, ""

@@ -27,22 +27,15 @@ from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
-# Enough threads that every concurrent submitter can wait for the write lock (a
-# submission holds it for its commit: milliseconds) while reads go on beside.
-DEFAULT_WORKERS = 64
-# How long in-flight calls get to finish on a graceful stop.
-STOP_GRACE_S = 10.0
-# Calls at once on one connection (HTTP/2 streams: more wait in the client). An agent
-# makes one call at a time on one connection.
+DEFAULT_WORKERS = 64  # enough that submitters wait for the write lock while reads go on
+STOP_GRACE_S = 10.0  # how long in-flight calls get to finish on a graceful stop
+# Calls at once on one connection (HTTP/2 streams: more wait in the client), and in all
+# (more: RESOURCE_EXHAUSTED, retryable; each may hold its request in memory).
 MAX_CONCURRENT_STREAMS = 100
-# Calls at once in all (more: RESOURCE_EXHAUSTED, retryable): each may hold its request,
-# up to the message limit, in memory.
 MAX_CONCURRENT_CALLS = 1000
-# How long a new connection has to finish its handshake: TLS if any, and the client's
-# HTTP/2 preface and SETTINGS (s).
+# How long a new connection has to finish its handshake (TLS if any, the client's HTTP/2
+# preface and SETTINGS), and a connection may go without a call (then GOAWAY) (s).
 HANDSHAKE_TIMEOUT_S = 10.0
-# A connection without a call for this long is closed (GOAWAY: its client reconnects
-# when it calls again) (s).
 IDLE_CONNECTION_S = 60.0
 # The collector pings a connection after this long without a frame and closes it when
 # no answer comes within KEEPALIVE_TIMEOUT_S: dead peers do not hold places (s).
