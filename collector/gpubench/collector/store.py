@@ -64,9 +64,9 @@ class Store:
         self._aggregates = Aggregates(self.database)
         self._closing = threading.Event()
         self._retrying: threading.Thread | None = None
-        # Submissions waiting to be stored: together, by whichever takes `_taking` next.
-        self._taking = threading.Lock()
+        # Submissions waiting to be stored, and whether one thread is storing them.
         self._queue_lock = threading.Lock()
+        self._leading = False
         self._queue: list[tuple[dict[str, Any], Future]] = []
         try:
             # The database's file lock is held now: nothing else reads what was left.
@@ -92,16 +92,18 @@ class Store:
         """Store a validated run durably and return its acknowledgement.
 
         The same run_id with the same content returns the first acknowledgement;
-        with different content it raises RunConflict. Submissions waiting while one is
-        stored are stored in one transaction by whichever goes next: a commit's sync and
-        a group's rescore cost about as much for 16 runs as for one.
+        with different content it raises RunConflict. The first submission to find none
+        being stored stores every one that waits, in one transaction, until none does:
+        a commit's sync and a group's rescore cost about as much for 16 runs as for one.
         """
         waiting = (run_row(run, submitter), Future())
         with self._queue_lock:
             self._queue.append(waiting)
-        with self._taking:  # one thread at a time takes what waits and stores it
+            leads, self._leading = not self._leading, True
+        while leads:  # stores what waits, batch after batch, until nothing does
             with self._queue_lock:
                 batch, self._queue = self._queue, []
+                leads = self._leading = bool(batch)
             if batch:
                 self._store_batch(batch)
         try:
@@ -114,7 +116,7 @@ class Store:
 
     def _store_batch(self, batch: list[tuple[dict[str, Any], Future]]) -> None:
         """Store the waiting submissions in one transaction and answer each (called
-        with `_taking` held). A failure that is not the storage's (a value DuckDB
+        by the storing thread). A failure that is not the storage's (a value DuckDB
         refuses past collector.columns' checks) is one run's: each is tried alone."""
         try:
             results: list[Ack | Exception] = self.store_rows([row for row, _ in batch])
