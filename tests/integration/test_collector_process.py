@@ -244,8 +244,10 @@ def test_a_collector_killed_9_starts_again_on_the_same_port_at_once(serve, tmp_p
         for thread in threads:
             thread.join(30)
     assert again.address == f"127.0.0.1:{port}"
+    # A channel to the address may share the killed collector's connection, in its
+    # reconnection backoff: wait for it to be ready, as agents retry UNAVAILABLE.
     again.stub().SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin),
-                           timeout=30)
+                           timeout=30, wait_for_ready=True)
 
 
 def _stored_run_ids(db: Path) -> set[str]:
