@@ -1,6 +1,6 @@
 """Fault campaign parts that attack the collector, each telling what a legitimate client
-saw meanwhile: a flood of idle connections, a token guesser beside valid callers of its
-address, tampered backups, and a storm of front-end kills.
+saw meanwhile: floods of idle connections (silent, or HTTP/2 clients gone quiet), a
+token guesser beside valid callers of its address, tampered backups.
 
 Every attack goes to 127.0.0.1 only, is bounded in count and in time, and stops by
 itself.
@@ -8,13 +8,9 @@ itself.
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
 import random
 import selectors
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -39,20 +35,23 @@ from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc
 
 # What the collector promises a legitimate client, and what these parts count as wrong
-# past it (s): an answer beside a flood, a front-end always back soon.
+# past it (s): an answer beside a flood.
 ANSWER_WITHIN_S = 2.0
-NO_FRONTEND_AT_MOST_S = 5.0
+# What an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame.
+HTTP2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
 # -- a flood of idle connections -------------------------------------------------------------
 
 class Flood:
-    """`count` TCP connections to 127.0.0.1:`port` that never send a byte; those the
-    collector closed are opened again every `reopen_s`, until `stop` (or `most` openings
-    in all)."""
+    """`count` TCP connections to 127.0.0.1:`port` from `sources` (in turn) that send
+    `greeting` and then nothing; those the collector closed are opened again every
+    `reopen_s`, until `stop` (or `most` openings in all)."""
 
-    def __init__(self, port: int, count: int, *, most: int, reopen_s: float = 1.0) -> None:
+    def __init__(self, port: int, count: int, *, most: int, sources: tuple[str, ...],
+                 greeting: bytes = b"", reopen_s: float = 1.0) -> None:
         self.port, self.count, self.most, self.reopen_s = port, count, most, reopen_s
+        self.sources, self.greeting = sources, greeting
         self.opened = 0
         self.closed_by_collector = 0
         self._stop = threading.Event()
@@ -70,11 +69,16 @@ class Flood:
 
     def _open(self, selector: selectors.BaseSelector) -> None:
         sock = socket.socket()
-        sock.setblocking(False)
-        code = sock.connect_ex(("127.0.0.1", self.port))
-        if code not in (0, errno.EINPROGRESS):
+        sock.settimeout(5)
+        try:
+            sock.bind((self.sources[self.opened % len(self.sources)], 0))
+            sock.connect(("127.0.0.1", self.port))
+            if self.greeting:
+                sock.sendall(self.greeting)
+        except OSError:
             sock.close()
             return
+        sock.setblocking(False)
         selector.register(sock, selectors.EVENT_READ)
         self.opened += 1
 
@@ -93,7 +97,8 @@ class Flood:
                         data = key.fileobj.recv(65536)  # type: ignore[union-attr]
                     except OSError:
                         data = b""
-                    if not data:  # closed by the collector: open another
+                    if not data:  # closed by the collector: open another (its SETTINGS,
+                        # answering a greeting, are data: read and kept open)
                         selector.unregister(key.fileobj)
                         key.fileobj.close()  # type: ignore[union-attr]
                         self.closed_by_collector += 1
@@ -103,17 +108,22 @@ class Flood:
             selector.close()
 
 
-def flood_part(name: str, folder: Path, *, frontends: int, connections: int,
-               seconds: float) -> Tally:
-    """`connections` idle connections from 127.0.0.1, those closed reopened every second,
-    for `seconds`; meanwhile a new client from the same address (a fresh connection
-    each time) calls CheckAccess every quarter second and must be answered within
-    ANSWER_WITHIN_S."""
+def flood_part(name: str, folder: Path, *, connections: int, seconds: float,
+               sources: tuple[str, ...] = ("127.0.0.1",), greeting: bytes = b"") -> Tally:
+    """`connections` idle connections from `sources` that send `greeting` and then
+    nothing, those closed reopened every second, for `seconds`, against a bare `serve`;
+    meanwhile a new client from 127.0.0.1 (a fresh connection each time) calls
+    CheckAccess every quarter second and must be answered within ANSWER_WITHIN_S."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a descriptor per connection
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     tally = Tally(name)
-    collector = Collector(folder / f"{name}.duckdb", frontends=frontends)
+    collector = Collector(folder / f"{name}.duckdb")
     token = collector.token("lab")
     collector.start()
-    flood = Flood(collector.port, connections, most=connections * 200)
+    flood = Flood(collector.port, connections, most=connections * 200, sources=sources,
+                  greeting=greeting)
     latencies: list[float] = []
     try:
         flood.start()
@@ -142,8 +152,9 @@ def flood_part(name: str, folder: Path, *, frontends: int, connections: int,
         collector.stop()
     if latencies:
         tally.recovered(max(latencies))
-    tally.note = (f"a new client beside {connections:,} idle connections of its own address, "
-                  f"reopened every second ({flood.opened:,} opened, "
+    kind = "HTTP/2 clients gone quiet" if greeting else "silent connections"
+    tally.note = (f"a new client beside {connections:,} {kind} from {len(sources)} "
+                  f"address(es), reopened every second ({flood.opened:,} opened, "
                   f"{flood.closed_by_collector:,} closed by the collector): "
                   f"{len(latencies)} of {tally.tried} calls answered, median "
                   f"{_median(latencies):.3f} s, slowest {max(latencies, default=0):.2f} s")
@@ -299,71 +310,6 @@ def tampered_part(folder: Path, *, runs: int) -> Tally:
 
 
 # -- a storm of front-end kills --------------------------------------------------------------
-
-def storm_part(folder: Path, *, kills: int, rng: random.Random) -> Tally:
-    """`serve --frontends 2` under 8 submitters while a random front-end is killed -9
-    every 0.2-1.0 s, `kills` times; a prober connects every 50 ms: there must never be
-    no front-end for more than NO_FRONTEND_AT_MOST_S, and the collector must never stop."""
-    tally = Tally("front-end storm")
-    collector = Collector(folder / "storm.duckdb", frontends=2)
-    token = collector.token("lab")
-    collector.start()
-    submitters = Submitters(collector.address, token, tally, target=10**9, deadline_s=600)
-    stop = threading.Event()
-    gaps = {"longest": 0.0}
-
-    def probe() -> None:
-        down_since = None
-        while not stop.is_set():
-            try:
-                with socket.create_connection(("127.0.0.1", collector.port), timeout=1):
-                    up = True
-            except OSError:
-                up = False
-            now = time.monotonic()
-            if up:
-                down_since = None
-            else:
-                down_since = down_since or now
-                gaps["longest"] = max(gaps["longest"], now - down_since)
-            stop.wait(0.05)
-
-    prober = threading.Thread(target=probe, daemon=True)
-    try:
-        submitters.start()
-        prober.start()
-        for _ in range(kills):
-            time.sleep(rng.uniform(0.2, 1.0))
-            pids = collector.children()
-            if collector.process.poll() is not None:
-                break
-            if pids:
-                submitters.fault()
-                with contextlib.suppress(ProcessLookupError):  # gone already
-                    os.kill(rng.choice(pids), signal.SIGKILL)
-                tally.code("kill-9")
-        time.sleep(2.0)
-        gave_up = collector.process.poll() is not None
-    finally:
-        stop.set()
-        prober.join(10)
-        submitters.stop()
-        collector.stop()
-    tally.tried = len(submitters.submitted)
-    check_database(tally, collector.db, submitters.acknowledged, submitters.submitted)
-    tally.recovered(gaps["longest"])
-    if gave_up:
-        tally.wrong += 1
-        tally.note = "the collector stopped under the kills"
-    elif gaps["longest"] > NO_FRONTEND_AT_MOST_S:
-        tally.wrong += 1
-    if not tally.note:
-        tally.note = (f"{tally.codes['kill-9']} kills of a front-end every 0.2-1.0 s: the "
-                      f"longest with no front-end listening {gaps['longest']:.2f} s; "
-                      f"{len(submitters.acknowledged)} submissions acknowledged meanwhile, "
-                      "the collector serving throughout")
-    return tally
-
 
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0

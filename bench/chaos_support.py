@@ -81,14 +81,15 @@ def free_port() -> int:
 class Collector:
     """`gpubench-collector serve` on 127.0.0.1:PORT over DB; started again after a kill."""
 
-    def __init__(self, db: Path, *, frontends: int = 1, port: int | None = None,
+    def __init__(self, db: Path, *, port: int | None = None,
                  extra: tuple[str, ...] = ()) -> None:
         self.db = db
-        self.frontends = frontends
         self.extra = extra  # more options of serve
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen[str] | None = None
+        # Its log (stderr), of every start; beside the database, whose folder may fill.
+        self.log = db.parent.parent / f"{db.parent.name}-{db.name}.log"
 
     def token(self, name: str, *, admin: bool = False) -> str:
         """A new token, made in the database before the collector starts."""
@@ -101,8 +102,8 @@ class Collector:
     def start(self, timeout: float = 60.0) -> None:
         self.process = subprocess.Popen(
             [*CLI, "serve", "--db", str(self.db), "--port", str(self.port), "--rate-limit", "0",
-             "--frontends", str(self.frontends), *self.extra],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+             *self.extra],
+            stdout=subprocess.PIPE, stderr=self.log.open("a"), text=True,
         )
         deadline, seen = time.monotonic() + timeout, ""
         while time.monotonic() < deadline and self.process.poll() is None:
@@ -113,22 +114,10 @@ class Collector:
                     return
         raise RuntimeError(f"the collector on {self.db} did not start: {seen!r}")
 
-    def children(self) -> list[int]:
-        """The front-end processes (of a collector with --frontends N)."""
-        pid = self.process.pid
-        try:
-            return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-        except OSError:
-            return []
-
     def kill(self) -> None:
-        """kill -9 the collector (the owner), and wait for its front-ends to go."""
-        children = self.children()
+        """kill -9 the collector."""
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(30)
-        deadline = time.monotonic() + 30
-        while any(_alive(c) for c in children) and time.monotonic() < deadline:
-            time.sleep(0.05)
 
     def stop(self) -> None:
         """SIGTERM, and wait (kill -9 after 60 s)."""
@@ -140,14 +129,6 @@ class Collector:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(10)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:
@@ -265,7 +246,8 @@ class Submitters:
 
 def stored(db: Path) -> tuple[Counter, dict[str, str], set[str]]:
     """What the database `db` holds (opened here: no collector may serve it): how often
-    each run_id is stored, each stored run's content hash, the run_ids in quarantine."""
+    each run_id is stored, each stored run's content hash, the run_ids in quarantine
+    (runs an earlier version could not store: none here)."""
     store = Store(db)
     try:
         counts: Counter = Counter()
@@ -278,7 +260,8 @@ def stored(db: Path) -> tuple[Counter, dict[str, str], set[str]]:
                 hashes[run.run.run_id] = run.content_sha256
             if not token:
                 break
-        held = {q.run_id for q in store.quarantined()}
+        held = {r for (r,) in store.database.cursor().execute(
+            "SELECT run_id FROM quarantine").fetchall()}
         return counts, hashes, held
     finally:
         store.close()

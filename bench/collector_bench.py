@@ -6,18 +6,15 @@
 
 Prints, in one run:
 1. submissions/s over gRPC with 1 and with 16 concurrent clients (each client a
-   separate connection with its own token, in separate processes, as agents are),
-   16 clients both against one collector process and against --frontends N front-end
-   processes (as `gpubench-collector serve --frontends N`), with the ratio; for each,
-   the collector's CPU per submission over all its processes, and for N front-ends the
-   ceiling that implies on two dedicated cores (2 x 1000 ms / CPU ms per submission);
-2. the store's ceiling without gRPC: one run at a time (journal, DuckDB, rescore), and 16 threads
-   submitting through the group commit (both until the runs are in DuckDB); the
+   separate connection with its own token, in separate processes, as agents are), and
+   the collector's CPU per submission;
+2. the store's ceiling without gRPC: one run at a time, and 16 threads submitting
+   (each submission one DuckDB commit, its outlier group rescored in it); the
    gRPC/ceiling ratio;
 3. Compare p50/p99 latency over gRPC with --runs runs stored (bulk-loaded from an
    Arrow table, outliers scored); --skip-compare leaves it out.
-Targets: >= 2,000 submissions/s with 16 clients on 2 cores; Compare p99 < 50 ms at 1M runs.
---server-cpus pins the collector, its front-end processes included (they inherit it).
+Targets: >= 100 submissions/s with 16 clients; Compare p99 < 50 ms at 1M runs.
+bench/collector_ab.py compares the submissions with another revision in one run.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -46,20 +42,13 @@ sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test
 from factories import CARDS, make_run  # noqa: E402
 
 from gpubench import record  # noqa: E402
-from gpubench.collector import group_commit  # noqa: E402
 from gpubench.collector.auth import TokenBook  # noqa: E402
 from gpubench.collector.columns import RUN_COLUMNS  # noqa: E402
-from gpubench.collector.owner import Dispatcher, Frontends  # noqa: E402
 from gpubench.collector.rows import run_row  # noqa: E402
-from gpubench.collector.server import (  # noqa: E402
-    DEFAULT_MAX_MESSAGE_BYTES,
-    create_server,
-    default_frontends,
-    make_gate,
-)
+from gpubench.collector.server import create_server  # noqa: E402
 from gpubench.collector.store import Store  # noqa: E402
 
-TARGET_SUBMISSIONS = 2000.0
+TARGET_SUBMISSIONS = 100.0
 TARGET_COMPARE_P99_MS = 50.0
 # High enough never to refuse the benchmark, but the limiter's code still runs.
 RATE_LIMIT = 1e9
@@ -131,62 +120,25 @@ def _thread_cpu_seconds() -> dict[str, float]:
     return found
 
 
-def _process_cpu_seconds(pid: int) -> float:
-    """CPU seconds so far of process `pid` (all its threads; Linux)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:  # it ended
-        return 0.0
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class Submissions:
     """One SubmitRun measurement: the rate and the collector's CPU per submission."""
 
     clients: int
-    frontends: int
     per_second: float
-    cpu_ms: float  # the collector's whole process tree, per submission
+    cpu_ms: float  # the collector's, per submission
     breakdown: str  # where that CPU went
-
-    @property
-    def ceiling_on_two_cores(self) -> float:
-        """Submissions/s two dedicated cores could do at this CPU cost (2 x 1000 ms / cpu_ms)."""
-        return 2000.0 / self.cpu_ms
-
-
-def catch_up(store: Any) -> None:
-    """Store every acknowledged run in DuckDB now. A revision before Store.catch_up
-    (bench/ipc_ab.py measures one) did so in every read: its count()."""
-    if hasattr(store, "catch_up"):
-        store.catch_up()
-    else:
-        store.count()
 
 
 def submissions_over_grpc(
     workdir: Path, clients: int, total: int, client_cpus: set[int] | None = None,
-    frontends: int = 1,
 ) -> Submissions:
-    """Submissions per second with `clients` concurrent clients, `total` runs in all.
-
-    `frontends` > 1: this process owns the database, as `serve --frontends N` does, and
-    that many front-end processes serve gRPC. Also measures where the collector's CPU
-    went per submission: by thread in this process, and each front-end process.
-    """
-    store = Store(workdir / f"grpc-{clients}-{frontends}.duckdb")
+    """Submissions per second with `clients` concurrent clients, `total` runs in all;
+    also where the collector's CPU went per submission, by thread."""
+    store = Store(workdir / f"grpc-{clients}.duckdb")
     tokens = TokenBook(store)
-    pool = None
-    if frontends > 1:
-        gate = make_gate(tokens, public_read=False, rate_limit=RATE_LIMIT)
-        pool = Frontends(Dispatcher(store, gate), count=frontends, host="127.0.0.1", port=0,
-                         tls=None, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES)
-        port = pool.start()
-    else:
-        server, port = create_server(store, tokens=tokens, rate_limit=RATE_LIMIT)
-        server.start()
+    server, port = create_server(store, tokens=tokens, rate_limit=RATE_LIMIT)
+    server.start()
     try:
         secrets = [tokens.create(f"agent-{i}", admin=False)[1] for i in range(clients)]
         processes_n = min(clients, 8)
@@ -206,48 +158,25 @@ def submissions_over_grpc(
             p.start()
         ready = sum(results.get(timeout=300)[1] for _ in processes)
         assert ready == clients
-        pids = pool.pids if pool else []
-        commits_before = store.commits, store.committed_runs
-        flushes_before = store.flushes, store.flushed_runs
         cpu_before = _thread_cpu_seconds()
-        frontends_before = [_process_cpu_seconds(pid) for pid in pids]
         start_at.value = time.monotonic() + 0.2
         spans = [span for _ in processes for span in results.get(timeout=600)[1]]
         cpu_after = _thread_cpu_seconds()
-        commits = store.commits - commits_before[0]
-        per_commit = (store.committed_runs - commits_before[1]) / max(commits, 1)
-        frontends_after = [_process_cpu_seconds(pid) for pid in pids]
         for p in processes:
             p.join()
         begin = min(s[0] for s in spans)
         end = max(s[1] for s in spans)
         done = sum(s[2] for s in spans)
-        catch_up(store)  # stores what is still pending: those flushes count too
         stored = store.count()
-        flushes = store.flushes - flushes_before[0]
-        per_flush = (store.flushed_runs - flushes_before[1]) / max(flushes, 1)
         assert stored == done + clients, f"stored {stored}, submitted {done} + {clients} warm-ups"
         spent = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items()}
         shown = sorted(((v, k) for k, v in spent.items() if v > 0), reverse=True)
-        owner = sum(spent.values())
+        collector = sum(spent.values())
         parts = [f"{k} {v / done * 1000:.2f}" for v, k in shown[:5]]
-        if pool:
-            spent_frontends = [
-                a - b for a, b in zip(frontends_after, frontends_before, strict=True)
-            ]
-            parts = [f"owner {owner / done * 1000:.2f} ({', '.join(parts)})"] + [
-                f"front-end {i} {v / done * 1000:.2f}" for i, v in enumerate(spent_frontends)
-            ]
-            owner += sum(spent_frontends)
-        parts.append(f"{per_commit:.1f} runs per journal write, "
-                     f"{per_flush:.0f} per DuckDB commit")
-        return Submissions(clients, frontends, done / (end - begin), owner / done * 1000,
+        return Submissions(clients, done / (end - begin), collector / done * 1000,
                            ", ".join(parts))
     finally:
-        if pool:
-            pool.stop()
-        else:
-            server.stop(None).wait()
+        server.stop(None).wait()
         store.close()
 
 
@@ -255,7 +184,7 @@ def submissions_over_grpc(
 
 
 def store_one_commit_per_run(workdir: Path, n: int) -> float:
-    """Runs/s storing one run at a time: journal, DuckDB insert and rescoring each (no batching)."""
+    """Runs/s storing one run at a time: a DuckDB commit each, its group rescored in it."""
     store = Store(workdir / "store-single.duckdb")
     runs = [make_run() for _ in range(n)]
     try:
@@ -267,8 +196,9 @@ def store_one_commit_per_run(workdir: Path, n: int) -> float:
         store.close()
 
 
-def store_group_commit(workdir: Path, threads: int, total: int) -> float:
-    """Runs/s with `threads` threads submitting through the group commit, no gRPC."""
+def store_threads(workdir: Path, threads: int, total: int) -> float:
+    """Runs/s with `threads` threads submitting at once (they take the write lock in
+    turn), no gRPC."""
     store = Store(workdir / "store-group.duckdb")
     gpus = list(CARDS)
     per = total // threads
@@ -288,7 +218,6 @@ def store_group_commit(workdir: Path, threads: int, total: int) -> float:
         begin = time.perf_counter()
         for w in workers:
             w.join()
-        catch_up(store)  # every acknowledged run in DuckDB too, inside the timing
         return per * threads / (time.perf_counter() - begin)
     finally:
         store.close()
@@ -471,13 +400,8 @@ def compare_latency(workdir: Path, runs: int, queries: int) -> dict[str, tuple[f
 
 
 def _print_submissions(found: Submissions) -> None:
-    processes = f"{found.frontends} front-ends" if found.frontends > 1 else "1 process"
-    # One process runs its Python under one interpreter lock: about one core at most,
-    # so the two-core ceiling applies to the multi-process collector only.
-    ceiling = (f"; 2 dedicated cores at this cost: {found.ceiling_on_two_cores:.0f}/s"
-               if found.frontends > 1 else "")
-    print(f"  {found.clients:2d} client(s), {processes}: {found.per_second:6.0f} submissions/s; "
-          f"collector CPU {found.cpu_ms:.2f} ms per submission ({found.breakdown}){ceiling}")
+    print(f"  {found.clients:2d} client(s): {found.per_second:6.0f} submissions/s; "
+          f"collector CPU {found.cpu_ms:.2f} ms per submission ({found.breakdown})")
 
 
 def _cpus(text: str) -> set[int]:
@@ -501,26 +425,15 @@ def main() -> None:
                         help="100,000 runs, 2000 submissions, 100 queries")
     parser.add_argument("--dir", type=Path, help="where the databases go (default: a temp dir)")
     parser.add_argument("--server-cpus", type=_cpus,
-                        help="pin the collector (this process and its front-ends) to these "
-                             "CPUs, e.g. 0,1")
-    parser.add_argument("--frontends", type=int,
-                        help="front-end processes for the multi-process figure (default: as "
-                             "serve --frontends auto on the collector's CPUs, at least 2)")
+                        help="pin the collector (this process) to these CPUs, e.g. 0,1")
     parser.add_argument("--skip-compare", action="store_true",
                         help="only the submission figures (no Compare latency)")
     parser.add_argument("--client-cpus", type=_cpus,
                         help="pin the client processes to these CPUs, e.g. 2-9 (default: "
                              "wherever the collector may run)")
-    parser.add_argument("--commit-delay-ms", type=float,
-                        help="how long a group commit waits for more submissions (default: "
-                             "the store's COMMIT_DELAY_S); for exploring the group commit")
     args = parser.parse_args()
-    if args.commit_delay_ms is not None:
-        group_commit.COMMIT_DELAY_S = args.commit_delay_ms / 1000
     if args.server_cpus:
         os.sched_setaffinity(0, args.server_cpus)
-    if args.frontends is None:  # after pinning: auto counts the CPUs the collector may use
-        args.frontends = max(default_frontends(), 2)
     if args.quick:
         args.runs, args.submissions, args.queries = 100_000, 2000, 100
     workdir = Path(tempfile.mkdtemp(prefix="collector-bench-", dir=args.dir))
@@ -530,41 +443,28 @@ def main() -> None:
           f"{sorted(args.client_cpus) if args.client_cpus else 'the same CPUs'}")
     print(f"databases in {workdir}")
 
-    print("submissions over gRPC (SubmitRun: validate, group commit to the journal, "
-          "acknowledge):")
+    print("submissions over gRPC (SubmitRun: validate, one DuckDB commit, acknowledge):")
     one = submissions_over_grpc(workdir, 1, max(args.submissions // 4, 200), args.client_cpus)
     _print_submissions(one)
-    single = submissions_over_grpc(workdir, 16, args.submissions, args.client_cpus)
-    _print_submissions(single)
-    multi = submissions_over_grpc(workdir, 16, args.submissions, args.client_cpus,
-                                  frontends=args.frontends)
+    multi = submissions_over_grpc(workdir, 16, args.submissions, args.client_cpus)
     _print_submissions(multi)
     sixteen = multi.per_second
-    print(f"  {args.frontends} front-ends / 1 process @16 clients: "
-          f"{multi.per_second / single.per_second:.2f}x; CPU per submission "
-          f"{single.cpu_ms:.2f} -> {multi.cpu_ms:.2f} ms")
 
     print("the store without gRPC (the ceiling):")
     per_run = store_one_commit_per_run(workdir, 300)
     print(f"  one run at a time:              {per_run:8.0f} runs/s")
-    ceiling = store_group_commit(workdir, 16, args.submissions)
-    print(f"  16 threads, group commit:       {ceiling:8.0f} runs/s")
-    print(f"  gRPC @16 / store @16: {sixteen / ceiling:.2f}; "
-          f"gRPC @16 / one commit per run: {sixteen / per_run:.1f}x")
+    ceiling = store_threads(workdir, 16, args.submissions)
+    print(f"  16 threads:                     {ceiling:8.0f} runs/s")
+    print(f"  gRPC @16 / store @16: {sixteen / ceiling:.2f}")
 
     if not args.skip_compare:
         print(f"Compare latency over gRPC with {args.runs:,} runs stored:")
         found = compare_latency(workdir, args.runs, args.queries)
         worst = max(found[name][1] for name in COMPARE_REQUESTS)
     print()
-    print(f"submissions/s @16 clients, {args.frontends} front-ends: {sixteen:.0f} "
+    print(f"submissions/s @16 clients: {sixteen:.0f} "
           f"({'meets' if sixteen >= TARGET_SUBMISSIONS else 'MISSES'} >= {TARGET_SUBMISSIONS:.0f}"
-          " here)")
-    ceiling = multi.ceiling_on_two_cores
-    print(f"collector CPU per submission: {multi.cpu_ms:.2f} ms (1 process: {single.cpu_ms:.2f} ms)"
-          f"; ceiling on 2 dedicated cores: {ceiling:.0f}/s "
-          f"({'meets' if ceiling >= TARGET_SUBMISSIONS else 'MISSES'} >= "
-          f"{TARGET_SUBMISSIONS:.0f})")
+          f"); collector CPU per submission: {multi.cpu_ms:.2f} ms")
     if not args.skip_compare:
         print(f"Compare p99 (worst pinned shape) at {args.runs:,} runs: {worst:.1f} ms "
               f"({'meets' if worst < TARGET_COMPARE_P99_MS else 'MISSES'} < "

@@ -451,8 +451,8 @@ class Client:
 
     def stats(self) -> collector_pb2.StatsResponse:
         """What the collector's operators watch: submissions acknowledged and refused
-        by reason since it started, runs stored, flagged, quarantined, the journal's
-        depth and DuckDB's bulk inserts (a read: needs a token unless --public-read)."""
+        by reason since it started, runs stored, flagged, and held unstored from an
+        earlier version (a read: needs a token unless --public-read)."""
         return self._call(self._collector.Stats, collector_pb2.StatsRequest(),
                           "reading the collector's stats", reading=True)
 
@@ -734,28 +734,3 @@ class Client:
         )
         return response.token
 
-    # -- quarantine (admin) ---------------------------------------------------------
-
-    def list_quarantine(self) -> list[collector_pb2.QuarantinedRun]:
-        """Runs the collector acknowledged but its database refused to store, oldest first."""
-        response = self._call(
-            self._admin.ListQuarantine, collector_pb2.ListQuarantineRequest(),
-            "listing the quarantine",
-        )
-        return list(response.runs)
-
-    def retry_quarantine(
-        self, run_ids: Sequence[str] = ()
-    ) -> collector_pb2.RetryQuarantineResponse:
-        """Try again to store quarantined runs (empty: every one); the response lists the
-        runs stored and those still refused, with the database's reason."""
-        request = collector_pb2.RetryQuarantineRequest(run_ids=list(run_ids))
-        return self._call(self._admin.RetryQuarantine, request, "retrying the quarantine",
-                          "run in quarantine")
-
-    def drop_quarantine(self, run_ids: Sequence[str]) -> list[collector_pb2.QuarantinedRun]:
-        """Delete quarantined runs for good (each named); returns what was dropped."""
-        request = collector_pb2.DropQuarantineRequest(run_ids=list(run_ids))
-        response = self._call(self._admin.DropQuarantine, request,
-                              "dropping runs from the quarantine", "run in quarantine")
-        return list(response.dropped)

@@ -3,13 +3,7 @@
 - `collector`: a running collector (plaintext on 127.0.0.1, no rate limit and no
   limit of failed authentications) with an admin token; see `RunningCollector` for what it offers.
 - `collector_factory(**options)`: more collectors, with `create_server` options
-  (public_read=True, tls=TlsFiles(...), rate_limit=5, max_message_bytes=...), and
-  frontends=N for a multi-process collector: this process owns the database, N
-  front-end processes serve gRPC (as `gpubench-collector serve --frontends N`), and
-  restart_backoff_s=(first, most), stable_s, give_up_after for their restarts.
-- `frontends`: how many front-ends `collector` and `collector_factory` start by
-  default (1: a single process). A test module overrides it with a parametrized
-  fixture to run its tests against both kinds of collector.
+  (public_read=True, tls=TlsFiles(...), rate_limit=5, max_message_bytes=...).
 - `make_run`: `factories.make_run`, a complete and realistic run record.
 """
 
@@ -34,8 +28,7 @@ class RunningCollector:
     port: int
     store: Any  # collector.store.Store
     tokens: Any  # collector.auth.TokenBook, the one the server uses
-    server: Any  # grpc.Server; None with front-ends
-    frontends: Any = None  # collector.owner.Frontends of a multi-process collector
+    server: Any  # grpc.Server
     _stopped: bool = field(default=False, repr=False)
     _channels: list[Any] = field(default_factory=list, repr=False)
 
@@ -78,10 +71,7 @@ class RunningCollector:
             self._stopped = True
             for channel in self._channels:
                 channel.close()
-            if self.frontends is not None:
-                self.frontends.stop()
-            else:
-                self.server.stop(None).wait()
+            self.server.stop(None).wait()
             self.tokens.flush()
             self.store.close()
 
@@ -96,60 +86,26 @@ def agent_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
 
 
 @pytest.fixture
-def frontends() -> int:
-    """Front-end processes of the collectors the fixtures start (1: a single process)."""
-    return 1
-
-
-@pytest.fixture
-def collector_factory(
-    tmp_path: Path, frontends: int
-) -> Iterator[Callable[..., RunningCollector]]:
+def collector_factory(tmp_path: Path) -> Iterator[Callable[..., RunningCollector]]:
     """Start collectors with `create_server` options; every one is stopped afterwards."""
     from gpubench.collector.auth import TokenBook
-    from gpubench.collector.owner import Dispatcher, Frontends
-    from gpubench.collector.server import DEFAULT_MAX_MESSAGE_BYTES, create_server, make_gate
+    from gpubench.collector.server import create_server
     from gpubench.collector.store import Store
 
     started: list[RunningCollector] = []
 
-    def start(
-        *, db_path: Path | None = None, frontends: int = frontends, **options: Any
-    ) -> RunningCollector:
+    def start(*, db_path: Path | None = None, **options: Any) -> RunningCollector:
         options.setdefault("rate_limit", 0)
         options.setdefault("auth_failures_per_minute", 0)  # tests fail many on purpose
         path = db_path or tmp_path / f"collector-{len(started)}.duckdb"
         store = Store(path)
         tokens = TokenBook(store)
-        server = pool = None
-        if frontends > 1:
-            gate = make_gate(tokens, public_read=options.pop("public_read", False),
-                             rate_limit=options.pop("rate_limit"),
-                             auth_failures_per_minute=options.pop("auth_failures_per_minute"),
-                             counts=store.submissions)
-            pool = Frontends(
-                Dispatcher(store, gate), count=frontends, host="127.0.0.1", port=0,
-                tls=options.pop("tls", None),
-                max_message_bytes=options.pop("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
-                **{k: options.pop(k) for k in ("restart_backoff_s", "stable_s", "give_up_after")
-                   if k in options},
-            )
-            assert not options, f"not for front-ends: {options}"
-            try:
-                port = pool.start()
-            except BaseException:
-                pool.stop()
-                store.close()
-                raise
-        else:
-            server, port = create_server(
-                store, host="127.0.0.1", port=0, tokens=tokens, **options
-            )
-            server.start()
+        server, port = create_server(store, host="127.0.0.1", port=0, tokens=tokens, **options)
+        server.start()
         _, admin_token = tokens.create("admin", admin=True)
         running = RunningCollector(
             address=f"127.0.0.1:{port}", admin_token=admin_token, db_path=path, port=port,
-            store=store, tokens=tokens, server=server, frontends=pool,
+            store=store, tokens=tokens, server=server,
         )
         started.append(running)
         return running

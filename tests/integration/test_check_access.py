@@ -13,12 +13,6 @@ from gpubench.v1 import collector_pb2 as pb
 from gpubench.versions import SCHEMA_VERSION, VERSION
 
 
-@pytest.fixture(params=[1, 2], ids=["1-process", "2-frontends"])
-def frontends(request: pytest.FixtureRequest) -> int:
-    """Every test here runs against a single-process collector and one with 2 front-ends."""
-    return request.param
-
-
 def refused(address: str, token: str) -> AccessDenied:
     with Client(address, token) as client:
         with pytest.raises(AccessDenied) as caught:

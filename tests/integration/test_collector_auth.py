@@ -18,12 +18,6 @@ from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc as pb_grpc
 
 
-@pytest.fixture(params=[1, 2], ids=["1-process", "2-frontends"])
-def frontends(request: pytest.FixtureRequest) -> int:
-    """Every test here runs against a single-process collector and one with 2 front-ends."""
-    return request.param
-
-
 def code_of(call, *args, **kwargs) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.RpcError) as caught:
         call(*args, **kwargs)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from factories import make_run
+from old_journal import write_journal
 
-from gpubench import record
-from gpubench.collector.intake import Journal, JournalEntry, journal_folder
 from gpubench.versions import VERSION
 
 COLLECTOR = str(Path(sys.executable).with_name("gpubench-collector"))
@@ -26,28 +24,24 @@ def test_version() -> None:
 
 
 def leftover_run(db: Path) -> None:
-    """A run acknowledged but not yet in the database, as a collector killed at once
-    leaves it in the intake journal."""
-    run = make_run()
-    journal = Journal(journal_folder(db))
-    journal.append([JournalEntry(run.run_id, "lab", datetime.now(timezone.utc).replace(
-        tzinfo=None), record.content_sha256(run), run.SerializeToString(deterministic=True))])
-    journal.close()
+    """A run acknowledged but not yet in the database, as an earlier collector killed
+    at once leaves it in its intake journal."""
+    write_journal(db, [make_run()], submitter="lab")
 
 
 def test_log_level_info_shows_what_the_collector_does(tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     leftover_run(db)
-    # Opening the database stores the journal's runs and says so at INFO, the default.
+    # Opening the database stores the journal's runs and says so.
     done = collector("token", "list", "--db", str(db))
     assert done.returncode == 0, done.stderr
-    assert " INFO gpubench.collector.flusher: " in done.stderr
-    assert "stored 1 acknowledged run(s) from" in done.stderr
+    assert " WARNING gpubench.collector.leftovers: " in done.stderr
+    assert "stored 1 run(s) a previous version acknowledged" in done.stderr
 
     quiet_db = tmp_path / "quiet.duckdb"
     leftover_run(quiet_db)
-    quiet = collector("--log-level", "warning", "token", "list", "--db", str(quiet_db))
-    assert quiet.returncode == 0 and "INFO" not in quiet.stderr
+    quiet = collector("--log-level", "error", "token", "list", "--db", str(quiet_db))
+    assert quiet.returncode == 0 and "WARNING" not in quiet.stderr
 
     bad = collector("--log-level", "chatty", "token", "list", "--db", str(db))
     assert bad.returncode == 2 and "'chatty' is not one of" in bad.stderr

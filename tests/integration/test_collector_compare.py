@@ -10,12 +10,6 @@ from factories import CARDS, make_run
 
 from gpubench.v1 import collector_pb2 as pb
 
-
-@pytest.fixture(params=[1, 2], ids=["1-process", "2-frontends"])
-def frontends(request: pytest.FixtureRequest) -> int:
-    """Every test here runs against a single-process collector and one with 2 front-ends."""
-    return request.param
-
 T4, H200, ADA = "Tesla T4", "NVIDIA H200", "NVIDIA RTX 6000 Ada Generation"
 T4_MEMORY = CARDS[T4].memory_total_bytes  # 15360 MiB
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import grpc
 import pytest
 from factories import make_run
+from old_journal import write_journal
 from waiting import STOP_DEADLINE_S
 
 from gpubench import record
 from gpubench.collector import local_admin
-from gpubench.collector.frontend import OWNER_GONE
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
 from gpubench.v1 import collector_pb2 as pb
@@ -89,13 +89,10 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
-@pytest.mark.parametrize("frontends", ["1", "2"])
-def test_an_acknowledged_run_survives_a_kill_9_the_next_moment(
-    serve, tmp_path: Path, frontends: str
-) -> None:
+def test_an_acknowledged_run_survives_a_kill_9_the_next_moment(serve, tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
-    served = serve(db, "--frontends", frontends)
+    served = serve(db)
     stub = served.stub()
     runs = [make_run(gpu_name=g) for g in ("Tesla T4", "NVIDIA H200") * 10]
     for run in runs:
@@ -111,19 +108,20 @@ def test_an_acknowledged_run_survives_a_kill_9_the_next_moment(
         store.close()
 
 
-def test_sigterm_stops_gracefully_checkpoints_and_removes_the_credential(
+def test_sigterm_stops_gracefully_checkpoints_and_removes_the_admin_folder(
     serve, tmp_path: Path
 ) -> None:
     db = tmp_path / "c.duckdb"
     admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
     served = serve(db)
-    credential = local_admin.credential_path(db)
-    assert credential.stat().st_mode & 0o777 == 0o600
+    folder = local_admin.admin_folder(db)
+    assert folder.stat().st_mode & 0o777 == 0o700  # only its owner may enter
+    assert (folder / local_admin.SECRET).stat().st_mode & 0o777 == 0o600
     run = make_run()
     served.stub().SubmitRun(pb.SubmitRunRequest(run=run), metadata=bearer(admin), timeout=10)
     served.process.send_signal(signal.SIGTERM)
     assert served.process.wait(STOP_DEADLINE_S) == 0
-    assert not credential.exists()
+    assert not folder.exists()
     wal = db.with_name(db.name + ".wal")
     assert not wal.exists() or wal.stat().st_size == 0  # checkpointed into the file
     store = Store(db)
@@ -133,12 +131,9 @@ def test_sigterm_stops_gracefully_checkpoints_and_removes_the_credential(
         store.close()
 
 
-@pytest.mark.parametrize("frontends", ["1", "2"])
-def test_token_commands_work_against_a_live_collector(
-    serve, tmp_path: Path, frontends: str
-) -> None:
+def test_token_commands_work_against_a_live_collector(serve, tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
-    served = serve(db, "--frontends", frontends)  # a fresh deployment: no token yet
+    served = serve(db)  # a fresh deployment: no token yet
     created = cli("token", "create", "boss", "--admin", "--db", str(db))
     boss = created.stdout.strip()
     assert boss.startswith("gpb_") and "not shown again" in created.stderr
@@ -213,84 +208,8 @@ def test_import_validates_and_is_idempotent(serve, tmp_path: Path) -> None:
         store.close()
 
 
-def _children(pid: int) -> list[int]:
-    """The process ids of `pid`'s children (Linux /proc)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
-
-
-def _gone(pids: list[int], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(Path(f"/proc/{pid}").exists() and "zombie" not in
-                   Path(f"/proc/{pid}/status").read_text().lower() for pid in pids):
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def test_sigterm_with_frontends_stops_them_first_and_loses_nothing_acknowledged(
-    serve, tmp_path: Path
-) -> None:
-    db = tmp_path / "c.duckdb"
-    admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
-    served = serve(db, "--frontends", "2", "--rate-limit", "0")
-    frontends = _children(served.process.pid)
-    assert len(frontends) == 2
-    acknowledged: list[str] = []
-    refused: list[grpc.StatusCode] = []
-    lock = threading.Lock()
-    started = threading.Barrier(5)
-
-    def submitter() -> None:
-        channel = grpc.insecure_channel(served.address,
-                                        options=[("grpc.use_local_subchannel_pool", 1)])
-        stub = collector_pb2_grpc.CollectorStub(channel)
-        started.wait()
-        try:
-            while True:
-                run = make_run()
-                stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=bearer(admin), timeout=10)
-                with lock:
-                    acknowledged.append(run.run_id)
-        except grpc.RpcError as exc:  # the collector stopped: refused or unreachable
-            with lock:
-                refused.append(exc.code())
-        finally:
-            channel.close()
-
-    threads = [threading.Thread(target=submitter) for _ in range(4)]
-    for t in threads:
-        t.start()
-    started.wait()
-    time.sleep(1.0)  # submissions flowing through both front-ends
-    served.process.send_signal(signal.SIGTERM)
-    assert served.process.wait(STOP_DEADLINE_S) == 0
-    for t in threads:
-        t.join(30)
-    assert _gone(frontends, STOP_DEADLINE_S)
-    assert len(acknowledged) > 10 and len(refused) == 4
-    # What gRPC answers a call arriving while a server shuts down: neither acknowledges.
-    assert set(refused) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
-    stored = _stored_run_ids(db)
-    assert set(acknowledged) <= stored  # every acknowledged run survived the stop
-    assert len(stored) - len(acknowledged) <= len(threads)  # at most one unanswered each
-
-
-def test_frontends_exit_when_the_owner_is_killed(serve, tmp_path: Path) -> None:
-    served = serve(tmp_path / "c.duckdb", "--frontends", "2")
-    frontends = _children(served.process.pid)
-    assert len(frontends) == 2
-    os.kill(served.process.pid, signal.SIGKILL)
-    served.process.wait(10)
-    assert _gone(frontends, STOP_DEADLINE_S)
-
-
 def test_a_collector_killed_9_starts_again_on_the_same_port_at_once(serve, tmp_path: Path) -> None:
-    """Its orphaned front-ends, answering the calls that kept coming, used to hold the
-    port for seconds ("address in use")."""
+    """With calls coming in until the kill, and again at once after it."""
     import socket
 
     with socket.socket() as probe:
@@ -298,7 +217,7 @@ def test_a_collector_killed_9_starts_again_on_the_same_port_at_once(serve, tmp_p
         port = probe.getsockname()[1]
     db = tmp_path / "c.duckdb"
     admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
-    served = serve(db, "--frontends", "2", "--port", str(port), "--rate-limit", "0")
+    served = serve(db, "--port", str(port), "--rate-limit", "0")
     stop = threading.Event()
 
     def submitter() -> None:  # calls keep coming, as from agents, retried on any error
@@ -319,76 +238,16 @@ def test_a_collector_killed_9_starts_again_on_the_same_port_at_once(serve, tmp_p
         time.sleep(1.0)
         os.kill(served.process.pid, signal.SIGKILL)
         served.process.wait(10)
-        again = serve(db, "--frontends", "2", "--port", str(port))  # started again at once
+        again = serve(db, "--port", str(port))  # started again at once
     finally:
         stop.set()
         for thread in threads:
             thread.join(30)
     assert again.address == f"127.0.0.1:{port}"
-    # Until the killed collector's front-ends see their owner gone (longer on a loaded
-    # machine), the port's new connections may still reach one of them, which answers
-    # UNAVAILABLE (OWNER_GONE): retryable, as agents retry it. Nothing else is allowed.
-    stub = again.stub()
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin),
-                           timeout=30)
-            break
-        except grpc.RpcError as exc:
-            orphan = exc.code() == grpc.StatusCode.UNAVAILABLE and OWNER_GONE in exc.details()
-            if not orphan or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
-# Enough calls in flight that some are still waiting when a front-end sees its owner gone.
-CRASH_CALLERS = 128
-
-
-def test_an_owner_crash_answers_calls_in_flight_unavailable(serve, tmp_path: Path) -> None:
-    """Retryable, so that agents send their runs again (to a restarted collector)."""
-    db = tmp_path / "c.duckdb"
-    admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
-    served = serve(db, "--frontends", "2", "--rate-limit", "0")
-    frontends = _children(served.process.pid)
-    ended: list[tuple[grpc.StatusCode, str]] = []
-    lock = threading.Lock()
-    started = threading.Barrier(CRASH_CALLERS + 1)
-
-    def submitter() -> None:
-        channel = grpc.insecure_channel(served.address,
-                                        options=[("grpc.use_local_subchannel_pool", 1)])
-        stub = collector_pb2_grpc.CollectorStub(channel)
-        started.wait()
-        try:
-            while True:  # always a call in flight, most of the time waiting for the owner
-                stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin),
-                               timeout=10)
-        except grpc.RpcError as exc:
-            with lock:
-                ended.append((exc.code(), exc.details()))
-        finally:
-            channel.close()
-
-    threads = [threading.Thread(target=submitter) for _ in range(CRASH_CALLERS)]
-    for t in threads:
-        t.start()
-    started.wait()
-    time.sleep(1.0)
-    os.kill(served.process.pid, signal.SIGKILL)
-    served.process.wait(10)
-    for t in threads:
-        t.join(30)
-    assert _gone(frontends, 15)
-    assert len(ended) == len(threads)
-    assert [e for e in ended if e[0] != grpc.StatusCode.UNAVAILABLE] == []
-
-
-def test_serve_frontends_help_and_bad_values(tmp_path: Path) -> None:
-    assert "--frontends N|auto" in cli("serve", "--help").stdout
-    bad = cli("serve", "--db", str(tmp_path / "c.duckdb"), "--frontends", "0", check=False)
-    assert bad.returncode == 2 and "a number 1-64 or auto" in bad.stderr
+    # A channel to the address may share the killed collector's connection, in its
+    # reconnection backoff: wait for it to be ready, as agents retry UNAVAILABLE.
+    again.stub().SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin),
+                           timeout=30, wait_for_ready=True)
 
 
 def _stored_run_ids(db: Path) -> set[str]:
@@ -413,81 +272,40 @@ def test_serve_refuses_plaintext_off_loopback(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "plaintext is only allowed on a loopback address" in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
-    assert not local_admin.credential_path(tmp_path / "c.duckdb").exists()
+    assert not local_admin.admin_folder(tmp_path / "c.duckdb").exists()
 
 
 def _poisoned_journal(db: Path) -> tuple[str, str]:
-    """A database whose journal holds, as a crash leaves it, a run the database refuses
-    (3e9 training images, let in by an older validation) and a good one; their run_ids."""
-    from gpubench.collector.intake import Journal, JournalEntry, journal_folder
-
+    """A database an earlier version left with runs in its journal, as a crash leaves
+    them: one the database refuses (3e9 training images, let in by an older validation)
+    and a good one; their run_ids."""
     Store(db).close()
     poisoned = make_run(config__train_images=3_000_000_000, config__image_count=0)
     good = make_run()
-    journal = Journal(journal_folder(db))
-    for run in (poisoned, good):
-        journal.append([JournalEntry(run.run_id, "old-agent", datetime(2026, 1, 1),
-                                     record.content_sha256(run),
-                                     run.SerializeToString(deterministic=True))])
-    journal.close()
+    write_journal(db, [poisoned, good], received_at=datetime(2026, 1, 1))
     return poisoned.run_id, good.run_id
 
 
-def test_quarantine_commands_list_retry_and_drop(tmp_path: Path) -> None:
-    db = tmp_path / "c.duckdb"
-    poisoned, good = _poisoned_journal(db)
-    listed = cli("quarantine", "list", "--db", str(db))  # opening stores the journal
-    assert poisoned in listed.stdout and "does not fit INTEGER" in listed.stdout
-    assert good not in listed.stdout and "1 run(s) in quarantine" in listed.stderr
-    assert "held in quarantine" in listed.stderr  # the warning on opening, and the log line
-
-    retried = cli("quarantine", "retry", "--db", str(db), check=False)
-    assert retried.returncode == 1
-    assert f"still refused {poisoned}" in retried.stdout
-    assert "stay in quarantine" in " ".join(retried.stderr.split())
-
-    nothing = cli("quarantine", "drop", "--db", str(db), check=False)
-    assert nothing.returncode == 2  # a run_id is required: there is no "drop all"
-    unknown = cli("quarantine", "drop", "00000000-0000-4000-8000-000000000000", "--db", str(db),
-                  check=False)
-    assert unknown.returncode == 5 and "not in quarantine" in " ".join(unknown.stderr.split())
-
-    dropped = cli("quarantine", "drop", poisoned, "--db", str(db))
-    assert f"dropped {poisoned} (submitter old-agent" in dropped.stdout
-    assert "not stored anywhere" in " ".join(dropped.stderr.split())
-    assert "no runs in quarantine" in cli("quarantine", "list", "--db", str(db)).stderr
-    store = Store(db)
-    try:
-        assert store.count() == 1 and store.get(good).submitter == "old-agent"
-    finally:
-        store.close()
-
-
-def test_a_poisoned_journal_stops_no_command_and_quarantine_works_live(
-    serve, tmp_path: Path
-) -> None:
-    """Each of these replays the journal on opening; none may fail because of one entry."""
+def test_a_poisoned_journal_stops_no_command_and_its_run_is_kept(serve, tmp_path: Path) -> None:
+    """The first opening stores the earlier version's journal: the good run stored, the
+    refused one held in quarantine (told in the log), and every command works."""
     db = tmp_path / "c.duckdb"
     poisoned, good = _poisoned_journal(db)
     listed = cli("token", "list", "--db", str(db))
-    assert "held in quarantine" in listed.stderr  # the operator is told, the command works
+    told = " ".join(listed.stderr.split())
+    assert f"run {poisoned} (submitter old-agent" in told and "cannot be stored" in told
+    assert "does not fit" in told
+    assert not (tmp_path / "c.duckdb.intake").exists()
     admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
-    later = tmp_path / "later.json"
-    later.write_text(record.to_json(make_run(model="B3")))
-    cli("import", str(later), "--db", str(db))
     served = serve(db)
     stub = served.stub()
     stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin), timeout=10)
-    assert stub.GetRun(pb.GetRunRequest(run_id=good), metadata=bearer(admin), timeout=10)
-
-    # While it serves, the commands go through it.
-    assert poisoned in cli("quarantine", "list", "--db", str(db)).stdout
-    assert cli("quarantine", "retry", poisoned, "--db", str(db), check=False).returncode == 1
-    assert f"dropped {poisoned}" in cli("quarantine", "drop", poisoned, "--db", str(db)).stdout
+    assert stub.GetRun(pb.GetRunRequest(run_id=good), metadata=bearer(admin),
+                       timeout=10).submitter == "old-agent"
+    with pytest.raises(grpc.RpcError) as held:
+        stub.GetRun(pb.GetRunRequest(run_id=poisoned), metadata=bearer(admin), timeout=10)
+    assert "held in quarantine" in held.value.details()
+    stats = stub.Stats(pb.StatsRequest(), metadata=bearer(admin), timeout=10)
+    assert (stats.runs_stored, stats.runs_quarantined) == (2, 1)
     served.process.send_signal(signal.SIGTERM)
     assert served.process.wait(STOP_DEADLINE_S) == 0
-    store = Store(db)
-    try:
-        assert store.count() == 3 and store.quarantine_count() == 0
-    finally:
-        store.close()

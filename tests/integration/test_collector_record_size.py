@@ -50,9 +50,8 @@ def _unknown_field(number: int, payload: bytes) -> bytes:
     return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
-@pytest.mark.parametrize("frontends", [1, 2], ids=["1-process", "2-frontends"])
-def test_a_run_over_the_size_budget_is_refused(collector_factory, frontends) -> None:
-    collector = collector_factory(frontends=frontends)
+def test_a_run_over_the_size_budget_is_refused(collector_factory) -> None:
+    collector = collector_factory()
     run = padded_run(1000)  # every list at its longest: about 265 KB, no real run's size
     assert run.ByteSize() > 260_000
     stub = collector.collector_stub()
@@ -67,9 +66,8 @@ def test_a_run_over_the_size_budget_is_refused(collector_factory, frontends) -> 
     assert collector.store.count() == 1
 
 
-@pytest.mark.parametrize("frontends", [1, 2], ids=["1-process", "2-frontends"])
-def test_unknown_fields_are_refused_naming_where(collector_factory, frontends) -> None:
-    collector = collector_factory(frontends=frontends)
+def test_unknown_fields_are_refused_naming_where(collector_factory) -> None:
+    collector = collector_factory()
     stub = collector.collector_stub()
     top = make_run()
     top.MergeFromString(_unknown_field(999, b"x" * 100))

@@ -14,12 +14,6 @@ from gpubench import record
 from gpubench.v1 import collector_pb2 as pb
 
 
-@pytest.fixture(params=[1, 2], ids=["1-process", "2-frontends"])
-def frontends(request: pytest.FixtureRequest) -> int:
-    """Every test here runs against a single-process collector and one with 2 front-ends."""
-    return request.param
-
-
 def submit(collector, run, token=None):
     return collector.collector_stub().SubmitRun(
         pb.SubmitRunRequest(run=run), metadata=collector.metadata(token), timeout=10

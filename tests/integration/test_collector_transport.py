@@ -23,12 +23,6 @@ from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc
 
 
-@pytest.fixture(params=[1, 2], ids=["1-process", "2-frontends"])
-def frontends(request: pytest.FixtureRequest) -> int:
-    """Every test here runs against a single-process collector and one with 2 front-ends."""
-    return request.param
-
-
 def self_signed(folder: Path) -> TlsFiles:
     """A certificate for localhost and 127.0.0.1, valid for a day."""
     key = ec.generate_private_key(ec.SECP256R1())

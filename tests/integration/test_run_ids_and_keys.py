@@ -22,12 +22,6 @@ IDS = [f"{SHARED}{tail}" for tail in ("11-4000-8000-000000000001", "22-4000-8000
                                       "23-4000-8000-000000000003")]
 
 
-@pytest.fixture(params=[1, 2], ids=["one-process", "front-ends"])
-def frontends(request: Any) -> int:
-    """Both kinds of collector."""
-    return request.param
-
-
 def test_short_ids_are_unique_prefixes_and_get_run_takes_them(collector: Any,
                                                               make_run: Any) -> None:
     with Client(collector.address, token=collector.admin_token) as client:

@@ -17,13 +17,6 @@ from gpubench import record
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import run_pb2
 
-
-@pytest.fixture(params=[1, 2], ids=["1-process", "2-frontends"])
-def frontends(request: pytest.FixtureRequest) -> int:
-    """Every test here runs against a single-process collector and one with 2 front-ends."""
-    return request.param
-
-
 T4, H200 = "Tesla T4", "NVIDIA H200"
 # The factory's runs: Keras's own code path, the batch given (--batch N).
 KERAS_GIVEN = {"settings": "keras", "batch_rule": "given"}

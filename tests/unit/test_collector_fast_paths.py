@@ -103,8 +103,8 @@ def test_unknown_status_values_are_refused() -> None:
     assert ("run.result.status", "unknown value 99") in validation.problems(run)
 
 
-def test_group_commit_stores_every_column_and_record_byte(tmp_path: Path) -> None:
-    """16 submitters at once: one insert carries many rows; each is stored as submitted."""
+def test_concurrent_submitters_store_every_column_and_record_byte(tmp_path: Path) -> None:
+    """16 submitters at once: each run is stored as submitted."""
     runs = [make_run(gpu_name="NVIDIA H200", peak_memory_bytes=(100 + i) << 30) for i in range(8)]
     runs += [make_run(status="out_of_memory", label=f"oom {i}") for i in range(8)]
     store = Store(tmp_path / "c.duckdb")
@@ -121,8 +121,6 @@ def test_group_commit_stores_every_column_and_record_byte(tmp_path: Path) -> Non
         for t in threads:
             t.join()
         assert store.count() == len(runs)
-        assert store.committed_runs / store.commits > 1  # shared commits
-        store.catch_up()  # the rows below are read from the runs table itself
         names = [name for name in RUN_COLUMNS.names if name != "received_at"]
         columns = ", ".join(f'"{name}"' for name in names)
         for run in runs:

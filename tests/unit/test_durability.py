@@ -19,9 +19,9 @@ from gpubench.collector.errors import StorageFull, StorageUnavailable
     ids=["ENOSPC", "EDQUOT", "duckdb"],
 )
 def test_a_full_disk_is_storage_full(error: Exception) -> None:
-    found = storage_error(error, "writing the intake journal /x")
+    found = storage_error(error, "storing runs in /x")
     assert isinstance(found, StorageFull)
-    assert "no space left on device (writing the intake journal /x)" in str(found)
+    assert "no space left on device (storing runs in /x)" in str(found)
 
 
 def test_other_io_errors_are_storage_unavailable() -> None:
@@ -42,10 +42,8 @@ def test_listeners_hear_each_change_once() -> None:
     durability = Durability()
     durability.listen(heard.append)
     full = StorageFull("cannot store runs now: no space left on device (x)")
-    assert durability.failed("journal", full)
-    assert not durability.failed("journal", full)
-    durability.failed("database", full)
-    durability.recovered("journal")
-    durability.recovered("database")
-    durability.recovered("database")
-    assert [h is None for h in heard] == [True, False, False, False, True]
+    assert durability.failed(full)
+    assert not durability.failed(full)
+    durability.recovered()
+    durability.recovered()
+    assert [h is None for h in heard] == [True, False, True]

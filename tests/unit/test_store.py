@@ -71,21 +71,27 @@ def test_the_row_carries_the_record_and_its_content_hash() -> None:
     assert run_pb2.Run.FromString(row["record"]) == run
 
 
-def test_queued_rows_resolve_after_their_commit(tmp_path: Path) -> None:
+def test_concurrent_resubmissions_get_the_first_acknowledgement(tmp_path: Path) -> None:
+    """Submissions from many threads at once (gRPC's pool): each run stored once, every
+    resubmission answered with the first acknowledgement, other content refused."""
+    from concurrent.futures import ThreadPoolExecutor
+
     store = Store(tmp_path / "c.duckdb")
     try:
         run = make_run()
-        futures = [store.submit_row(run_row(run, "lab")) for _ in range(3)]
-        other = store.submit_row(run_row(make_run(), "lab"))
-        changed = store.submit_row(run_row(make_run(run_id=run.run_id, epoch2_seconds=3.0),
-                                           "lab"))
-        acks = [f.result(timeout=10) for f in futures]
-        assert acks[0] == acks[1] == acks[2] and acks[0].run_id == run.run_id
-        assert other.result(timeout=10).run_id != run.run_id
+        changed = make_run(run_id=run.run_id, epoch2_seconds=3.0)
+        with ThreadPoolExecutor(8) as pool:
+            same = [pool.submit(store.submit, run, "lab") for _ in range(8)]
+            other = pool.submit(store.submit, make_run(), "lab")
+            acks = [f.result(timeout=30) for f in same]
+        assert len(set(acks)) == 1 and acks[0].run_id == run.run_id
+        assert other.result().run_id != run.run_id
         with pytest.raises(RunConflict, match=run.run_id):
-            changed.result(timeout=10)
+            store.submit(changed, "lab")
         assert store.count() == 2
         assert store.get(run.run_id).received_at.ToDatetime() == acks[0].received_at
+        accepted, refusals = store.submissions.snapshot()
+        assert accepted == 9 and refusals == {"conflict": 1}
     finally:
         store.close()
 

@@ -221,13 +221,9 @@ def test_metrics_show_the_collectors_counts(live_site):
     assert after.refusals["token"] == before.refusals.get("token", 0) + 1
     assert after.submissions_accepted >= 16 and after.runs_stored >= 16
     assert after.runs_flagged >= 1 and after.runs_published == 3
-    assert after.flushes >= 1 and after.flush_seconds_total > 0
     _, metrics, _ = live_site.get("/metrics")
     assert f"gpubench_collector_submissions_total {float(after.submissions_accepted)}" in metrics
     assert 'gpubench_collector_refusals_total{reason="invalid"}' in metrics
     assert 'gpubench_collector_runs{kind="flagged"}' in metrics
     assert 'gpubench_collector_runs{kind="published"} 3.0' in metrics
-    for name in ("gpubench_collector_quarantined_runs 0.0", "gpubench_collector_journal_depth",
-                 "gpubench_collector_flushes_total", "gpubench_collector_flush_seconds_total",
-                 "gpubench_collector_last_flush_seconds"):
-        assert name in metrics
+    assert "gpubench_collector_quarantined_runs 0.0" in metrics

@@ -1,21 +1,13 @@
 """The collector's Stats call, which the site's /metrics shows: counted in the process
-holding the database, so the same through front-end processes."""
+holding the database."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
 from gpubench.client import Client
 from gpubench.errors import GpubenchError
 from gpubench.v1 import run_pb2
-
-
-@pytest.fixture(params=[1, 2], ids=["one-process", "front-ends"])
-def frontends(request) -> int:
-    """Both kinds of collector."""
-    return request.param
 
 
 def test_stats_count_submissions_and_refusals(collector, make_run):
@@ -33,14 +25,10 @@ def test_stats_count_submissions_and_refusals(collector, make_run):
             pytest.raises(GpubenchError):
         client.submit_run(make_run())
     with Client(collector.address, token=collector.admin_token) as client:
-        deadline = time.monotonic() + 10
-        stats = client.stats()
-        while (stats.runs_stored < 1 or stats.journal_depth) and time.monotonic() < deadline:
-            time.sleep(0.05)
-            stats = client.stats()
+        stats = client.stats()  # the acknowledged run is stored: its commit returned
     assert stats.submissions_accepted == 2
     assert dict(stats.refusals) == {"conflict": 1, "invalid": 1, "token": 1}
-    assert stats.runs_stored == 1 and stats.journal_depth == 0 and stats.flushes >= 1
+    assert stats.runs_stored == 1
     assert stats.runs_quarantined == 0 and stats.runs_published == 0
 
 

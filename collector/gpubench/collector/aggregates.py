@@ -1,20 +1,20 @@
 """Runs aggregated per GPU configuration: Compare's figures (from the per-group figures
-the flusher keeps, or afresh from the runs), published runs, and the leaderboard.
+the store keeps, or afresh from the runs), published runs, and the leaderboard.
 
 Runs on a card not yet in the GPU catalogue (collector.gpu_names.not_yet_catalogued),
 flagged for nothing but their GPU's name, are aggregated too, apart: Compare's groups and
 the leaderboard's entries of such cards come marked `uncatalogued`, after the others, so
 that a new card's runs are seen at once and never lead the catalogued cards'.
 
-Like every read (collector.visible), these see every run acknowledged before they
-began, outliers flagged as the next rescore will flag them, and never wait for a write.
+Like every read (collector.queries), these see every run acknowledged before they
+began, its outlier group rescored in the same commit, and never wait for a write.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -22,9 +22,13 @@ from gpubench import comparison_key, record
 from gpubench.collector import ceilings, corroboration, gpu_names, outliers
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.rows import REASON_SEPARATOR
-from gpubench.collector.visible import Snapshot, Snapshots
 from gpubench.comparison_key import Value
 from gpubench.v1 import run_pb2
+
+if TYPE_CHECKING:  # given by the store
+    from gpubench.collector.database import Database
+
+Connection = duckdb.DuckDBPyConnection
 
 # The columns of a GPU configuration, as SQL, and the dimensions Compare keeps apart
 # (gpubench.comparison_key: each a column of the runs and of group_figures).
@@ -101,8 +105,8 @@ class LeaderboardRow:
 class Aggregates:
     """Compare's and the leaderboard's reads."""
 
-    def __init__(self, snapshot: Snapshots) -> None:
-        self._snapshot = snapshot
+    def __init__(self, database: Database) -> None:
+        self._db = database
 
     def compare_groups(self, query: CompareQuery) -> list[GroupFigures]:
         """Per GPU configuration (name x count x memory limit): the figures Compare
@@ -113,26 +117,26 @@ class Aggregates:
         them, or flagged runs are asked for, the medians are computed afresh from the runs.
         The groups of cards not yet catalogued follow, marked (computed from their runs).
         """
-        with self._snapshot() as read:
-            missing = _uncatalogued_names(read, query.model)
+        with self._db.read() as con:
+            missing = _uncatalogued_names(con, query.model)
             apart = [_group_figures(r, uncatalogued=True)
-                     for r in _compare_rows_from_runs(read, query, missing, apart=True)
+                     for r in _compare_rows_from_runs(con, query, missing, apart=True)
                      ] if missing else []
             if query.include_flagged:
                 return [_group_figures(r) for r in _compare_rows_from_runs(
-                    read, query, missing)] + apart
+                    con, query, missing)] + apart
             clauses, params = _compare_filter(query)
-            rows = _records(read.con.execute(
+            rows = _records(con.execute(
                 f"""
                 SELECT {_CONFIG}, {", ".join(_FIGURE_NAMES)},
                     {", ".join(f"[{c}] AS {c}" for c in KEY_COLUMNS)}
-                FROM {read.group_figures()} WHERE with_outliers = ? AND {' AND '.join(clauses)}
+                FROM group_figures WHERE with_outliers = ? AND {' AND '.join(clauses)}
                 """,
                 [query.include_outliers, *params],
             ))
             configs = {tuple(r[c] for c in outliers.CONFIG_COLUMNS) for r in rows}
             if len(configs) < len(rows) and query.allow_mixed:
-                rows = _compare_rows_from_runs(read, query, missing)
+                rows = _compare_rows_from_runs(con, query, missing)
         return [_group_figures(r) for r in rows] + apart
 
     def published_groups(self, model: str, gpu_names: Sequence[str] = ()) -> list[GroupFigures]:
@@ -140,11 +144,11 @@ class Aggregates:
         everything that changes what was timed, each group with its source. Flagged
         published runs are left out like measured ones."""
         clauses, params = _compare_filter(CompareQuery(model=model, gpu_names=tuple(gpu_names)))
-        with self._snapshot() as read:
-            published = f"""(SELECT *, true AS keep FROM {read.rows}
+        with self._db.read() as con:
+            published = f"""(SELECT *, true AS keep FROM runs
                              WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND published
                                AND NOT flagged AND {' AND '.join(clauses)})"""
-            rows = _records(read.con.execute(
+            rows = _records(con.execute(
                 f"""
                 SELECT {_CONFIG}, {outliers.FIGURES},
                     {", ".join(f"[{c}] AS {c}" for c in KEY_COLUMNS)},
@@ -196,31 +200,31 @@ class Aggregates:
             if value:
                 clauses.append(f"{name} = ?")
                 params.append(value)
-        with self._snapshot() as read:
-            missing = _uncatalogued_names(read, query.model)
+        with self._db.read() as con:
+            missing = _uncatalogued_names(con, query.model)
             known, known_params = _flagged_filter(
                 missing, apart=False, include_flagged=query.include_flagged)
             apart, apart_params = _flagged_filter(
                 missing, apart=True, include_flagged=query.include_flagged)
             version = query.benchmark_version
             if not version:
-                versions = (_benchmark_versions(read, " AND ".join([*clauses, known]),
+                versions = (_benchmark_versions(con, " AND ".join([*clauses, known]),
                                                 [*params, *known_params])
-                            or _benchmark_versions(read, " AND ".join([*clauses, apart]),
+                            or _benchmark_versions(con, " AND ".join([*clauses, apart]),
                                                    [*params, *apart_params]))
                 if not versions:
                     return [], ""
                 version = versions[0]
             where = " AND ".join([*clauses, f"({known} OR {apart})"])
             params = [*params, *known_params, *apart_params]
-            rows = _records(read.con.execute(
+            rows = _records(con.execute(
                 f"""
                 WITH voices AS (
                     SELECT {_BOARD_KEYS}, submitter, count(*) AS runs,
                         min(epoch2_seconds) AS best, median(epoch2_seconds) AS epoch2,
                         median(train_images_per_second) AS rate, max(batch_per_gpu) AS batch,
                         max(largest_batch_per_gpu) AS largest
-                    FROM {read.runs}
+                    FROM runs
                     WHERE {where} AND benchmark_version = ?
                     GROUP BY {_BOARD_KEYS}, submitter)
                 SELECT {_BOARD_KEYS}, sum(runs)::INTEGER AS runs,
@@ -235,7 +239,7 @@ class Aggregates:
                 """,
                 [*params, version],
             ))
-            published = _published_medians(read, query.model, version)
+            published = _published_medians(con, query.model, version)
         found: list[LeaderboardRow] = []
         found_apart: list[LeaderboardRow] = []
         for r in rows:
@@ -275,13 +279,13 @@ def _reference_key(row: dict[str, Any]) -> tuple:
     return tuple(row[k] for k in _REFERENCE_KEYS)
 
 
-def _published_medians(read: Snapshot, model: str, version: str) -> dict[tuple, list]:
+def _published_medians(con: Connection, model: str, version: str) -> dict[tuple, list]:
     """The median epoch-2 time of the unflagged published runs of a model at its native
     size, per _REFERENCE_KEYS, each as (what it is, seconds)."""
-    rows = read.con.execute(
+    rows = con.execute(
         f"""
         SELECT {", ".join(_REFERENCE_KEYS)}, median(epoch2_seconds), any_value(run_id)
-        FROM {read.rows}
+        FROM runs
         WHERE published AND NOT flagged AND status = 'ok' AND epoch2_seconds IS NOT NULL
           AND model = ? AND image_size = ? AND benchmark_version = ?
         GROUP BY ALL
@@ -309,26 +313,26 @@ def _corroboration(row: dict[str, Any], published: Sequence[tuple[str, float]],
     return corroboration.corroborate(figure, row["submitter_medians"], references)
 
 
-def _benchmark_versions(read: Snapshot, where: str, params: Sequence[Any]) -> list[str]:
-    rows = read.con.execute(
-        f"SELECT DISTINCT benchmark_version FROM {read.runs} WHERE {where}", list(params)
+def _benchmark_versions(con: Connection, where: str, params: Sequence[Any]) -> list[str]:
+    rows = con.execute(
+        f"SELECT DISTINCT benchmark_version FROM runs WHERE {where}", list(params)
     ).fetchall()
     return sorted((v for (v,) in rows), key=record.version_key, reverse=True)
 
 
-def _compare_rows_from_runs(read: Snapshot, query: CompareQuery, missing: list[str], *,
+def _compare_rows_from_runs(con: Connection, query: CompareQuery, missing: list[str], *,
                             apart: bool = False) -> list[dict[str, Any]]:
     """Compare's rows computed from the runs: of the catalogued cards (and look-alikes,
     flagged), or with `apart` of the cards not yet catalogued (`missing`, by name)."""
     clauses, params = _compare_filter(query)
     flagged, names = _flagged_filter(missing, apart=apart,
                                      include_flagged=query.include_flagged)
-    kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {read.runs}
+    kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM runs
                 WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
                   AND {flagged} AND {' AND '.join(clauses)})"""
     # Flagged runs counted in: those flagged for more than the name of a missing card.
     counted = f"flagged AND NOT {_NAME_ONLY}" if apart else "flagged"
-    return _records(read.con.execute(
+    return _records(con.execute(
         f"""
         SELECT {_CONFIG}, {outliers.FIGURES},
             {", ".join(f"list(DISTINCT {c}) FILTER (WHERE keep) AS {c}" for c in KEY_COLUMNS)},
@@ -354,11 +358,11 @@ def _flagged_filter(missing: list[str], *, apart: bool,
     return "NOT flagged", []
 
 
-def _uncatalogued_names(read: Snapshot, model: str) -> list[str]:
+def _uncatalogued_names(con: Connection, model: str) -> list[str]:
     """The GPU names of a model's flagged runs that may be cards the catalogue does not
     list yet (gpu_names.not_yet_catalogued)."""
-    names = read.con.execute(
-        f"SELECT DISTINCT gpu_name FROM {read.rows} WHERE flagged AND model = ?", [model]
+    names = con.execute(
+        "SELECT DISTINCT gpu_name FROM runs WHERE flagged AND model = ?", [model]
     ).fetchall()
     specs = ceilings.specs()
     return sorted(name for (name,) in names if gpu_names.not_yet_catalogued(specs, name))

@@ -36,22 +36,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import message_factory
 
-from gpubench.collector.door import address_key
 from gpubench.collector.errors import ShuttingDown
 from gpubench.collector.forwarded import TrustedProxies
 from gpubench.collector.rows import utc_now
 from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.statuses import answer_of
-from gpubench.collector.store import Store
 from gpubench.collector.tokens import TokenRow
-from gpubench.collector.transport import Refusal, parse_request
+from gpubench.collector.transport import Refusal, address_key, parse_request
 from gpubench.errors import InvalidRecord
 from gpubench.v1 import collector_pb2
+
+if TYPE_CHECKING:  # the token book is given its store
+    from gpubench.collector.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -358,7 +359,7 @@ class AuthFailures:
 def peer_key(peer: str | None) -> str:
     """The key of a gRPC peer ("ipv4:1.2.3.4:567", "ipv6:[::1]:567", "unix:...") that
     failed authentications are counted by: its IP address, an IPv6 one by its /64
-    (collector.door.address_key, which the door counts connections by)."""
+    (collector.transport.address_key)."""
     if not peer:
         return "unknown"
     kind, _, rest = peer.partition(":")
@@ -458,18 +459,18 @@ class Gate:
 
     def guarded(
         self, behavior: Callable[[Any, grpc.ServicerContext], Any], access: Access,
-        request_class: type, peer_of: Callable[[str | None], str | None] = lambda p: p,
+        request_class: type,
     ) -> Callable[[bytes, grpc.ServicerContext], Any]:
         """`behavior` (a servicer method) taking its request as bytes, with the token
         check in front and only then the request parsed (a `request_class`); the caller
-        set for it in `current_caller`. A refusal becomes `context.abort`. `peer_of`
-        turns the call's peer into the client's (collector.door.Door.peer_of)."""
+        set for it in `current_caller`. A refusal becomes `context.abort`; failed
+        authentications are counted by the call's peer as gRPC saw it."""
 
         def checked(data: bytes, context: grpc.ServicerContext) -> Any:
             metadata = context.invocation_metadata()
             secret = bearer_secret(metadata)
             try:
-                peer = self._proxies.client_peer(peer_of(context.peer()), metadata)
+                peer = self._proxies.client_peer(context.peer(), metadata)
                 caller = self.check(access, secret, peer)
                 request = parse_request(request_class, data)
             except Exception as exc:  # a refusal, the store closing, or a bug (INTERNAL)
@@ -492,11 +493,8 @@ class AuthInterceptor(grpc.ServerInterceptor):
     after the token check (`Gate.guarded`).
     """
 
-    def __init__(
-        self, gate: Gate, peer_of: Callable[[str | None], str | None] = lambda p: p
-    ) -> None:
+    def __init__(self, gate: Gate) -> None:
         self._gate = gate
-        self._peer_of = peer_of  # the call's peer -> the client's (collector.door)
         self._checked: dict[str, grpc.RpcMethodHandler] = {}  # method -> wrapped handler
 
     def intercept_service(
@@ -514,8 +512,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
             # Made once per method: the handler with the token check in front, and the
             # request left as bytes (no request_deserializer) until the check passed.
             checked = self._checked[method] = grpc.unary_unary_rpc_method_handler(
-                self._gate.guarded(handler.unary_unary, access, request_class_of(method),
-                                   self._peer_of),
+                self._gate.guarded(handler.unary_unary, access, request_class_of(method)),
                 response_serializer=handler.response_serializer,
             )
         return checked

@@ -4,7 +4,6 @@ A backup is a folder holding data only: one Parquet file per table that holds wh
 code can compute again (runs.parquet, tokens.parquet, quarantine.parquet), and a
 manifest, gpubench-backup.json, written last: a folder without it is an unfinished
 backup and is not restored. The files are written from one snapshot of the database
-taken once the intake journal's acknowledged runs are stored
 (collector.store.Store.export_to), so the backup holds every run acknowledged before
 it began; submissions go on meanwhile. The serving collector writes it (the Admin
 service's Backup, called over loopback with its local credential,
@@ -42,7 +41,7 @@ from typing import Any
 from gpubench.collector import migrations
 from gpubench.collector.database import database_in_use
 from gpubench.collector.errors import DatabaseLocked
-from gpubench.collector.intake import journal_folder
+from gpubench.collector.leftovers import journal_folder
 from gpubench.collector.store import Store
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.versions import VERSION
@@ -374,7 +373,7 @@ def _counted(counts: dict[str, Any]) -> str:
 
 def _database_files(db_path: Path) -> list[Path]:
     """The files of the database `db_path` that exist: the file, DuckDB's write-ahead
-    log, the collector's intake journal (runs it would insert on opening)."""
+    log, an earlier version's intake journal (runs it stores on opening)."""
     candidates = [db_path, db_path.with_name(db_path.name + ".wal"), journal_folder(db_path)]
     return [path for path in candidates if path.exists()]
 

@@ -27,10 +27,6 @@ SPECS_FILE = Path(__file__).with_name("gpu_specs.json")
 # 1.2x as versions improved), but one more than this many times faster than the fastest
 # verified run of its own configuration is a claim nobody has shown.
 SAME_CONFIGURATION_MARGIN = 1.25
-# A mean power over an epoch stays under the cards' power limit; half again for the energy
-# counter's interpolation over a short epoch (real runs reach 0.94x of it). The record's
-# own power limit (collector.plausibility) and the catalogue's (collector.energy) alike.
-POWER_LIMIT_FACTOR = 1.5
 # Where the card has verified runs of the run's precision but not of its settings or
 # batch rule: the fastest of that precision (other settings are slower, not faster: the
 # H200's fastest float32 B0 runs are all within 1.1x of each other) with a wider margin.

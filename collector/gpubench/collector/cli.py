@@ -1,5 +1,5 @@
 """`gpubench-collector`: serve the collector, manage access tokens, import run records,
-deal with runs in quarantine, back the database up and restore it."""
+back the database up and restore it."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ WEB_MODULES = ("starlette", "uvicorn", "jinja2", "markupsafe", "prometheus_clien
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True, envvar="GPUBENCH_LOG_LEVEL",
               help="Least severe log lines shown on stderr (env GPUBENCH_LOG_LEVEL): INFO shows "
-                   "what the collector does on its own (runs stored from the intake journal at "
-                   "start, ...); WARNING only problems.")
+                   "what the collector does on its own (runs an earlier version left in its "
+                   "journal, stored at start, ...); WARNING only problems.")
 def cli(log_level: str) -> None:
     """The gpubench collector: stores benchmark runs and answers comparisons over gRPC."""
     # A service's log: timestamped lines on stderr, where service managers collect them.
@@ -79,17 +79,11 @@ def cli(log_level: str) -> None:
 @click.option("--max-message-bytes", default=1 << 20, show_default=True,
               type=click.IntRange(min=1024),
               help="Largest request accepted, in bytes (larger ones get RESOURCE_EXHAUSTED).")
-@click.option("--frontends", default="1", show_default=True, metavar="N|auto",
-              help="Front-end processes serving gRPC on the port and forwarding to this one, "
-                   "which holds the database. 1: everything in this process, which uses about "
-                   "one core whatever the machine has; auto: one per usable core, up to 4 "
-                   "(1 on a single core). More need more CPU per submission in all, so they "
-                   "pay only with cores to spare.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Also serve /metrics (Prometheus text or OpenMetrics) on this HTTP port "
                    "(0: any free port, printed at start): submissions, refusals by reason, "
-                   "runs stored, flagged and quarantined, the journal's depth, DuckDB's bulk "
-                   "inserts. Off unless given.")
+                   "runs stored, flagged and held unstored from an earlier version. Off "
+                   "unless given.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address /metrics listens on; the figures need no token, so keep it to "
                    "the operators' network.")
@@ -101,19 +95,16 @@ def cli(log_level: str) -> None:
 def serve(
     db_path: Path, host: str, port: int, public_read: bool, tls_cert: Path | None,
     tls_key: Path | None, insecure: bool, rate_limit: float, max_message_bytes: int,
-    frontends: str, metrics_port: int | None, metrics_host: str,
-    trusted_proxies: tuple[str, ...],
+    metrics_port: int | None, metrics_host: str, trusted_proxies: tuple[str, ...],
 ) -> None:
-    """Serve the collector until SIGTERM or Ctrl-C, then stop gracefully."""
-    from gpubench.collector.server import TlsFiles, default_frontends
-    from gpubench.collector.server import serve as run_server
+    """Serve the collector until SIGTERM or Ctrl-C, then stop gracefully.
 
-    if frontends == "auto":
-        count = default_frontends()
-    elif frontends.isdigit() and 1 <= int(frontends) <= 64:
-        count = int(frontends)
-    else:
-        raise click.BadParameter(f"{frontends!r}: a number 1-64 or auto", param_hint="--frontends")
+    One process: a submission is acknowledged once its DuckDB commit has returned.
+    Commands on this machine (token, backup, import) reach it through a Unix socket in
+    DB.admin/, a folder only its owner can enter. A public collector belongs behind a
+    proxy (docker/compose.yaml)."""
+    from gpubench.collector.server import TlsFiles
+    from gpubench.collector.server import serve as run_server
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -122,10 +113,9 @@ def serve(
     def ready(address: str) -> None:
         mode = "TLS" if tls else "plaintext"
         reads = "public" if public_read else "token"
-        processes = f", {count} front-end processes" if count > 1 else ""
         # The address first: scripts find it on the first line, however the path wraps.
         out.print(wrap_message("", f"collector serving on {address} ({mode}, reads: "
-                               f"{reads}{processes}), the database {db_path}"))
+                               f"{reads}), the database {db_path}"))
         sys.stdout.flush()
 
     def metrics_ready(bound: int) -> None:
@@ -135,8 +125,7 @@ def serve(
 
     run_server(
         db_path, host=host, port=port, public_read=public_read, tls=tls, insecure=insecure,
-        rate_limit=rate_limit, max_message_bytes=max_message_bytes, frontends=count,
-        on_ready=ready,
+        rate_limit=rate_limit, max_message_bytes=max_message_bytes, on_ready=ready,
         metrics=(metrics_host, metrics_port) if metrics_port is not None else None,
         on_metrics=metrics_ready, trusted_proxies=trusted_proxies,
     )
@@ -147,8 +136,7 @@ def serve(
 @click.option("--collector", "address", envvar="GPUBENCH_COLLECTOR", default="127.0.0.1:50051",
               show_default=True,
               help="The collector's gRPC address (env GPUBENCH_COLLECTOR); the site reads "
-                   "through its API only, never its database, so it works the same in front "
-                   "of --frontends.")
+                   "through its API only, never its database.")
 @click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A file holding the token the site reads with, for a collector without "
                    "--public-read (env GPUBENCH_TOKEN also works); give the site a token of "
@@ -298,73 +286,6 @@ def token_revoke(db_path: Path, name: str) -> None:
     with _token_book(db_path) as book:
         row = book.revoke(name)  # type: ignore[attr-defined]
     _note(f"revoked token {row.name!r} in {_which_database(db_path, book)}")
-
-
-def _quarantine(db_path: Path) -> contextlib.AbstractContextManager[object]:
-    """The quarantine of `db_path`: the store itself, or the collector that holds the file
-    (both have quarantined, retry_quarantined and drop_quarantined)."""
-    return _local_or_live(db_path, lambda store: store)
-
-
-def _when(moment: object) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S")  # type: ignore[attr-defined]
-
-
-@cli.group()
-def quarantine() -> None:
-    """Runs acknowledged but refused by the database: list them, store them again once
-    the cause is fixed, or drop them (works while the collector runs)."""
-
-
-@quarantine.command("list")
-@DB_OPTION
-def quarantine_list(db_path: Path) -> None:
-    """List the runs in quarantine: run_id, submitter, when acknowledged and last refused,
-    and the database's reason."""
-    with _quarantine(db_path) as held:
-        runs = held.quarantined()  # type: ignore[attr-defined]
-    if not runs:
-        err.print("no runs in quarantine")
-        return
-    # A line per run and its reason below (a table would wrap the run_ids).
-    for run in runs:
-        out.print(f"{run.run_id}  submitter {run.submitter}  acknowledged "
-                  f"{_when(run.received_at)} UTC  refused {_when(run.quarantined_at)} UTC")
-        out.print(f"    {run.reason}")
-    err.print(f"{len(runs)} run(s) in quarantine; `quarantine retry` stores them again once "
-              "the cause is fixed, `quarantine drop RUN_ID...` drops them")
-
-
-@quarantine.command("retry")
-@DB_OPTION
-@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
-def quarantine_retry(db_path: Path, run_ids: tuple[str, ...]) -> None:
-    """Store runs from quarantine again (the RUN_IDs; none: every one). Those the
-    database refuses still stay in quarantine with the new reason (exit 1)."""
-    with _quarantine(db_path) as held:
-        stored, refused = held.retry_quarantined(run_ids)  # type: ignore[attr-defined]
-    for run_id in stored:
-        out.print(f"stored {run_id}")
-    for run in refused:
-        out.print(f"still refused {run.run_id}: {run.reason}")
-    err.print(f"{len(stored)} run(s) stored from quarantine, {len(refused)} still refused")
-    if refused:
-        raise RequestRefused(f"{len(refused)} run(s) still refused by the database; they stay "
-                             "in quarantine")
-
-
-@quarantine.command("drop")
-@DB_OPTION
-@click.argument("run_ids", nargs=-1, required=True, metavar="RUN_ID...")
-def quarantine_drop(db_path: Path, run_ids: tuple[str, ...]) -> None:
-    """Delete runs from quarantine for good (each RUN_ID named); prints what it dropped.
-    They were acknowledged to their agents but never stored."""
-    with _quarantine(db_path) as held:
-        dropped = held.drop_quarantined(run_ids)  # type: ignore[attr-defined]
-    for run in dropped:
-        out.print(f"dropped {run.run_id} (submitter {run.submitter}, acknowledged "
-                  f"{_when(run.received_at)} UTC): {run.reason}")
-    err.print(f"dropped {len(dropped)} run(s) from quarantine; they are not stored anywhere")
 
 
 @cli.command("import")

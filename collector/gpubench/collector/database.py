@@ -1,12 +1,10 @@
 """The collector's DuckDB file: the one connection, a cursor per thread, the write lock,
-the schema's migrations, opening again after a fatal error, and whole-file copies.
+opening again after a fatal error.
 
-DuckDB cursors are connections of their own to the same database and safe to use side
-by side, one per thread. Reads need no lock: each statement reads a snapshot of what
-was committed when it began (DuckDB's MVCC; docs: "Concurrency", "Transaction
-Management"). Writes take `write_lock`, so that concurrent RPCs never produce
-transaction conflicts (DuckDB's optimistic concurrency refuses the second of two
-transactions that change one row).
+DuckDB cursors are connections of their own to the same database, safe side by side,
+one per thread. Reads need no lock: each statement reads what was committed when it
+began (DuckDB's MVCC). Writes take `write_lock`, so that concurrent RPCs never conflict
+(DuckDB's optimistic concurrency refuses the second of two changes of one row).
 """
 
 from __future__ import annotations
@@ -21,15 +19,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from gpubench.collector import migrations, outliers
 from gpubench.collector.durability import storage_error
-from gpubench.collector.errors import (
-    DatabaseLocked,
-    SchemaTooNew,
-    ShuttingDown,
-    StorageUnavailable,
-)
-from gpubench.collector.rows import utc_now
+from gpubench.collector.errors import DatabaseLocked, ShuttingDown, StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +34,15 @@ def _usable_cores() -> int:
 
 
 class Database:
-    """The DuckDB file at `path`, opened and migrated; safe to share between threads."""
+    """The DuckDB file at `path`, opened and migrated; safe to share between threads.
 
-    def __init__(self, path: Path) -> None:
+    `migrate(connection, path)` brings the schema up to date when it opens
+    (collector.migrations.apply: given by the store, so that this module, which every
+    part of the store uses, does not import every migration's code).
+    """
+
+    def __init__(self, path: Path,
+                 migrate: Callable[[duckdb.DuckDBPyConnection, Path], None]) -> None:
         self.path = path
         try:
             self._conn: duckdb.DuckDBPyConnection | None = self._connect()
@@ -59,16 +56,14 @@ class Database:
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._local = threading.local()
         # A fatal error (a checkpoint on a full disk) leaves DuckDB refusing every
-        # statement until the database is opened again: the flusher does so (`reopen`),
+        # statement until the database is opened again: the store does so (`reopen`),
         # and each opening gets a new epoch, so that threads take new cursors.
         self.broken = False
         self._epoch = 0
-        # Called when the database turns broken (the flusher wakes up to open it again).
-        self.on_broken: Callable[[], None] | None = None
         self.write_lock = threading.Lock()
         self.closed = False
         try:
-            self._migrate()
+            migrate(self._conn, path)
         except BaseException:
             self._conn.close()  # release the file: nothing else may use it now
             raise
@@ -112,27 +107,21 @@ class Database:
                     self._cursors.remove(con)
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
-        """A read's failure of the storage raised as StorageFull or StorageUnavailable
-        (retryable); a broken database is reported for opening again."""
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """This thread's cursor for a read; a failure of the storage raised as StorageFull
+        or StorageUnavailable (retryable), a broken database noted for opening again."""
         try:
-            yield
+            yield self.cursor()
         except Exception as exc:
             if isinstance(exc, duckdb.FatalException):
-                self.mark_broken()
+                self.broken = True  # the next write, or the store's retry, opens it again
             error = storage_error(exc, f"reading {self.path}")
             if error is None:
                 raise
             raise error from exc
 
-    def mark_broken(self) -> None:
-        """DuckDB refuses every statement until the database is opened again."""
-        self.broken = True
-        if self.on_broken is not None:
-            self.on_broken()
-
     def reopen(self) -> None:
-        """Open the database again after a fatal error (called by the flusher with the
+        """Open the database again after a fatal error (called by the store with the
         write lock held; raises when it cannot yet: retried). DuckDB replays its log."""
         with self._cursor_lock:
             if self.closed:
@@ -150,13 +139,8 @@ class Database:
         self.broken = False
         log.warning("%s: opened again after a fatal error of the database", self.path)
 
-    def close(self, finish: Callable[[], None]) -> None:
-        """Call `finish` with the write lock held (unless closed already), then close
-        every cursor, checkpoint and close the file."""
-        with self.write_lock:
-            if self.closed:
-                return
-            finish()
+    def close(self) -> None:
+        """Close every cursor (after the write in flight), checkpoint and close the file."""
         with self._cursor_lock:
             if self.closed:
                 return
@@ -175,33 +159,6 @@ class Database:
                     log.warning("could not checkpoint on close (%s); the log is replayed on "
                                 "open", str(exc).splitlines()[0])
             self._conn.close()
-
-    def _migrate(self) -> None:
-        con = self._conn
-        assert con is not None  # called by __init__ only, just after _connect
-        con.execute(migrations.CREATE_LEDGER)
-        applied = {name for (name,) in con.execute("SELECT name FROM schema_migrations").fetchall()}
-        newer = migrations.unknown(applied)
-        if newer:
-            raise SchemaTooNew(
-                f"{self.path}: written by a newer collector (migrations {', '.join(newer)}); "
-                "upgrade gpubench"
-            )
-        pending = migrations.pending(applied)
-        # The figures are computed in this code's shape of group_figures, which exists
-        # only once every pending migration has run: only the last one that asks refills.
-        refills = [m for m in pending if m.refill_group_figures]
-        for migration in pending:
-            with transaction(con):
-                for statement in migration.statements:
-                    con.execute(statement)
-                if migration.backfill is not None:
-                    migration.backfill(con)
-                if refills and migration is refills[-1]:
-                    outliers.rescore(con, None)
-                con.execute(
-                    "INSERT INTO schema_migrations VALUES (?, ?)", [migration.name, utc_now()]
-                )
 
     def applied_migrations(self) -> list[str]:
         """The names of the migrations this database has had, in order applied."""

@@ -1,11 +1,10 @@
 """Whether the store can make writes durable now, and who must know when that changes.
 
-A full disk (or a failing one) must not look like a bug: the store turns the
-errors of its journal and database writes into `StorageFull` or
-`StorageUnavailable` (retryable status codes with a clear message), and keeps
-here which of its parts cannot write. The health service listens: the collector
-says NOT_SERVING while any part is in trouble and SERVING again once its writes
-succeed (the store retries by itself: see collector.flusher).
+A full disk (or a failing one) must not look like a bug: the store turns the errors
+of its database writes into `StorageFull` or `StorageUnavailable` (retryable status
+codes with a clear message), and keeps here why it cannot write: logged once when it
+begins and once when it ends. The health service listens: NOT_SERVING meanwhile,
+SERVING again once writes succeed (the store retries by itself: collector.store).
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ _IO_WORDS = ("could not write", "could not read", "could not fsync", "input/outp
 
 def storage_error(exc: BaseException, doing: str) -> StorageUnavailable | None:
     """The StorageFull / StorageUnavailable an I/O failure of `doing` ("writing the
-    intake journal /x") amounts to; None for errors that are not about the storage
+    storing runs in /x") amounts to; None for errors that are not about the storage
     (bugs, a value the database refuses), which must not look retryable."""
     text = str(exc).lower()
     if isinstance(exc, OSError):
@@ -41,7 +40,7 @@ def storage_error(exc: BaseException, doing: str) -> StorageUnavailable | None:
     elif isinstance(exc, duckdb.Error):
         full = any(words in text for words in _FULL_WORDS)
         # FatalException: DuckDB refuses everything until the database is opened again,
-        # which the flusher does (Database.reopen).
+        # which the store does (Database.reopen).
         if not (full or isinstance(exc, (duckdb.IOException, duckdb.FatalException))
                 or any(words in text for words in _IO_WORDS)):
             return None
@@ -55,65 +54,43 @@ def storage_error(exc: BaseException, doing: str) -> StorageUnavailable | None:
 
 
 class Durability:
-    """Which parts of the store cannot write durably now ("journal", "database"), and
-    the listeners told `trouble` (a message, or None when every part writes again)."""
+    """Why the store cannot write durably now (None: it can), and the listeners told
+    of each change."""
 
     def __init__(self) -> None:
+        # Held while changing and telling, so that listeners hear the changes in order.
         self._lock = threading.Lock()
-        # Serialises telling listeners, so that they see the changes in order.
-        self._telling = threading.Lock()
-        self._troubles: dict[str, str] = {}
+        self.trouble: str | None = None
         self._listeners: list[Callable[[str | None], None]] = []
 
-    @property
-    def trouble(self) -> str | None:
-        """Why writes cannot be made durable now; None when they can."""
+    def failed(self, error: StorageUnavailable) -> bool:
+        """A write failed with `error`; True when writes worked before (it is logged)."""
         with self._lock:
-            return "; ".join(self._troubles.values()) or None
-
-    def failing(self, part: str) -> bool:
-        """Whether `part` could not write at its last try."""
-        with self._lock:
-            return part in self._troubles
-
-    def failed(self, part: str, error: StorageUnavailable) -> bool:
-        """`part` could not write; True when it could before (the change is logged)."""
-        with self._lock:
-            new = part not in self._troubles
-            self._troubles[part] = str(error)
-        if new:
-            log.error("%s; health is NOT_SERVING until writes succeed again", error)
-            self._tell()
+            new = self.trouble is None
+            self.trouble = str(error)
+            if new:
+                log.error("%s; health is NOT_SERVING until writes succeed again", error)
+                self._tell()
         return new
 
-    def recovered(self, part: str) -> None:
-        """`part` wrote durably again."""
+    def recovered(self) -> None:
+        """A write was made durable."""
         with self._lock:
-            if self._troubles.pop(part, None) is None:
+            if self.trouble is None:
                 return
-            clear = not self._troubles
-        if clear:
+            self.trouble = None
             log.warning("writes are durable again; health is SERVING")
-        self._tell()
+            self._tell()
 
-    def listen(self, listener: Callable[[str | None], None]) -> Callable[[], None]:
-        """Call `listener(trouble)` now and at every change; returns its removal."""
-        with self._telling:
+    def listen(self, listener: Callable[[str | None], None]) -> None:
+        """Call `listener(trouble)` now and at every change."""
+        with self._lock:
             self._listeners.append(listener)
             listener(self.trouble)
 
-        def remove() -> None:
-            with self._telling:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return remove
-
     def _tell(self) -> None:
-        with self._telling:
-            trouble = self.trouble
-            for listener in list(self._listeners):
-                try:
-                    listener(trouble)
-                except Exception:  # a listener's failure must not fail the write path
-                    log.exception("telling of the store's durability failed")
+        for listener in self._listeners:
+            try:
+                listener(self.trouble)
+            except Exception:  # a listener's failure must not fail the write path
+                log.exception("telling of the store's durability failed")

@@ -19,8 +19,10 @@ left out. Pure Python, no database.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
-from gpubench.collector import ceilings
+if TYPE_CHECKING:  # the catalogue is given: no import of it at run time
+    from gpubench.collector import ceilings
 
 # What a flag reason for a name the catalogue does not know begins with (the site and the
 # CLI tell such runs apart by it).

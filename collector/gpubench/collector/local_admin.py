@@ -1,84 +1,86 @@
 """Administering a running collector from the same machine.
 
-DuckDB lets one process hold the database file, so while `serve` runs, token,
-quarantine and import commands cannot open it. `serve` therefore writes a
-credential next to the database (`<db>.admin.json`, mode 0600, a fresh secret each
-start, removed on stop) with a loopback address; those commands, finding the
-database locked, read it and call the Admin service over loopback. Whoever can read the
-database file's folder can administer the collector either way.
+DuckDB lets one process hold the database file, so while `serve` runs, token, backup
+and import commands cannot open it. `serve` therefore makes a folder beside the
+database, `<db>.admin/` (mode 0700, made afresh each start, removed on stop), holding
+a Unix socket its gRPC server also listens on and a fresh secret the Admin service
+takes as the collector's own admin; those commands, finding the database locked, call
+the collector through that socket. Only the database's owner (and root) can enter the
+folder; whoever can read the database file's folder can administer the collector
+either way.
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-import json
 import os
-from collections.abc import Iterator, Sequence
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from gpubench.client import Client, translate_error
-from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.tokens import TokenRow
-from gpubench.errors import (
-    AccessDenied,
-    CollectorUnavailable,
-    GpubenchError,
-)
+from gpubench.errors import AccessDenied, CollectorUnavailable
 from gpubench.v1 import collector_pb2, collector_pb2_grpc, run_pb2
 
 CALL_TIMEOUT_S = 30.0
 # A backup writes the whole database: minutes for a large one.
 BACKUP_TIMEOUT_S = 3600.0
+# The folder's entries: short, since a Unix socket's path has at most 107 bytes.
+SOCKET = "socket"
+SECRET = "secret"
 
 
 @dataclass(frozen=True)
 class Credential:
     """Where the live collector listens for local administration, and its secret."""
 
-    address: str
+    address: str  # "unix:/path/to/db.admin/socket"
     secret: str
-    pid: int
 
 
-def credential_path(db_path: Path) -> Path:
-    """The credential file of the collector serving `db_path`."""
+def admin_folder(db_path: Path) -> Path:
+    """The local administration folder of the collector serving `db_path`."""
     db_path = Path(db_path)
-    return db_path.with_name(db_path.name + ".admin.json")
+    return db_path.with_name(db_path.name + ".admin")
 
 
-def write(path: Path, *, address: str, secret: str) -> None:
-    """Write a fresh credential readable only by its owner (replacing a stale one)."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+def open_folder(db_path: Path, secret: str) -> str:
+    """Make the admin folder afresh (a stale one is replaced) with `secret` in it, and
+    return the address of the socket the server is to listen on."""
+    folder = admin_folder(db_path)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o700)  # whatever the umask
+    fd = os.open(folder / SECRET, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
-        json.dump({"address": address, "secret": secret, "pid": os.getpid()}, out)
+        out.write(secret)
+    return f"unix:{folder / SOCKET}"
 
 
-def read(path: Path) -> Credential:
-    """The credential, or a GpubenchError saying why there is none."""
+def read(db_path: Path) -> Credential:
+    """The live collector's admin socket and secret, or a GpubenchError saying why
+    there is none."""
+    folder = admin_folder(db_path)
     try:
-        data = json.loads(path.read_text())
-        return Credential(str(data["address"]), str(data["secret"]), int(data.get("pid", 0)))
+        secret = (folder / SECRET).read_text().strip()
     except FileNotFoundError as exc:
         raise CollectorUnavailable(
-            f"{path}: missing; the database is locked by another process, but no collector "
-            "serving it left its local admin credential"
+            f"{folder}: missing; the database is locked by another process, but no "
+            "collector serving it made its admin folder"
         ) from exc
     except PermissionError as exc:
-        raise AccessDenied(f"{path}: not readable by this user") from exc
-    except (ValueError, KeyError, TypeError) as exc:
-        raise GpubenchError(f"{path}: not a collector credential file") from exc
+        raise AccessDenied(f"{folder}: not readable by this user (the collector's "
+                           "owner administers it)") from exc
+    return Credential(f"unix:{folder / SOCKET}", secret)
 
 
-def remove(path: Path) -> None:
-    """Remove the credential (on stop)."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+def remove(db_path: Path) -> None:
+    """Remove the admin folder (on stop)."""
+    shutil.rmtree(admin_folder(db_path), ignore_errors=True)
 
 
 def _token_row(token: collector_pb2.Token) -> TokenRow:
@@ -88,16 +90,9 @@ def _token_row(token: collector_pb2.Token) -> TokenRow:
     )
 
 
-def _quarantined(run: collector_pb2.QuarantinedRun) -> QuarantinedRun:
-    return QuarantinedRun(
-        run.run_id, run.submitter, run.received_at.ToDatetime(), run.quarantined_at.ToDatetime(),
-        run.reason, run.content_sha256,
-    )
-
-
 class LiveCollector:
-    """Token and quarantine administration and run import through a running collector,
-    over loopback (the same methods as the Store's, for the commands that use either)."""
+    """Token administration, backups and run import through a running collector, over
+    its admin socket (the same methods as the Store's, for the commands that use either)."""
 
     def __init__(self, credential: Credential) -> None:
         self._credential = credential
@@ -106,8 +101,8 @@ class LiveCollector:
     @classmethod
     @contextlib.contextmanager
     def for_database(cls, db_path: Path) -> Iterator[LiveCollector]:
-        """The collector serving `db_path`, through its local credential."""
-        live = cls(read(credential_path(db_path)))
+        """The collector serving `db_path`, through its admin socket."""
+        live = cls(read(db_path))
         try:
             yield live
         finally:
@@ -125,21 +120,6 @@ class LiveCollector:
     def revoke(self, name: str) -> TokenRow:
         """Revoke a token by name."""
         return _token_row(self._client.revoke_token(name))
-
-    def quarantined(self) -> builtins.list[QuarantinedRun]:
-        """The runs held in quarantine, oldest first."""
-        return [_quarantined(r) for r in self._client.list_quarantine()]
-
-    def retry_quarantined(
-        self, run_ids: Sequence[str] = ()
-    ) -> tuple[builtins.list[str], builtins.list[QuarantinedRun]]:
-        """Store quarantined runs again: the run_ids stored, the runs still refused."""
-        reply = self._client.retry_quarantine(run_ids)
-        return list(reply.stored), [_quarantined(r) for r in reply.refused]
-
-    def drop_quarantined(self, run_ids: Sequence[str]) -> builtins.list[QuarantinedRun]:
-        """Delete quarantined runs for good; what was dropped."""
-        return [_quarantined(r) for r in self._client.drop_quarantine(run_ids)]
 
     def backup(self, folder: Path) -> collector_pb2.BackupResponse:
         """Have the collector back its database up into `folder` (absolute, on this

@@ -31,16 +31,8 @@ _SINGLE = (
     (CounterMetricFamily, "gpubench_collector_submissions",
      "Runs acknowledged since the collector started.", "submissions_accepted"),
     (GaugeMetricFamily, "gpubench_collector_quarantined_runs",
-     "Runs acknowledged but refused by the database, held in quarantine.", "runs_quarantined"),
-    (GaugeMetricFamily, "gpubench_collector_journal_depth",
-     "Acknowledged runs waiting in the intake journal for their bulk insert.", "journal_depth"),
-    (CounterMetricFamily, "gpubench_collector_flushes",
-     "Bulk inserts from the journal into DuckDB.", "flushes"),
-    (CounterMetricFamily, "gpubench_collector_flush_seconds",
-     "Time spent in bulk inserts into DuckDB, in all (over flushes: the mean latency).",
-     "flush_seconds_total"),
-    (GaugeMetricFamily, "gpubench_collector_last_flush_seconds",
-     "The latest bulk insert's duration.", "flush_seconds_last"),
+     "Runs an earlier version acknowledged that the database refused, held in quarantine.",
+     "runs_quarantined"),
 )
 # Runs stored, by kind: (label, field).
 _RUN_KINDS = (("stored", "runs_stored"), ("flagged", "runs_flagged"),

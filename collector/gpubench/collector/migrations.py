@@ -11,10 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import duckdb
 
 from gpubench import comparison_key, record
 from gpubench.collector import columns, outliers, rows
+from gpubench.collector.database import transaction
+from gpubench.collector.errors import SchemaTooNew
 from gpubench.v1 import run_pb2
 
 
@@ -564,3 +569,31 @@ def unknown(applied: set[str]) -> list[str]:
     """Names recorded in the database that this code does not know (a newer collector's)."""
     known = {m.name for m in MIGRATIONS}
     return sorted(applied - known)
+
+
+def apply(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Bring the schema of the database at `path` (open on `con`) up to date: every
+    pending migration in order, each in a transaction of its own. SchemaTooNew when a
+    newer collector wrote it."""
+    con.execute(CREATE_LEDGER)
+    applied = {name for (name,) in con.execute("SELECT name FROM schema_migrations").fetchall()}
+    newer = unknown(applied)
+    if newer:
+        raise SchemaTooNew(
+            f"{path}: written by a newer collector (migrations {', '.join(newer)}); "
+            "upgrade gpubench"
+        )
+    steps = pending(applied)
+    # The figures are computed in this code's shape of group_figures, which exists
+    # only once every pending migration has run: only the last one that asks refills.
+    refills = [m for m in steps if m.refill_group_figures]
+    for migration in steps:
+        with transaction(con):
+            for statement in migration.statements:
+                con.execute(statement)
+            if migration.backfill is not None:
+                migration.backfill(con)
+            if refills and migration is refills[-1]:
+                outliers.rescore(con, None)
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?)",
+                        [migration.name, rows.utc_now()])

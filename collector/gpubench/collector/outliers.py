@@ -3,12 +3,9 @@
 Runs are scored within their outlier group (OUTLIER_GROUP: the same GPU configuration
 and everything that changes what was timed) by a robust z-score of their epoch-2 time
 about the median of the group's submitters' medians (one submitter, one voice).
-The flusher stores the flags in runs.outlier and runs.outlier_score and each group's
-figures in the table group_figures (`rescore`), for the groups a change touched.
-Between a change and that rescore, readers compute the same flags and figures for the
-touched groups in their query instead (`rescored_runs_sql`, `figures_sql`): both are
-made from the one statement text here, so that a read never differs from what the
-next rescore stores.
+The store keeps the flags in runs.outlier and runs.outlier_score and each group's
+figures in the table group_figures (`rescore`), for the groups a change touched, in
+the change's own transaction.
 
 Runs flagged as implausible (collector.plausibility) and published runs (transcribed,
 not measured) are in no group (SCORED_RUNS): Compare reads them apart, the
@@ -102,9 +99,10 @@ def group_of(row: dict[str, Any]) -> tuple | None:
     return tuple(row[column] for column in OUTLIER_GROUP)
 
 
-def _scores_sql(source: str, where: str = "") -> str:
+def _scores_sql(source: str, where: str = "", by: tuple[str, ...] | None = None) -> str:
     """Per scored run of `source` (matching `where`, " AND ..."): run_id, x (its epoch-2
-    time), med (its group's median) and z (its robust z-score).
+    time), med (its group's median) and z (its robust z-score), the runs grouped by
+    the columns `by` (none: `where` picks one group, and the SQL is simpler to run).
 
     One submitter, one voice: a group's median is the median of its submitters' medians
     of epoch2_seconds, so that a flood of runs from one token cannot move it to its side
@@ -115,22 +113,25 @@ def _scores_sql(source: str, where: str = "") -> str:
     the mean absolute deviation stands in, scaled to the MAD's consistency constant
     (Iglewicz and Hoaglin).
     """
-    cols = ", ".join(OUTLIER_GROUP)
+    by = OUTLIER_GROUP if by is None else by
+    cols = "".join(f"{c}, " for c in by)
+    using = f"USING ({', '.join(by)})" if by else "ON true"
+    group_by = f"GROUP BY {', '.join(by)}" if by else ""
     return f"""
-        WITH g AS (SELECT run_id, {cols}, submitter, epoch2_seconds AS x FROM {source}
+        WITH g AS (SELECT run_id, {cols}submitter, epoch2_seconds AS x FROM {source}
                    WHERE {SCORED_RUNS}{where}),
-             v AS (SELECT {cols}, submitter, median(x) AS voice FROM g GROUP BY ALL),
-             m AS (SELECT {cols}, median(voice) AS med FROM v GROUP BY ALL),
-             e AS (SELECT {cols}, submitter, median(abs(x - med)) AS dev,
+             v AS (SELECT {cols}submitter, median(x) AS voice FROM g GROUP BY ALL),
+             m AS (SELECT {cols}median(voice) AS med FROM v {group_by}),
+             e AS (SELECT {cols}submitter, median(abs(x - med)) AS dev,
                           avg(abs(x - med)) AS meandev
-                   FROM g JOIN m USING ({cols}) GROUP BY {cols}, submitter),
-             d AS (SELECT {cols}, median(dev) AS mad, median(meandev) AS meanad
-                   FROM e GROUP BY {cols})
+                   FROM g JOIN m {using} GROUP BY {cols}submitter),
+             d AS (SELECT {cols}median(dev) AS mad, median(meandev) AS meanad
+                   FROM e {group_by})
         SELECT g.run_id, g.x, m.med,
             CASE WHEN d.mad > 0 THEN 0.6745 * (g.x - m.med) / d.mad
                  WHEN d.meanad > 0 THEN (g.x - m.med) / (1.253314 * d.meanad)
                  ELSE 0 END AS z
-        FROM g JOIN m USING ({cols}) JOIN d USING ({cols})
+        FROM g JOIN m {using} JOIN d {using}
     """
 
 
@@ -141,65 +142,58 @@ def _is_outlier(scores: str) -> str:
             f"abs({scores}.x - {scores}.med) > {OUTLIER_MIN_SHARE!r}::DOUBLE * {scores}.med)")
 
 
-def figures_sql(source: str, where: str = "") -> str:
+def figures_sql(source: str, where: str = "", by: tuple[str, ...] | None = None) -> str:
     """group_figures' rows (two a group: with and without its outliers) of the scored
-    runs of `source` matching `where` (" AND ...")."""
-    cols = ", ".join(OUTLIER_GROUP)
+    runs of `source` matching `where` (" AND ..."), grouped by the columns `by` (none:
+    `where` picks one group; its columns are then left for the caller to add)."""
+    by = OUTLIER_GROUP if by is None else by
+    cols = "".join(f"{c}, " for c in by)
     kept = f"""(SELECT *, with_outliers OR NOT outlier AS keep
                 FROM {source}, (VALUES (true), (false)) AS v(with_outliers)
                 WHERE {SCORED_RUNS}{where})"""
     return f"""
-        SELECT {cols}, with_outliers, {FIGURES}
-        FROM {voiced(kept, f"{cols}, with_outliers")}
-        GROUP BY {cols}, with_outliers
+        SELECT {cols}with_outliers, {FIGURES}
+        FROM {voiced(kept, f"{cols}with_outliers")}
+        GROUP BY {cols}with_outliers
         HAVING count(*) FILTER (WHERE keep) > 0
-    """
-
-
-def rescored_runs_sql(runs: str, groups: str) -> str:
-    """The runs of the relation `runs` (every column of the runs table), with the flags
-    and scores of the runs in the outlier groups of the relation `groups` (the columns
-    of OUTLIER_GROUP) as `rescore` would store them now: what a reader sees while
-    those groups wait for the flusher's rescore."""
-    cols = ", ".join(OUTLIER_GROUP)
-    scores = _scores_sql(f"(SELECT * FROM {runs} AS r SEMI JOIN {groups} USING ({cols}))")
-    return f"""
-        SELECT r.* REPLACE (
-            CASE WHEN s.run_id IS NULL THEN r.outlier ELSE {_is_outlier("s")} END AS outlier,
-            coalesce(s.z, r.outlier_score) AS outlier_score)
-        FROM {runs} AS r LEFT JOIN ({scores}) AS s ON r.run_id = s.run_id
     """
 
 
 def rescore(con: duckdb.DuckDBPyConnection, groups: set[tuple] | None) -> None:
     """Recompute the outlier flags and scores of the given outlier groups' runs (None:
     every group) and their rows of group_figures, in the caller's transaction. Only
-    changed rows of runs are written."""
-    if groups is not None and not groups:
+    changed rows of runs are written. A group at a time is a simpler statement than
+    all at once: a submission's rescore (one group) costs half as much."""
+    if groups is None:
+        _rescore_every_group(con)
         return
-    cols = ", ".join(OUTLIER_GROUP)
-    where, rows_in, params = "", "", []
-    if groups is not None:
-        row = "(" + ", ".join("?" * len(OUTLIER_GROUP)) + ")"
-        rows_in = ", ".join([row] * len(groups))
-        where = f" AND ({cols}) IN ({rows_in})"
-        params = [value for key in sorted(groups, key=str) for value in key]
+    one = " AND " + " AND ".join(f"{c} IS NOT DISTINCT FROM ?" for c in OUTLIER_GROUP)
+    names = ", ".join(f"? AS {c}" for c in OUTLIER_GROUP)
+    for key in sorted(groups, key=str):
+        _update_scores(con, _scores_sql("runs", one, by=()), list(key))
+        con.execute(f"DELETE FROM group_figures WHERE {one[5:]}", list(key))
+        con.execute(f"INSERT INTO group_figures BY NAME SELECT * FROM (SELECT {names}), "
+                    f"({figures_sql('runs', one, by=())})", [*key, *key])
+
+
+def _update_scores(con: duckdb.DuckDBPyConnection, scores: str, params: list[Any]) -> None:
+    """Write the flags and scores of `scores` (a `_scores_sql`) where they changed."""
     con.execute(
         f"""
         UPDATE runs SET outlier = {_is_outlier("s")}, outlier_score = s.z
-        FROM ({_scores_sql("runs", where)}) s
+        FROM ({scores}) s
         WHERE runs.run_id = s.run_id AND (runs.outlier_score IS DISTINCT FROM s.z OR
             runs.outlier IS DISTINCT FROM {_is_outlier("s")})
         """,
         params,
     )
-    # The figures follow the flags: recompute the touched groups' rows.
-    if groups is None:
-        # A run that left the groups (flagged on an upgrade) keeps no old outlier flag;
-        # only a full rescore can find one: a run is flagged before it is ever scored.
-        con.execute(f"UPDATE runs SET outlier = false, outlier_score = 0 "
-                    f"WHERE (outlier OR outlier_score <> 0) AND NOT ({SCORED_RUNS})")
-        con.execute("DELETE FROM group_figures")
-    else:
-        con.execute(f"DELETE FROM group_figures WHERE ({cols}) IN ({rows_in})", params)
-    con.execute(f"INSERT INTO group_figures BY NAME {figures_sql('runs', where)}", params)
+
+
+def _rescore_every_group(con: duckdb.DuckDBPyConnection) -> None:
+    _update_scores(con, _scores_sql("runs"), [])
+    # A run that left the groups (flagged on an upgrade) keeps no old outlier flag;
+    # only a full rescore can find one: a run is flagged before it is ever scored.
+    con.execute(f"UPDATE runs SET outlier = false, outlier_score = 0 "
+                f"WHERE (outlier OR outlier_score <> 0) AND NOT ({SCORED_RUNS})")
+    con.execute("DELETE FROM group_figures")
+    con.execute(f"INSERT INTO group_figures BY NAME {figures_sql('runs')}")

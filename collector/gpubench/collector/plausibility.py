@@ -56,8 +56,8 @@ STEPS_CHECKED = 8
 ENERGY_RELATIVE = 0.10
 ENERGY_ABSOLUTE = 1.0
 # Mean power over an epoch stays under the cards' power limit, with the slack of
-# ceilings.POWER_LIMIT_FACTOR.
-POWER_LIMIT_FACTOR = ceilings.POWER_LIMIT_FACTOR
+# energy.POWER_LIMIT_FACTOR.
+POWER_LIMIT_FACTOR = energy.POWER_LIMIT_FACTOR
 # A card's memory and power limit against the largest of its name in the table (NVML
 # reports a little less or more than the datasheet's round figure).
 MEMORY_FACTOR = 1.05

@@ -1,6 +1,6 @@
 """Reading stored runs: one by run_id, pages of them (ListRuns) with their page tokens,
-counts. Every read sees every run acknowledged before it began and never waits for a
-write (collector.visible).
+counts. Every read sees every run acknowledged before it began (a run is acknowledged
+once its commit has returned) and never waits for a write (DuckDB's MVCC).
 """
 
 from __future__ import annotations
@@ -9,14 +9,15 @@ import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpubench.collector import gpu_names
-from gpubench.collector.quarantine import QuarantineTable
 from gpubench.collector.rows import REASON_SEPARATOR
-from gpubench.collector.visible import Snapshots
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2
+
+if TYPE_CHECKING:  # given by the store
+    from gpubench.collector.database import Database
 
 STORED_COLUMNS = ("run_id, record, submitter, received_at, outlier, outlier_score, "
                   "content_sha256, flagged, flag_reasons")
@@ -49,9 +50,8 @@ class RunFilter:
 class RunReads:
     """The reads of single runs and pages of runs."""
 
-    def __init__(self, snapshot: Snapshots, quarantine: QuarantineTable) -> None:
-        self._snapshot = snapshot
-        self._quarantine = quarantine
+    def __init__(self, database: Database) -> None:
+        self._db = database
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
         """The stored run whose id is `run_id`, or starts with it (LEAST_PREFIX
@@ -62,18 +62,18 @@ class RunReads:
         if not whole and len(prefix) < LEAST_PREFIX:
             raise InvalidRecord("run_id", f"{run_id[:64]!r}: give the whole run id, or "
                                           f"{LEAST_PREFIX} of its first characters at least")
-        with self._snapshot() as read:
+        with self._db.read() as con:
             where = "run_id = ?" if whole else "starts_with(run_id, ?)"
-            rows = read.con.execute(
-                f"SELECT {STORED_COLUMNS} FROM {read.runs} WHERE {where} "
+            rows = con.execute(
+                f"SELECT {STORED_COLUMNS} FROM runs WHERE {where} "
                 "ORDER BY run_id LIMIT 4", [prefix]
             ).fetchall()
-            short = _short_ids(read, [rows[0][0]]) if len(rows) == 1 else {}
+            short = _short_ids(con, [rows[0][0]]) if len(rows) == 1 else {}
         if not rows:
-            reason = self._quarantine.reason_held(run_id) if whole else None
-            if reason is not None:
-                raise NotFound(f"run_id {run_id}: acknowledged but held in quarantine, not "
-                               f"stored (the database refused it: {reason})")
+            held = self._held_reason(prefix) if whole else None
+            if held is not None:
+                raise NotFound(f"run_id {run_id}: acknowledged by an earlier version but "
+                               f"not stored (held in quarantine: {held})")
             raise NotFound(f"run_id {run_id}: " + ("no such run" if whole else
                                                        "no stored run id starts with it"))
         if len(rows) > 1:
@@ -85,14 +85,14 @@ class RunReads:
 
     def count(self) -> int:
         """How many runs are stored."""
-        with self._snapshot() as read:
-            return read.con.execute(f"SELECT count(*) FROM {read.rows}").fetchall()[0][0]
+        with self._db.read() as con:
+            return con.execute("SELECT count(*) FROM runs").fetchall()[0][0]
 
     def submitter_of(self, run_id: str) -> str:
         """Who submitted a run; NotFound if absent."""
-        with self._snapshot() as read:
-            rows = read.con.execute(
-                f"SELECT submitter FROM {read.rows} WHERE run_id = ?", [run_id]
+        with self._db.read() as con:
+            rows = con.execute(
+                "SELECT submitter FROM runs WHERE run_id = ?", [run_id]
             ).fetchall()
         if not rows:
             raise NotFound(f"run_id {run_id}: no such run")
@@ -115,11 +115,11 @@ class RunReads:
             clauses.append("(created_at, run_id) < (?, ?)")
             params += [created_at, run_id]
         order = " ORDER BY created_at DESC, run_id DESC"
-        with self._snapshot() as read:
-            sql = f"SELECT run_id, created_at, {_STORED_BYTES} FROM {read.rows}"
+        with self._db.read() as con:
+            sql = f"SELECT run_id, created_at, {_STORED_BYTES} FROM runs"
             if clauses:
                 sql += " WHERE " + " AND ".join(clauses)
-            heads = read.con.execute(sql + order + " LIMIT ?", [*params, page_size + 1]).fetchall()
+            heads = con.execute(sql + order + " LIMIT ?", [*params, page_size + 1]).fetchall()
             taken, total = 0, 0
             for _, _, size in heads[:page_size]:
                 if page_bytes is not None and taken and total + size > page_bytes:
@@ -128,23 +128,33 @@ class RunReads:
             if not taken:
                 return [], ""
             ids = [head[0] for head in heads[:taken]]
-            rows = read.con.execute(
-                f"SELECT {STORED_COLUMNS} FROM {read.runs} WHERE run_id IN (SELECT unnest(?))"
+            rows = con.execute(
+                f"SELECT {STORED_COLUMNS} FROM runs WHERE run_id IN (SELECT unnest(?))"
                 + order, [ids],
             ).fetchall()
-            short = _short_ids(read, ids)
+            short = _short_ids(con, ids)
         last = heads[taken - 1]
         token = _encode_page_token(last[1], last[0]) if len(heads) > taken else ""
         return [_stored_run(r, short) for r in rows], token
 
+    def _held_reason(self, run_id: str) -> str | None:
+        """Why a run an earlier version acknowledged could not be stored (it is held in
+        the quarantine table: collector.leftovers); None if it is not held."""
+        with self._db.read() as con:
+            rows = con.execute("SELECT reason FROM quarantine WHERE run_id = ?",
+                               [run_id]).fetchall()
+        return rows[0][0] if rows else None
+
     def counts(self) -> dict[str, int]:
-        """The runs stored, and how many of them are flagged, outliers and published."""
-        with self._snapshot() as read:
-            stored, flagged, outlier, published = read.con.execute(
+        """The runs stored, how many of them are flagged, outliers and published, and
+        the runs an earlier version acknowledged that are held unstored (quarantine)."""
+        with self._db.read() as con:
+            stored, flagged, outlier, published, held = con.execute(
                 "SELECT count(*), count(*) FILTER (WHERE flagged), count(*) FILTER (WHERE "
-                f"outlier), count(*) FILTER (WHERE published) FROM {read.runs}").fetchall()[0]
+                "outlier), count(*) FILTER (WHERE published), (SELECT count(*) FROM "
+                "quarantine) FROM runs").fetchall()[0]
         return {"runs_stored": stored, "runs_flagged": flagged, "runs_outlier": outlier,
-                "runs_published": published}
+                "runs_published": published, "runs_quarantined": held}
 
 
 def equal_where_set(source: object, columns: tuple[str, ...]) -> tuple[list[str], list[Any]]:
@@ -186,14 +196,14 @@ def _common_prefix(a: str, b: str | None) -> int:
     return size
 
 
-def _short_ids(read: Any, run_ids: Sequence[str]) -> dict[str, str]:
+def _short_ids(con: Any, run_ids: Sequence[str]) -> dict[str, str]:
     """Each run id's shortest prefix (SHORT_ID characters at least) that no other stored
     run id starts with: one past its longest common prefix with its neighbours in
     order, the only ids that can share more of it."""
-    rows = read.con.execute(
-        f"""
-        SELECT p.id, (SELECT max(r.run_id) FROM {read.rows} AS r WHERE r.run_id < p.id),
-            (SELECT min(r.run_id) FROM {read.rows} AS r WHERE r.run_id > p.id)
+    rows = con.execute(
+        """
+        SELECT p.id, (SELECT max(r.run_id) FROM runs AS r WHERE r.run_id < p.id),
+            (SELECT min(r.run_id) FROM runs AS r WHERE r.run_id > p.id)
         FROM (SELECT unnest(?) AS id) AS p
         """, [list(run_ids)]).fetchall()
     return {run_id: run_id[:max(SHORT_ID, 1 + max(_common_prefix(run_id, before),

@@ -53,15 +53,11 @@ def _register_v1_file() -> None:
         pool.AddSerializedFile(_v1_file().SerializeToString())
 
 
-def enable(service_names: tuple[str, ...], server: grpc.Server | grpc.aio.Server) -> None:
-    """Serve reflection v1 and v1alpha on `server` (sync or asyncio), describing
-    `service_names` and both reflection services."""
+def enable(service_names: tuple[str, ...], server: grpc.Server) -> None:
+    """Serve reflection v1 and v1alpha on `server`, describing `service_names` and both
+    reflection services."""
     _register_v1_file()
-    names = (*service_names, *SERVICE_NAMES)
-    if isinstance(server, grpc.aio.Server):
-        servicer: Any = reflection.aio.ReflectionServicer(names)
-    else:
-        servicer = reflection.ReflectionServicer(names)
+    servicer = reflection.ReflectionServicer((*service_names, *SERVICE_NAMES))
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
     # The same servicer under v1's name, its messages read and written as v1alpha's.
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(V1_SERVICE, {

@@ -1,9 +1,7 @@
 """A submission's runs-table row and its acknowledgement: pure Python, no database.
 
-Both the store and the front-end processes (collector.frontend) build rows with
-`run_row`; a front-end does so before forwarding a submission, so the process
-that owns the database spends no time on protobuf fields. Kept free of DuckDB and
-Arrow imports so that front-ends start fast and stay small.
+The store builds a submission's row with `run_row` and answers with its `Ack`;
+an earlier version's journaled runs are made rows the same way (collector.leftovers).
 """
 
 from __future__ import annotations

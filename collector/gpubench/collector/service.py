@@ -19,7 +19,6 @@ from gpubench import comparison_key, models, record
 from gpubench.collector import backup, compare, validation, wire
 from gpubench.collector.aggregates import CompareQuery, LeaderboardQuery
 from gpubench.collector.auth import LOCAL_ADMIN, Caller, TokenBook, current_caller
-from gpubench.collector.quarantine import QuarantinedRun
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.rows import ack_message
 from gpubench.collector.stats import stats_message
@@ -315,19 +314,8 @@ def token_message(row: TokenRow) -> collector_pb2.Token:
     return token
 
 
-def quarantined_message(run: QuarantinedRun) -> collector_pb2.QuarantinedRun:
-    """A run held in quarantine as the wire's QuarantinedRun (without its record)."""
-    message = collector_pb2.QuarantinedRun(
-        run_id=run.run_id, submitter=run.submitter, reason=run.reason,
-        content_sha256=run.content_sha256,
-    )
-    message.received_at.FromDatetime(run.received_at)
-    message.quarantined_at.FromDatetime(run.quarantined_at)
-    return message
-
-
 class AdminService(collector_pb2_grpc.AdminServicer):
-    """Token and quarantine administration on a live collector (admin tokens only; see
+    """Token administration and backups on a live collector (admin tokens only; see
     collector.auth)."""
 
     def __init__(self, tokens: TokenBook, store: Store) -> None:
@@ -349,26 +337,6 @@ class AdminService(collector_pb2_grpc.AdminServicer):
     def RevokeToken(self, request, context):  # noqa: N802
         row = self._tokens.revoke(request.name)
         return collector_pb2.RevokeTokenResponse(token=token_message(row))
-
-    @_translating_errors
-    def ListQuarantine(self, request, context):  # noqa: N802
-        return collector_pb2.ListQuarantineResponse(
-            runs=[quarantined_message(r) for r in self._store.quarantined()]
-        )
-
-    @_translating_errors
-    def RetryQuarantine(self, request, context):  # noqa: N802
-        stored, refused = self._store.retry_quarantined(list(request.run_ids))
-        return collector_pb2.RetryQuarantineResponse(
-            stored=stored, refused=[quarantined_message(r) for r in refused]
-        )
-
-    @_translating_errors
-    def DropQuarantine(self, request, context):  # noqa: N802
-        dropped = self._store.drop_quarantined(list(request.run_ids))
-        return collector_pb2.DropQuarantineResponse(
-            dropped=[quarantined_message(r) for r in dropped]
-        )
 
     @_translating_errors
     def Backup(self, request, context):  # noqa: N802

@@ -1,61 +1,53 @@
 """The collector's store: runs and tokens in one DuckDB file, through one object.
 
-`Store` opens the database (collector.database) and composes the parts that use it,
-each with one job:
-
-- collector.group_commit: submissions, group-committed into the intake journal and
-  acknowledged from it;
-- collector.backlog: the acknowledged runs not yet in DuckDB, and what readers must
-  add to DuckDB's runs;
-- collector.flusher: every write of the runs table (the journal's runs in bulk,
-  deletes, bulk loads, quarantine retries) and the outlier rescoring after it;
-- collector.outliers: the outlier flags and per-group figures, as SQL;
-- collector.queries and collector.aggregates: the reads (runs, pages, counts;
-  Compare, the leaderboard), which never take the write lock (collector.visible);
-- collector.quarantine: the acknowledged runs the database refused;
-- collector.tokens: access tokens.
+A submission is stored in one DuckDB transaction, its outlier group rescored in it
+(collector.outliers), and acknowledged once the commit has returned: DuckDB syncs its
+write-ahead log at every commit. Writes take the database's write lock, one at a time
+(submissions waiting for it share the next transaction); reads take none (DuckDB's
+MVCC). Opening stores what an earlier version left unstored (collector.leftovers).
 """
 
 from __future__ import annotations
 
 import builtins
-import functools
+import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
-from gpubench.collector import backup_tables, visible
+from gpubench.collector import backup_tables, columns, leftovers, migrations, outliers
 from gpubench.collector.aggregates import (
     Aggregates,
     CompareQuery,
     LeaderboardQuery,
     LeaderboardRow,
 )
-from gpubench.collector.backlog import Backlog
-from gpubench.collector.columns import RUN_COLUMNS
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.database import Database, backup_counts, registered, transaction
-from gpubench.collector.durability import Durability
-from gpubench.collector.flusher import Flusher
-from gpubench.collector.group_commit import GroupCommit
-from gpubench.collector.intake import Journal, journal_folder
-from gpubench.collector.quarantine import QuarantinedRun, QuarantineTable
+from gpubench.collector.durability import Durability, storage_error
+from gpubench.collector.errors import RunConflict, ShuttingDown, StorageUnavailable
 from gpubench.collector.queries import RunFilter, RunReads
-from gpubench.collector.rows import Ack, run_row
+from gpubench.collector.rows import Ack, run_row, utc_now
+from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.tokens import TokenRow, Tokens
+from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2
 
 log = logging.getLogger(__name__)
 
-
-def _counted(part: str, name: str) -> property:
-    """A count its part keeps (`Store.<part>.<name>`), read as the store's own."""
-    return property(lambda store: getattr(getattr(store, part), name))
+# While writes fail (a full disk), how often the store tries whether they would succeed
+# again (s), so that health says SERVING again without waiting for a submission.
+RETRY_S = 1.0
+# What that try writes and syncs beside the database: about a large run record.
+PROBE_BYTES = 64 * 1024
 
 
 class Store:
@@ -64,46 +56,31 @@ class Store:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.database = Database(self.path)
-        # Whether journal and database writes succeed now (the health service listens).
-        self.durability = Durability()
-        self.quarantine = QuarantineTable(self.database.cursor, self.path)
-        try:
-            # The database's file lock is held now: no other collector uses this journal.
-            self.backlog = Backlog(Journal(journal_folder(self.path)), self.durability,
-                                   self.database.mark_broken)
-            self.flusher = Flusher(self.database, self.backlog, self.quarantine)
-            self.flusher.replay()
-            self.backlog.known.add(r for (r,) in self.database.cursor().execute(
-                "SELECT run_id FROM runs UNION ALL SELECT run_id FROM quarantine").fetchall())
-        except BaseException:
-            self.database.close(lambda: None)  # release the file: nothing else may use it now
-            raise
-        held = self.quarantine.count()
-        if held:
-            log.warning("%s: %d acknowledged run(s) held in quarantine, refused by the "
-                        "database; see `gpubench-collector quarantine list`", self.path, held)
+        self.database = Database(self.path, migrations.apply)
+        self.durability = Durability()  # whether writes succeed now (health listens)
+        self.submissions = SubmissionCounts()  # acknowledged and refused (the Stats call)
         self.tokens_table = Tokens(self.database)
-        reads = functools.partial(visible.snapshot, self.database, self.backlog)
-        self._runs = RunReads(reads, self.quarantine)
-        self._aggregates = Aggregates(reads)
-        self._group_commit = GroupCommit(self.database, self.backlog)
-        self.flusher.start()
-        # For operators (the Stats call): submissions acknowledged and refused.
-        self.submissions = self._group_commit.submissions
-
-    # For benchmarks: group commits (journal writes) and the runs they acknowledged;
-    # bulk inserts of the journal's runs into DuckDB and the runs they stored.
-    commits = _counted("_group_commit", "commits")
-    committed_runs = _counted("_group_commit", "committed_runs")
-    flushes = _counted("flusher", "flushes")
-    flushed_runs = _counted("flusher", "flushed_runs")
+        self._runs = RunReads(self.database)
+        self._aggregates = Aggregates(self.database)
+        self._closing = threading.Event()
+        self._retrying: threading.Thread | None = None
+        # Submissions waiting to be stored, and whether one thread is storing them.
+        self._queue_lock = threading.Lock()
+        self._leading = False
+        self._queue: list[tuple[dict[str, Any], Future]] = []
+        try:
+            # The database's file lock is held now: nothing else reads what was left.
+            leftovers.store_left_behind(self.path, self._writing, _insert)
+        except BaseException:
+            self.database.close()  # release the file: nothing else may use it now
+            raise
 
     def close(self) -> None:
-        """Finish queued submissions, flush the journal into DuckDB, checkpoint, close."""
-        self._group_commit.stop()
-        self.flusher.stop()
-        self.database.close(self.flusher.finish)
+        """Checkpoint and close the database (writes in flight finish first)."""
+        self._closing.set()
+        self.database.close()
+        if self._retrying is not None:
+            self._retrying.join()
 
     def applied_migrations(self) -> list[str]:
         """The names of the migrations this database has had, in order applied."""
@@ -115,59 +92,94 @@ class Store:
         """Store a validated run durably and return its acknowledgement.
 
         The same run_id with the same content returns the first acknowledgement;
-        with different content it raises RunConflict.
+        with different content it raises RunConflict. The first submission to find none
+        being stored stores every one that waits, in one transaction, until none does:
+        a commit's sync and a group's rescore cost about as much for 16 runs as for one.
         """
-        return self.submit_row(run_row(run, submitter)).result()
+        waiting = (run_row(run, submitter), Future())
+        with self._queue_lock:
+            self._queue.append(waiting)
+            leads, self._leading = not self._leading, True
+        while leads:  # stores what waits, batch after batch, until nothing does
+            with self._queue_lock:
+                batch, self._queue = self._queue, []
+                leads = self._leading = bool(batch)
+            if batch:
+                self._store_batch(batch)
+        try:
+            result = waiting[1].result()
+        except Exception as exc:
+            self.submissions.refuse(exc)
+            raise
+        self.submissions.accept()
+        return result
 
-    def submit_row(self, row: dict[str, Any]) -> Future:
-        """Queue a row made by `run_row` for the next group commit, without waiting
-        (the multi-process collector's owner answers from the future's callback)."""
-        return self._group_commit.submit_row(row)
+    def _store_batch(self, batch: list[tuple[dict[str, Any], Future]]) -> None:
+        """Store the waiting submissions in one transaction and answer each (called
+        by the storing thread). A failure that is not the storage's (a value DuckDB
+        refuses past collector.columns' checks) is one run's: each is tried alone."""
+        try:
+            results: list[Ack | Exception] = self.store_rows([row for row, _ in batch])
+        except (StorageUnavailable, ShuttingDown) as exc:
+            results = [exc] * len(batch)
+        except Exception as exc:
+            if len(batch) == 1:
+                results = [exc]
+            else:
+                for one in batch:
+                    self._store_batch([one])
+                return
+        for (_, future), result in zip(batch, results, strict=True):
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
 
     def submit_many(self, runs: Iterable[run_pb2.Run], submitter: str) -> list[Ack | Exception]:
-        """Store many validated runs at once, in DuckDB and rescored before this returns;
-        per run an Ack or the RunConflict."""
-        rows = [run_row(run, submitter) for run in runs]
-        with self.database.write_lock:
-            results = self._group_commit.accept_now(rows)
-            self.flusher.catch_up()
-        return results
+        """Store many validated runs in one transaction (Store.store_rows)."""
+        return self.store_rows([run_row(run, submitter) for run in runs])
 
-    def catch_up(self) -> None:
-        """Store every acknowledged run still only in the journal and rescore the groups
-        waiting for it, now (the flusher does so within FLUSH_INTERVAL_S by itself)."""
-        with self.database.write_lock:
-            self.flusher.catch_up()
+    def store_rows(self, rows: Sequence[dict[str, Any]]) -> list[Ack | Exception]:
+        """Insert rows made by `run_row` (received_at set where None) and rescore the
+        outlier groups they join, in one transaction; per row its Ack, or the
+        RunConflict or InvalidRecord that refused it. Raises StorageFull or
+        StorageUnavailable (nothing stored) when the storage fails."""
+        with self._writing(f"storing runs in {self.path}") as con:
+            return _insert(con, rows)
 
     def delete(self, run_id: str) -> str:
         """Delete a run (and rescore its group); returns its submitter. NotFound if absent."""
-        return self.flusher.delete(run_id)
+        cols = ", ".join(outliers.OUTLIER_GROUP)
+        with self._writing(f"deleting a run from {self.path}") as con:
+            rows = con.execute(
+                f"SELECT submitter, status, {cols} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchall()
+            if not rows:
+                raise NotFound(f"run_id {run_id}: no such run")
+            con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+            if rows[0][1] == "ok":  # (a group a flagged run is not in: nothing changes)
+                outliers.rescore(con, {tuple(rows[0][2:])})
+            return rows[0][0]
 
     def bulk_load(self, table: pa.Table) -> None:
         """Append rows given as an Arrow table of RUN_COLUMNS (no validation, no rescoring)."""
-        self.flusher.bulk_load(table)
+        with self._writing(f"loading runs into {self.path}"):
+            self._insert_loaded(table.select(columns.RUN_COLUMNS.names))
 
     def rescore_all(self) -> None:
         """Recompute the outlier flags of every group (after a bulk load)."""
-        self.flusher.rescore_all()
+        with self._writing(f"rescoring the outliers of {self.path}") as con:
+            outliers.rescore(con, None)
 
     def export_to(self, folder: Path, tables: Sequence[str]) -> dict[str, int]:
-        """Write a consistent copy of `tables` into `folder`, one Parquet file each
-        (collector.backup_tables), and return how many runs, tokens and quarantined runs
-        it holds.
-
-        Every run acknowledged before the call is in it: the journal's pending runs are
-        stored first. The copy reads one snapshot, taken right after, in a transaction
-        of its own, so submissions go on while it is written (and are not in it).
-        """
-        with self.database.own_cursor() as con:
-            with self.database.write_lock:
-                self.flusher.flush()
-                con.execute("BEGIN TRANSACTION")
-                # The first read fixes the snapshot, before any later run is stored.
-                counts = backup_counts(con)
-            with self.backlog.writing("database", f"writing a backup into {folder}"):
-                backup_tables.export(con, folder, tables)
+        """Write a copy of `tables` into `folder`, one Parquet file each
+        (collector.backup_tables), from one snapshot (every run acknowledged before the
+        call; submissions go on meanwhile); how many runs, tokens and quarantined runs
+        it holds."""
+        with self.database.own_cursor() as con, self.database.read():
+            con.execute("BEGIN TRANSACTION")
+            counts = backup_counts(con)  # the first read fixes the snapshot
+            backup_tables.export(con, folder, tables)
             con.execute("COMMIT")
             return counts
 
@@ -183,15 +195,61 @@ class Store:
         return backup_counts(self.database.cursor())
 
     def _insert_loaded(self, table: pa.Table) -> None:
-        # Within load_backup's transaction and write lock.
-        con = self.database.cursor()
-        with registered(con, "loaded_runs", table.cast(RUN_COLUMNS)):
+        con = self.database.cursor()  # in the caller's transaction, under the write lock
+        with registered(con, "loaded_runs", table.cast(columns.RUN_COLUMNS)):
             con.execute("INSERT INTO runs BY NAME SELECT * FROM loaded_runs")
 
-    # -- reads (none takes the write lock: collector.visible) --------------------------------
+    @contextlib.contextmanager
+    def _writing(self, doing: str) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The write lock and one transaction on this thread's cursor for the block. A
+        failure of the storage (a full disk) is raised as StorageFull or
+        StorageUnavailable naming `doing`, and noted in `durability` until a write or a
+        retry succeeds; other errors pass unchanged."""
+        with self.database.write_lock:
+            try:
+                if self.database.broken:
+                    self.database.reopen()
+                con = self.database.cursor()
+                with transaction(con):
+                    yield con
+            except Exception as exc:
+                if isinstance(exc, duckdb.FatalException):  # refuses all until opened again
+                    self.database.broken = True
+                error = storage_error(exc, doing)
+                if error is None:
+                    raise
+                if self.durability.failed(error):
+                    self._retry_in_background()
+                raise error from exc
+        self.durability.recovered()
+
+    def _retry_in_background(self) -> None:
+        """Every RETRY_S, until it works: open a broken database again and write a
+        probe beside it; then writes are durable again."""
+        if self._retrying is not None and self._retrying.is_alive():
+            return
+
+        def retry() -> None:
+            while not self._closing.wait(RETRY_S):
+                with self.database.write_lock:
+                    if self.database.closed or self.durability.trouble is None:
+                        return
+                    try:
+                        if self.database.broken:
+                            self.database.reopen()
+                        _probe(self.path.with_name(self.path.name + ".probe"))
+                    except Exception:  # still failing (logged when it began)
+                        continue
+                    self.durability.recovered()
+                    return
+
+        self._retrying = threading.Thread(target=retry, name="store-retry", daemon=True)
+        self._retrying.start()
+
+    # -- reads (none takes the write lock) --------------------------------------------------
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
-        """The stored run, or NotFound (which says so of a run held in quarantine)."""
+        """The stored run, or NotFound."""
         return self._runs.get(run_id)
 
     def count(self) -> int:
@@ -227,34 +285,10 @@ class Store:
         return self._aggregates.leaderboard(query)
 
     def figures(self) -> dict[str, Any]:
-        """The runs stored (flagged, outliers, published among them), quarantined and
-        waiting in the journal, and the bulk inserts so far: StatsResponse's fields."""
-        depth = len(self.backlog.view().rows)  # before the read, which includes them
-        return {**self._runs.counts(), "runs_quarantined": self.quarantine.count(),
-                "journal_depth": depth, "flushes": self.flusher.flushes,
-                "flush_seconds_total": self.flusher.flush_seconds_total,
-                "flush_seconds_last": self.flusher.flush_seconds_last}
+        """StatsResponse's figures of the runs (queries.RunReads.counts)."""
+        return self._runs.counts()
 
-    # -- quarantine and tokens --------------------------------------------------------------
-
-    def quarantine_count(self) -> int:
-        """How many acknowledged runs the database refused and quarantine holds."""
-        return self.quarantine.count()
-
-    def quarantined(self, run_ids: Sequence[str] = ()) -> builtins.list[QuarantinedRun]:
-        """The runs held in quarantine (those of `run_ids`; empty: every one), oldest
-        first. NotFound names a run_id quarantine does not hold."""
-        return self.quarantine.held(run_ids)
-
-    def retry_quarantined(
-        self, run_ids: Sequence[str] = ()
-    ) -> tuple[builtins.list[str], builtins.list[QuarantinedRun]]:
-        """Store runs held in quarantine again (Flusher.retry_quarantined)."""
-        return self.flusher.retry_quarantined(run_ids)
-
-    def drop_quarantined(self, run_ids: Sequence[str]) -> builtins.list[QuarantinedRun]:
-        """Delete named runs from quarantine for good (Flusher.drop_quarantined)."""
-        return self.flusher.drop_quarantined(run_ids)
+    # -- tokens -----------------------------------------------------------------------------
 
     def create_token(self, name: str, secret_sha256: str, admin: bool) -> TokenRow:
         """Store a new token (Tokens.create)."""
@@ -275,3 +309,58 @@ class Store:
     def record_token_use(self, used: dict[str, datetime]) -> None:
         """Write tokens' last-used times (the auth layer batches them)."""
         self.tokens_table.record_use(used)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, rows: Sequence[dict[str, Any]]
+            ) -> list[Ack | Exception]:
+    """Insert the rows not stored yet and rescore their groups, in the caller's
+    transaction; per row its Ack or the refusal (Store.store_rows). A run_id stored
+    already (or held from an earlier version) with the same content gets its first Ack."""
+    ids = list(dict.fromkeys(row["run_id"] for row in rows))
+    if len(ids) == 1:  # a point lookup uses the primary key's index
+        where, params = "run_id = ?", ids
+    else:
+        where, params = "list_contains(?, run_id)", [ids]
+    found = con.execute(
+        f"SELECT run_id, received_at, content_sha256 FROM runs WHERE {where} UNION ALL "
+        f"SELECT run_id, received_at, content_sha256 FROM quarantine WHERE {where}",
+        params * 2,
+    ).fetchall()
+    acks: dict[str, Ack] = {r[0]: Ack(*r) for r in found}
+    now = utc_now()
+    fresh: list[dict[str, Any]] = []
+    results: list[Ack | Exception] = []
+    for row in rows:
+        ack = acks.get(row["run_id"])
+        if ack is None:
+            misfits = columns.misfits(row)
+            if misfits:  # a value no column holds: refused before it is acknowledged
+                results.append(InvalidRecord("run", "; ".join(misfits)))
+                continue
+            row = {**row, "received_at": row["received_at"] or now}
+            ack = acks[row["run_id"]] = Ack(row["run_id"], row["received_at"],
+                                            row["content_sha256"])
+            fresh.append(row)
+            results.append(ack)
+        elif ack.content_sha256 == row["content_sha256"]:
+            results.append(ack)
+        else:
+            results.append(RunConflict(
+                f"run_id {row['run_id']}: already stored with different content "
+                f"(sha256 {ack.content_sha256[:12]}...); a new run needs a new run_id"))
+    if fresh:
+        con.execute(columns.INSERT_ROWS, columns.column_lists(fresh))
+        outliers.rescore(con, {g for g in map(outliers.group_of, fresh) if g is not None})
+    return results
+
+
+def _probe(path: Path) -> None:
+    """Write and sync PROBE_BYTES at `path`, then remove it: whether a write of about a
+    run's size can be made durable now (raises OSError when not)."""
+    try:
+        with path.open("wb") as out:
+            out.write(bytes(PROBE_BYTES))
+            out.flush()
+            os.fdatasync(out.fileno())
+    finally:
+        path.unlink(missing_ok=True)

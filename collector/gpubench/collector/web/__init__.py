@@ -4,7 +4,7 @@
 per GPU model and per run, `/metrics` and `/healthz`. The site is a client of the
 collector (gpubench.client.Client), never of its database: the collector's read rules
 (tokens, --public-read, flagged and published runs, the comparison key) stay in one
-place, it works the same in front of a collector with --frontends, and it cannot write.
+place, and it cannot write.
 
 Modules: app (routes, JSON twins, downloads), views (one function per page), lists
 (sorting and pages), reads (the collector calls a page needs), charts (server-side

@@ -12,24 +12,23 @@ import uvicorn
 
 from gpubench.collector.web import reads
 from gpubench.collector.web.app import create_app
-from gpubench.collector.web.connections import BACKLOG, KEEP_ALIVE_S, SiteLimits, site_protocol
 from gpubench.errors import ExitCode, GpubenchError
 
 START_TIMEOUT_S = 10.0
+# uvicorn's wait for the next request after a response (s).
+KEEP_ALIVE_S = 5
+# The listening socket's backlog of connections not yet accepted.
+BACKLOG = 2048
 
 
 def _config(config: reads.SiteConfig, host: str, port: int, *,
-            log_level: str, limits: SiteLimits) -> uvicorn.Config:
+            log_level: str) -> uvicorn.Config:
     return uvicorn.Config(
         create_app(config), host=host, port=port, log_level=log_level,
         # The site is behind nothing we know of: no proxy headers trusted, no server
         # banner, and the access log only when asked for (log_level info).
         proxy_headers=False, server_header=False, access_log=log_level in ("info", "debug"),
-        lifespan="on",
-        # Who gets a connection and for how long (collector.web.connections); past
-        # limit_concurrency requests in flight uvicorn answers 503.
-        http=site_protocol(limits), timeout_keep_alive=KEEP_ALIVE_S,
-        limit_concurrency=limits.max_connections + 16, backlog=BACKLOG,
+        lifespan="on", timeout_keep_alive=KEEP_ALIVE_S, backlog=BACKLOG,
     )
 
 
@@ -55,13 +54,12 @@ def url_of(host: str, port: int) -> str:
 
 
 def serve(config: reads.SiteConfig, *, host: str = "127.0.0.1", port: int = 8080,
-          log_level: str = "warning", on_ready: object = None,
-          limits: SiteLimits | None = None) -> None:
-    """Serve the site until SIGTERM or Ctrl-C (uvicorn's own handling)."""
+          log_level: str = "warning", on_ready: object = None) -> None:
+    """Serve the site until SIGTERM or Ctrl-C (uvicorn's own handling). A public site
+    sits behind a real proxy (docker/compose.yaml), which bounds its connections."""
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
-    server = uvicorn.Server(_config(config, host, bound, log_level=log_level,
-                                    limits=limits or SiteLimits()))
+    server = uvicorn.Server(_config(config, host, bound, log_level=log_level))
     if callable(on_ready):
         on_ready(url_of(host, bound))
     server.run(sockets=[sock])
@@ -83,13 +81,11 @@ class RunningSite:
 
 
 def start_in_thread(config: reads.SiteConfig, *, host: str = "127.0.0.1", port: int = 0,
-                    log_level: str = "warning",
-                    limits: SiteLimits | None = None) -> RunningSite:
+                    log_level: str = "warning") -> RunningSite:
     """Start the site on a daemon thread; returns once it accepts connections."""
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
-    server = uvicorn.Server(_config(config, host, bound, log_level=log_level,
-                                    limits=limits or SiteLimits()))
+    server = uvicorn.Server(_config(config, host, bound, log_level=log_level))
     # uvicorn installs signal handlers only on the main thread: the host program's stay.
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                               name="gpubench-site", daemon=True)
