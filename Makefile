@@ -47,8 +47,20 @@ install: $(STAMP)
 proto: $(STAMP)
 	$(PY) -c "import setup; setup.generate_wire_code()"
 
+# The default suite, spread over the cores (pytest-xdist; PYTEST_WORKERS=0 runs it in this
+# process), with its 25 slowest steps at the end. Each file's tests run in one worker, so
+# that a module's fixtures (a training run, a collector) are made once. The long
+# end-to-end runs are `make test-e2e`.
+PYTEST_WORKERS ?= auto
 test: proto chromium promtool
-	$(PY) -m pytest -m "not docker and not gpu" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not docker and not gpu and not e2e" -n $(PYTEST_WORKERS) \
+	  --dist loadfile --durations=25 $(PYTEST_ARGS)
+
+# Real training beyond the smoke runs, real out-of-memory runs, `make demo` from a clean
+# checkout and the chaos campaign's short parts: one at a time, as each loads the machine.
+.PHONY: test-e2e
+test-e2e: proto
+	$(PY) -m pytest -m "e2e and not docker and not gpu" --durations=25 $(PYTEST_ARGS)
 
 # The results site's browser test (tests/web/test_browser.py) drives headless Chromium:
 # installed with apt-get when missing and run as root; otherwise that test is skipped.
