@@ -21,8 +21,9 @@ from waiting import WORKLOAD_RUN_DEADLINE_S
 
 from gpubench import record
 
-# Four real CPU trainings, minutes each: `make test-e2e`. make test keeps a real
-# out-of-memory search (tests/workload/test_batch_search.py).
+# Four real CPU trainings, minutes each: `make test-e2e`. make test keeps a real search
+# (tests/workload/test_search_beside.py) and a real run to the collector
+# (tests/agent/test_agent_cli.py).
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 # 64 px images, 160 of them: 128 training images, so the speed rule's batch is 16

@@ -79,7 +79,9 @@ def test_leaving_early_stops_the_child() -> None:
     assert "TORCH_CUDNN_V8_API_DISABLED" not in os.environ  # the child's, never the run's
 
 
+# A second real search of the same settings: make test-e2e.
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_the_run_imports_and_decodes_while_the_child_searches(dataset_cache) -> None:
     """runner.search_while_loading in a process of its own (it selects a backend): the
     run's framework import and its images' decoding come while the child searches."""
