@@ -15,6 +15,7 @@ APT_GET := apt-get -o DPkg::Lock::Timeout=600
 help:
 	@echo "make demo         run the benchmark against a local collector and compare (state: .demo/)"
 	@echo "make test         the default test suite (unit + integration, CPU only)"
+	@echo "make test-e2e     the long end-to-end runs: real training, out of memory, demo, chaos"
 	@echo "make test-docker  build the images and run agent + collector containers"
 	@echo "make bench        collector and sampler benchmarks (figures and ratios)"
 	@echo "make chaos        the collector's fault campaign (CHAOS_ARGS=--short: minutes)"
@@ -48,8 +49,20 @@ install: $(STAMP)
 proto: $(STAMP)
 	$(PY) -c "import setup; setup.generate_wire_code()"
 
+# The default suite, spread over the cores (pytest-xdist; PYTEST_WORKERS=0 runs it in this
+# process), with its 25 slowest steps at the end. Each file's tests run in one worker, so
+# that a module's fixtures (a training run, a collector) are made once. The long
+# end-to-end runs are `make test-e2e`.
+PYTEST_WORKERS ?= auto
 test: proto chromium promtool haproxy
-	$(PY) -m pytest -m "not docker and not gpu" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not docker and not gpu and not e2e" -n $(PYTEST_WORKERS) \
+	  --dist loadfile --durations=25 $(PYTEST_ARGS)
+
+# Real training beyond the smoke runs, real out-of-memory runs, `make demo` from a clean
+# checkout and the chaos campaign's short parts: one at a time, as each loads the machine.
+.PHONY: test-e2e
+test-e2e: proto
+	$(PY) -m pytest -m "e2e and not docker and not gpu" --durations=25 $(PYTEST_ARGS)
 
 # The results site's browser test (tests/web/test_browser.py) drives headless Chromium:
 # installed system-wide with apt-get when missing and run as root (README says so: it is

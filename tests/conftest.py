@@ -5,10 +5,14 @@
 - `collector_factory(**options)`: more collectors, with `create_server` options
   (public_read=True, tls=TlsFiles(...), rate_limit=5, max_message_bytes=...).
 - `make_run`: `factories.make_run`, a complete and realistic run record.
+- `migrated_database`: a database file with every migration applied, made once per test
+  process; `collector_factory` copies it for each fresh collector instead of migrating
+  a new file every time.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,8 +89,33 @@ def agent_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     return folder
 
 
+@pytest.fixture(scope="session")
+def migrated_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A closed database with every migration applied and nothing else, made once per
+    test process (each pytest-xdist worker makes its own): copy it with `fresh_database`."""
+    from gpubench.collector.store import Store
+
+    path = tmp_path_factory.mktemp("migrated") / "template.duckdb"
+    Store(path).close()
+    # close() checkpoints: the whole database is in the one file, with no write-ahead
+    # log beside it that a copy of the file alone would lose.
+    leftovers = sorted(p.name for p in path.parent.iterdir() if p.is_file() and p != path)
+    assert not leftovers, f"a closed database left {leftovers} beside its file"
+    return path
+
+
+def fresh_database(template: Path, path: Path) -> Path:
+    """`path`: a copy of the closed, migrated `template` (what opening a new file gives,
+    without running the migrations again)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, path)
+    return path
+
+
 @pytest.fixture
-def collector_factory(tmp_path: Path) -> Iterator[Callable[..., RunningCollector]]:
+def collector_factory(
+    tmp_path: Path, migrated_database: Path
+) -> Iterator[Callable[..., RunningCollector]]:
     """Start collectors with `create_server` options; every one is stopped afterwards."""
     from gpubench.collector.auth import TokenBook
     from gpubench.collector.server import create_server
@@ -97,7 +126,8 @@ def collector_factory(tmp_path: Path) -> Iterator[Callable[..., RunningCollector
     def start(*, db_path: Path | None = None, **options: Any) -> RunningCollector:
         options.setdefault("rate_limit", 0)
         options.setdefault("auth_failures_per_minute", 0)  # tests fail many on purpose
-        path = db_path or tmp_path / f"collector-{len(started)}.duckdb"
+        path = db_path or fresh_database(
+            migrated_database, tmp_path / f"collector-{len(started)}.duckdb")
         store = Store(path)
         tokens = TokenBook(store)
         server, port = create_server(store, host="127.0.0.1", port=0, tokens=tokens, **options)

@@ -21,6 +21,11 @@ from waiting import WORKLOAD_RUN_DEADLINE_S
 
 from gpubench import record
 
+# Four real CPU trainings, minutes each: `make test-e2e`. make test keeps a real search
+# (tests/workload/test_search_beside.py) and a real run to the collector
+# (tests/agent/test_agent_cli.py).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
 # 64 px images, 160 of them: 128 training images, so the speed rule's batch is 16
 # (128 / 8 steps) whatever the search finds on a machine with gigabytes to spare.
 TINY = ("--backend", "torch", "--gpus", "0", "--models", "B0", "--image-size", "64",
@@ -72,7 +77,6 @@ def peaks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, int]:
     return cache, at_8, at_16
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(WORKLOAD_RUN_DEADLINE_S)
 def test_out_of_memory_in_the_run_runs_again_at_the_next_smaller_batch(tmp_path, peaks) -> None:
     cache, at_8, at_16 = peaks
@@ -100,7 +104,6 @@ def test_out_of_memory_in_the_run_runs_again_at_the_next_smaller_batch(tmp_path,
     assert len(run.result.epochs) == 2 and run.result.epoch2_seconds > 0
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(WORKLOAD_RUN_DEADLINE_S)
 def test_a_given_batch_that_runs_out_of_memory_ends_so(tmp_path, peaks) -> None:
     cache, at_8, _ = peaks

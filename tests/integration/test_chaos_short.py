@@ -14,6 +14,7 @@ CHAOS = Path(__file__).resolve().parents[2] / "bench" / "chaos.py"
 
 
 @pytest.mark.chaos
+@pytest.mark.e2e
 def test_the_short_campaigns_cheapest_parts_lose_nothing_and_answer_right() -> None:
     done = subprocess.run([sys.executable, str(CHAOS), "--short", "--parts",
                            "poison,auth,tampered,fabrication",

@@ -75,6 +75,7 @@ def stored_runs(db: Path) -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_make_demo_twice_from_a_clean_checkout(tmp_path: Path) -> None:
     repo = clean_checkout(tmp_path)
     env = demo_env(tmp_path)

@@ -196,7 +196,10 @@ def test_a_trial_process_runs_the_network_as_the_run_computes_it() -> None:
             "--fused-batchnorm", "--channels-last"} <= set(command)
 
 
+# Real out-of-memory trials, minutes on a CPU: make test-e2e. make test searches for real
+# without a cap (tests/workload/test_search_beside.py).
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_real_search_with_capped_trial_processes(workload) -> None:
     common = ("--backend", "torch", "--gpus", "0", "--model", "B0", "--image-size", "32",
               "--trial-steps", "1")

@@ -79,7 +79,9 @@ def test_leaving_early_stops_the_child() -> None:
     assert "TORCH_CUDNN_V8_API_DISABLED" not in os.environ  # the child's, never the run's
 
 
+# A second real search of the same settings: make test-e2e.
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_the_run_imports_and_decodes_while_the_child_searches(dataset_cache) -> None:
     """runner.search_while_loading in a process of its own (it selects a backend): the
     run's framework import and its images' decoding come while the child searches."""
@@ -112,6 +114,7 @@ def test_the_run_imports_and_decodes_while_the_child_searches(dataset_cache) -> 
 TINY = os.path.join(os.path.dirname(__file__), "tiny_models.py")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("builder", "decoded"), [
     ("cnn", "decoding 240 images at 32x32 into memory"),  # photos at the model's own size
     ("language_model", None),                            # tokens: no photos to decode
