@@ -175,6 +175,7 @@ else
   step convnext-16 60 agent_run convnext-16 --models ConvNeXtTiny --memory-limit 16GiB $IMAGES
   step vit-16 60 agent_run vit-16 --models ViT-B16 --memory-limit 16GiB $IMAGES
   step lm-16 60 agent_run lm-16 --models GPT2-small --memory-limit 16GiB $TOKENS
+  step small-16 45 agent_run small-16 --models "$WORK/small.keras" --memory-limit 16GiB $IMAGES
 fi
 
 # The table: every record and every search, one line each.
