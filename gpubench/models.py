@@ -18,6 +18,7 @@ Standard library only: the agent, the workload, the collector and the CLI read i
 
 from __future__ import annotations
 
+import math
 import re
 
 EFFICIENTNETS = ("B0", "B3", "B7")
@@ -92,6 +93,18 @@ def is_standard(model: str) -> bool:
 def unit_of(model: str, recorded: str = "") -> str:
     """The unit of a model's speed: the record's Config.unit where it says, else images."""
     return recorded or UNIT_OF.get(model, IMAGES)
+
+
+def per_sample(unit: str, input_spec: str) -> int:
+    """What one sample counts in `unit`, from the record's input spec: a language model's
+    tokens a sequence ("tokens 1024 of 50257": 1024), else 1 (an image or a sample). 0 for
+    a tokens spec it cannot read."""
+    if unit != TOKENS:
+        return 1
+    found = re.fullmatch(r"tokens ([0-9x]+) of [0-9]+", input_spec.strip())
+    if not found:
+        return 0
+    return math.prod(int(d) for d in found.group(1).split("x") if d)
 
 
 def is_fingerprint(text: str) -> bool:

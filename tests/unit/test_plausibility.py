@@ -177,3 +177,21 @@ def test_a_cpu_run_is_held_to_its_cores() -> None:
                              "can compute (256 GFLOP/s a core")
     many = make_run(gpu_count=0, host__cpu_cores=5000)
     assert plausibility.implausibilities(many)[0].startswith("a host of 5,000 CPU cores")
+
+
+def test_a_language_model_s_rate_counts_its_tokens() -> None:
+    # GPT2-small on the H200 (docs/results/h200-models/final): 205 sequences of 1,024
+    # tokens in an epoch whose training took 5.28 s: 39,742 tok/s is consistent.
+    def run(rate: float, spec: str = "tokens 1024 of 50257") -> object:
+        return make_run(gpu_name="NVIDIA H200", batch_per_gpu=16, epoch2_seconds=5.9,
+                        train_images_per_second=rate, config__train_images=205,
+                        config__unit="tokens", config__input_spec=spec,
+                        result__step_time_median_seconds=0.0)
+    assert [f for f, _ in plausibility.inconsistencies(run(39_742.0))
+            if f.endswith("per_second")] == []
+    # The same rate read as sequences a second is 1,024x off, and named in tokens.
+    found = dict(plausibility.inconsistencies(run(38.8)))
+    assert "tok/s" in found["run.result.train_images_per_second"]
+    assert "sequences of 1024 tokens" in found["run.result.train_images_per_second"]
+    # A tokens spec that says no length is refused, naming the field.
+    assert "run.config.input_spec" in dict(plausibility.inconsistencies(run(39_742.0, "tokens")))

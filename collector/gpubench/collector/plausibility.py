@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from gpubench import record
+from gpubench import models, record
 from gpubench.collector import ceilings, energy, gpu_names
 from gpubench.v1 import run_pb2
 
@@ -170,13 +170,23 @@ def _rate(found: list[tuple[str, str]], cfg: run_pb2.Config, res: run_pb2.Result
         return
     if not cfg.global_batch or cfg.train_images // cfg.global_batch < STEPS_CHECKED:
         return
-    from_time = cfg.train_images / epoch.train_seconds
+    # The rate counts the run's unit: a language model's tokens, each sample many of them.
+    unit = models.unit_of(cfg.model, cfg.unit)
+    each = models.per_sample(unit, cfg.input_spec)
+    if not each:
+        found.append(("run.config.input_spec", f"{cfg.input_spec[:80]!r} does not say how "
+                      "many tokens a sample holds (e.g. 'tokens 1024 of 50257')"))
+        return
+    short = "tok/s" if unit == models.TOKENS else "img/s"
+    from_time = cfg.train_images * each / epoch.train_seconds
     ratio = res.train_images_per_second / from_time
     if not 1 / RATE_FACTOR <= ratio <= RATE_FACTOR:
         found.append(("run.result.train_images_per_second",
-                      f"{res.train_images_per_second:g} img/s disagrees with the measured epoch: "
-                      f"{cfg.train_images} training images in {epoch.train_seconds:g} s is "
-                      f"{from_time:.4g} img/s (more than {RATE_FACTOR:g}x apart)"))
+                      f"{res.train_images_per_second:g} {short} disagrees with the measured "
+                      f"epoch: {cfg.train_images} training "
+                      f"{'images' if each == 1 else f'sequences of {each} tokens'} in "
+                      f"{epoch.train_seconds:g} s is {from_time:.4g} {short} (more than "
+                      f"{RATE_FACTOR:g}x apart)"))
 
 
 def _steps(found: list[tuple[str, str]], cfg: run_pb2.Config, res: run_pb2.Result,
