@@ -307,6 +307,9 @@ def compare_frame(response: collector_pb2.CompareResponse) -> pd.DataFrame:
         model=response.model,
         baseline=response.baseline,
         warnings=list(response.warnings),
+        # The dimensions the collector says the groups differ in (a count of 0 is a
+        # value too: a language model's image size).
+        mixed=[m.dimension for m in response.mixed],
         # Plain records, not a frame: pandas compares attrs when frames are combined.
         published=frame_records(published_frame(response)),
         uncatalogued=frame_records(pd.DataFrame(

@@ -176,6 +176,8 @@ def mixed_dimensions(frame: pd.DataFrame) -> list[str]:
     if frame.empty:
         return []
     attrs = frame.attrs
+    if "mixed" in attrs:  # as the collector said (compare_frame)
+        return [name for name in SHARED if name in attrs["mixed"]]
     return [name for name in SHARED
             if (name in _NUMERIC and name in attrs and not attrs[name])
             or attrs.get(name) == "mixed"]

@@ -43,10 +43,13 @@ def saved(function: str, path: Path) -> Path:
     return path
 
 
-def agent(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def agent(tmp_path: Path, *args: str, token: str = "") -> subprocess.CompletedProcess:
+    """`gpubench-agent run ARGS`, its token (if any) in the environment, never in argv."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("GPUBENCH_") or k in ("GPUBENCH_STATE", "GPUBENCH_CACHE")}
     env.update(GPUBENCH_SPOOL=str(tmp_path / "spool"), COLUMNS="200")
+    if token:
+        env["GPUBENCH_TOKEN"] = token
     return subprocess.run([*AGENT, "run", "--backend", "torch", "--gpus", "0",
                            "--limit-images", "48", *args], env=env, capture_output=True,
                           text=True, timeout=900, check=False)
@@ -57,7 +60,7 @@ def test_a_keras_file_runs_to_the_collector_and_compares_by_name_and_fingerprint
     model = saved("cnn", tmp_path / "mine.keras")
     token = collector.make_token("lab")
     done = agent(tmp_path, "--models", str(model), "--batch", "8",
-                 "--collector", collector.address, "--token", token)
+                 "--collector", collector.address, token=token)
     assert done.returncode == 0, done.stderr[-3000:]
     [sent] = list((tmp_path / "spool" / "sent").iterdir())
     with Client(collector.address, collector.admin_token) as client:
