@@ -11,9 +11,9 @@ _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**1
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*")
 
 # The least memory of any card in the GPU catalogue (the collector's gpu_specs.json: the
-# GeForce GTX 1070's 8 GiB; a test checks that the two agree). A card's memory below it
+# GeForce GTX 1060 3GB's 3 GiB; a test checks that the two agree). A card's memory below it
 # names no card the benchmark knows, and is most likely a size written without its unit.
-SMALLEST_CARD_GIB = 8
+SMALLEST_CARD_GIB = 3
 SMALLEST_CARD_BYTES = SMALLEST_CARD_GIB << 30
 
 

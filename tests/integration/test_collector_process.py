@@ -157,6 +157,22 @@ def test_token_commands_work_against_a_live_collector(serve, tmp_path: Path) -> 
     assert missing.returncode == 5  # not found
 
 
+def test_a_database_deep_in_the_tree_is_administered_through_a_short_link(
+        serve, tmp_path: Path) -> None:
+    # The admin folder's socket path would pass the 107 bytes a Unix socket's path holds.
+    db = tmp_path / ("a-folder-with-a-rather-long-name-" * 3) / "c.duckdb"
+    db.parent.mkdir()
+    assert len(str(db.parent / "c.duckdb.admin" / "socket")) > 107
+    served = serve(db)
+    boss = cli("token", "create", "boss", "--admin", "--db", str(db)).stdout.strip()
+    served.stub().ListRuns(pb.ListRunsRequest(), metadata=bearer(boss), timeout=10)
+    alias = Path((db.parent / "c.duckdb.admin" / "alias").read_text())
+    assert alias.stat().st_mode & 0o777 == 0o700
+    served.process.send_signal(signal.SIGTERM)  # a clean stop removes both
+    assert served.process.wait(60) == 0
+    assert not alias.exists() and not (db.parent / "c.duckdb.admin").exists()
+
+
 def test_token_commands_without_a_collector_open_the_database(tmp_path: Path) -> None:
     db = tmp_path / "sub" / "c.duckdb"
     secret = cli("token", "create", "first-admin", "--admin", "--db", str(db)).stdout.strip()

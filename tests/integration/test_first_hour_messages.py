@@ -59,14 +59,15 @@ def cases(scene: Scene) -> list[Case]:
         Case("a card's memory without its unit", [*fit, "--memory", "8"], ExitCode.USAGE,
              ("gpubench: error: --memory: '8' has no unit: write 8GiB for 8 GiB",
               "gpubench fit --help")),
-        Case("less memory than the smallest card", [*fit, "--memory", "4GiB"], ExitCode.USAGE,
-             ("gpubench: error: --memory: '4GiB' is less memory than any card the benchmark "
-              "knows (the smallest has 8 GiB)",)),
+        Case("less memory than the smallest card", [*fit, "--memory", "2GiB"], ExitCode.USAGE,
+             ("gpubench: error: --memory: '2GiB' is less memory than any card the benchmark "
+              "knows (the smallest has 3 GiB)",)),
         Case("a card of 8 GiB is answered", [*fit, "--memory", "8GiB"], ExitCode.OK,
              ("B7 on a card of 8 GiB (8.59 GB)", "Published figures")),
         Case("no such model", ["gpubench", "fit", "--model", "B8", "--memory", "16GiB"],
              ExitCode.USAGE, ("gpubench: error: --model: 'B8' is not one of B0, B3, B7 "
-                              "(see gpubench fit --help)",),
+                              "(another EfficientNet by its keras.applications name, e.g. "
+                              "EfficientNetB5) (see gpubench fit --help)",),
              never=("Usage:", "Error:")),
         Case("a size that is no size", [*fit, "--memory", "eight"], ExitCode.USAGE,
              ("gpubench: error: --memory: 'eight' is not a size: write e.g. 16GiB",),

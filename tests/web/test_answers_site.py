@@ -72,7 +72,7 @@ def test_fit_answers_as_the_cli_does(live_site):
     # A bare number is not read as bytes, nor a size below the smallest card answered:
     # the CLI's words.
     for memory, words in (("8", "'8' has no unit: write 8GiB for 8 GiB"),
-                          ("4GiB", "less memory than any card the benchmark knows")):
+                          ("2GiB", "less memory than any card the benchmark knows")):
         status, bad, _ = live_site.get(f"/fit/B7?memory={memory}")
         assert status == 400 and words in _text(bad), _text(bad)
 

@@ -134,9 +134,11 @@ def test_result_reports_the_second_epoch(tiny_run) -> None:
     assert rate > 0 and median > 0 and result.step_time_cv >= 0
     # The rate and the step times agree: the rate is the timed images over the timed steps'
     # sum, so it sits at the batch over the median step, below it by as much as a few slow
-    # steps of a loaded machine lengthen the mean (hence the wide lower bound).
+    # steps of a loaded machine lengthen the mean (hence the wide lower bound), and above
+    # it where the few steps of a tiny epoch split into fast and slow ones on a loaded
+    # machine (a median of 0.49 s beside a mean of 0.22 s was seen under pytest-xdist).
     batch = expected.batch_per_gpu
-    assert 0.2 * batch / median < rate < 2 * batch / median
+    assert 0.2 * batch / median < rate < 3 * batch / median
     assert not [w for w in result.warnings if "replicas" in w]  # one model trained
     # The network is the protocol's: the run warns otherwise.
     assert not [w for w in result.warnings if "parameter counts" in w]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,10 @@ BACKUP_TIMEOUT_S = 3600.0
 # The folder's entries: short, since a Unix socket's path has at most 107 bytes.
 SOCKET = "socket"
 SECRET = "secret"
+# Where the socket is reached from when the folder's own path is too long for one: a
+# link in a private folder under the system's temporary folder (ALIAS names it).
+ALIAS = "alias"
+MAX_SOCKET_PATH = 107
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,23 @@ def open_folder(db_path: Path, secret: str) -> str:
     fd = os.open(folder / SECRET, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(secret)
-    return f"unix:{folder / SOCKET}"
+    socket = folder.resolve() / SOCKET
+    if len(os.fsencode(socket)) > MAX_SOCKET_PATH:
+        # A database deep in the tree: the socket is bound through a short link to the
+        # folder (the folder's 0700 still guards it), named in the folder for `read`.
+        private = Path(tempfile.mkdtemp(prefix="gpubench-admin-"))  # 0700
+        (private / "d").symlink_to(folder.resolve(), target_is_directory=True)
+        (folder / ALIAS).write_text(str(private))
+        socket = private / "d" / SOCKET
+    return f"unix:{socket}"
+
+
+def _socket(folder: Path) -> Path:
+    """The path the socket of `folder` is reached by: through its alias where it has one."""
+    try:
+        return Path((folder / ALIAS).read_text().strip()) / "d" / SOCKET
+    except FileNotFoundError:
+        return folder / SOCKET
 
 
 def read(db_path: Path) -> Credential:
@@ -75,12 +96,15 @@ def read(db_path: Path) -> Credential:
     except PermissionError as exc:
         raise AccessDenied(f"{folder}: not readable by this user (the collector's "
                            "owner administers it)") from exc
-    return Credential(f"unix:{folder / SOCKET}", secret)
+    return Credential(f"unix:{_socket(folder)}", secret)
 
 
 def remove(db_path: Path) -> None:
-    """Remove the admin folder (on stop)."""
-    shutil.rmtree(admin_folder(db_path), ignore_errors=True)
+    """Remove the admin folder (on stop), and the short link to it if it had one."""
+    folder = admin_folder(db_path)
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(Path((folder / ALIAS).read_text().strip()), ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _token_row(token: collector_pb2.Token) -> TokenRow:
