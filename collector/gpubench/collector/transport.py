@@ -59,25 +59,10 @@ class Refusal(Exception):
     turns it into `context.abort(code, details)`.
     """
 
-    def __init__(self, code: grpc.StatusCode, details: str, hold_s: float = 0.0) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(details)
         self.code = code
         self.details = details
-        # How long whoever answers holds the answer back (a failed authentication past
-        # its address's allowance: collector.auth.AuthFailures).
-        self.hold_s = hold_s
-
-
-def held_for(exc: BaseException, remaining_s: float | None) -> float:
-    """How long to hold the answer to a call refused with `exc` (a failed
-    authentication past its address's allowance: AuthFailures), within the call's
-    remaining time (s)."""
-    hold = getattr(exc, "hold_s", 0.0)
-    if hold <= 0:
-        return 0.0
-    if remaining_s is not None:
-        hold = min(hold, remaining_s - 0.2)
-    return max(hold, 0.0)
 
 
 def parse_request(message_class: Any, data: bytes) -> Any:
