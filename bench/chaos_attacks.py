@@ -28,6 +28,7 @@ from chaos_support import (
     bearer,
     check_database,
     make_run,
+    new_client_call,
 )
 from tampering import TAMPERED
 
@@ -36,7 +37,6 @@ from gpubench.v1 import collector_pb2_grpc
 
 # What the collector promises a legitimate client, and what these parts count as wrong
 # past it (s): an answer beside a flood.
-ANSWER_WITHIN_S = 2.0
 # What an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame.
 HTTP2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
@@ -113,7 +113,7 @@ def flood_part(name: str, folder: Path, *, connections: int, seconds: float,
     """`connections` idle connections from `sources` that send `greeting` and then
     nothing, those closed reopened every second, for `seconds`, against a bare `serve`;
     meanwhile a new client from 127.0.0.1 (a fresh connection each time) calls
-    CheckAccess every quarter second and must be answered within ANSWER_WITHIN_S."""
+    CheckAccess every quarter second and must be answered within chaos_support.ANSWER_WITHIN_S."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a descriptor per connection
@@ -131,21 +131,7 @@ def flood_part(name: str, folder: Path, *, connections: int, seconds: float,
         while time.monotonic() < until:
             channel = grpc.insecure_channel(collector.address,
                                             options=[("grpc.use_local_subchannel_pool", 1)])
-            began = time.monotonic()
-            tally.tried += 1
-            try:
-                collector_pb2_grpc.CollectorStub(channel).CheckAccess(
-                    pb.CheckAccessRequest(), metadata=bearer(token), timeout=10)
-                took = time.monotonic() - began
-                latencies.append(took)
-                tally.code("OK")
-                if took > ANSWER_WITHIN_S:
-                    tally.wrong += 1
-            except grpc.RpcError as exc:
-                tally.code(exc.code().name)
-                tally.wrong += 1
-            finally:
-                channel.close()
+            new_client_call(channel, token, tally, latencies)
             time.sleep(0.25)
     finally:
         flood.stop()

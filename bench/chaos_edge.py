@@ -36,14 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
-from chaos_support import CLI, Collector, Tally, bearer, table
+from chaos_support import CLI, Collector, Tally, new_client_call, table
 from edge import HOSTNAME, MISSING, Edge, haproxy_binary, start_edge
 from source_address import Relay
 
-from gpubench.v1 import collector_pb2 as pb
-from gpubench.v1 import collector_pb2_grpc
-
-ANSWER_WITHIN_S = 2.0
 PER_ADDRESS = 200  # the edge's connections per address (its configuration's default)
 FLOOD_ADDRESSES = [f"127.0.0.{i}" for i in range(1, 21)]
 CLIENT_ADDRESS = "127.0.0.50"
@@ -189,30 +185,15 @@ def flood_part(folder: Path, binary: Path, *, connections: int, seconds: float) 
     try:
         with Relay(("127.0.0.1", stack.edge.grpc_port), CLIENT_ADDRESS) as relay:
             flood.start()
-            began = time.monotonic()
-            deadline = began + seconds
-            # Until every connection has been opened (at least 5 s), or `seconds`.
-            while time.monotonic() < deadline and (flood.opened < connections
-                                                   or time.monotonic() < began + 5):
+            deadline = time.monotonic() + seconds
+            # A new client every quarter second for the whole `seconds`, while the flood
+            # opens its connections and holds them.
+            while time.monotonic() < deadline:
                 channel = grpc.secure_channel(
                     relay.address, credentials,
                     options=[("grpc.ssl_target_name_override", HOSTNAME),
                              ("grpc.use_local_subchannel_pool", 1)])
-                began = time.monotonic()
-                tally.tried += 1
-                try:
-                    collector_pb2_grpc.CollectorStub(channel).CheckAccess(
-                        pb.CheckAccessRequest(), metadata=bearer(stack.token), timeout=10)
-                    took = time.monotonic() - began
-                    latencies.append(took)
-                    tally.code("OK")
-                    if took > ANSWER_WITHIN_S:
-                        tally.wrong += 1
-                except grpc.RpcError as exc:
-                    tally.code(exc.code().name)
-                    tally.wrong += 1
-                finally:
-                    channel.close()
+                new_client_call(channel, stack.token, tally, latencies)
                 time.sleep(0.25)
             flood.stop()
     finally:

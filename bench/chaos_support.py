@@ -136,6 +136,32 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
+# A new client beside a flood must be answered within this (s).
+ANSWER_WITHIN_S = 2.0
+
+
+def new_client_call(channel: grpc.Channel, token: str, tally: Tally,
+                    latencies: list[float]) -> None:
+    """One CheckAccess of a new client on `channel` (closed after): its answer counted in
+    `tally`, its latency in `latencies`; wrong if refused or slower than
+    ANSWER_WITHIN_S."""
+    began = time.monotonic()
+    tally.tried += 1
+    try:
+        collector_pb2_grpc.CollectorStub(channel).CheckAccess(
+            pb.CheckAccessRequest(), metadata=bearer(token), timeout=10)
+        took = time.monotonic() - began
+        latencies.append(took)
+        tally.code("OK")
+        if took > ANSWER_WITHIN_S:
+            tally.wrong += 1
+    except grpc.RpcError as exc:
+        tally.code(exc.code().name)
+        tally.wrong += 1
+    finally:
+        channel.close()
+
+
 def raw_submit(channel: grpc.Channel) -> Callable:
     """SubmitRun taking the request as bytes (to send what no client would)."""
     return channel.unary_unary("/gpubench.v1.Collector/SubmitRun",
