@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -287,22 +288,36 @@ def shown(path: Path | str) -> str:
         return str(path)
 
 
+def command(*words: str) -> str:
+    """A command indented two spaces, continued with a backslash where it would pass 80
+    columns (a long path to the console scripts, say), so that it still pastes whole."""
+    lines, line = [], " "
+    for word in words:
+        if len(line) + 1 + len(word) > 78 and line.strip():
+            lines.append(line + " \\")
+            line = "   "
+        line = f"{line} {shlex.quote(word)}"
+    lines.append(line)
+    return "\n".join(lines)
+
+
 def what_now(db: Path, port: int) -> None:
     """Where the runs are, and three commands to try next."""
     token = shown(DEMO / "token")
     query = shown(tool("gpubench"))
+    collector = shown(tool("gpubench-collector"))
     print(f"""
 what now: the collector served 127.0.0.1:{port} during the demo, stopped now.
 The runs are kept in {shown(db)}, the demo's token in {token}.
 Start the collector again, on 127.0.0.1:{SUGGESTED_PORT} (Ctrl-C stops it):
-  {shown(tool("gpubench-collector"))} serve --db {shown(db)}
+{command(collector, "serve", "--db", shown(db))}
 then, in another terminal, try:
   export GPUBENCH_COLLECTOR=127.0.0.1:{SUGGESTED_PORT} GPUBENCH_TOKEN=$(cat {token})
-  {query} runs list --model B0
-  {query} compare --model B0 --allow-mixed
-  {query} leaderboard --model B0
+{command(query, "runs", "list", "--model", "B0")}
+{command(query, "compare", "--model", "B0", "--allow-mixed")}
+{command(query, "leaderboard", "--model", "B0")}
 and the results site, at http://127.0.0.1:{SUGGESTED_SITE_PORT}/:
-  {shown(tool("gpubench-collector"))} web --token-file {token}
+{command(collector, "web", "--token-file", token)}
 `make demo` again starts afresh; `make clean` removes {shown(DEMO)}/.""", flush=True)
 
 
