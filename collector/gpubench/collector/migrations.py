@@ -5,6 +5,11 @@ where SQL cannot compute a new column, a Python data step over the stored record
 names applied so far are recorded in `schema_migrations`, so opening an older
 database upgrades it and opening a current one does nothing. Migrations are
 only ever appended; one already released is never edited.
+
+One table is not migrated: group_figures holds nothing but figures derived from the
+runs. A migration that changes what it is keyed by or holds asks for it
+(`refill_group_figures`), and once every pending migration has run it is made afresh
+in this code's shape (`group_figures_table`, its one definition) and filled.
 """
 
 from __future__ import annotations
@@ -31,10 +36,9 @@ class Migration:
     same transaction, given the DuckDB connection: for columns whose values only the
     stored records hold (SQL cannot read a protobuf).
 
-    `refill_group_figures` asks the store to recompute the outlier flags and the
-    per-group figures from the runs in the same transaction (a data step SQL text
-    alone cannot express). The store computes them in today's shape of the table, so
-    where several pending migrations ask, only the last of them refills.
+    `refill_group_figures` asks for group_figures made afresh in today's shape and the
+    outlier flags and per-group figures computed again from the runs, in the same
+    transaction; where several pending migrations ask, only the last of them does it.
     """
 
     name: str
@@ -154,7 +158,8 @@ def backfill_flags(con: Any) -> None:
              [rows.REASON_SEPARATOR.join(r) for r in reasons]],
         )
 
-# -- a new dimension of the comparison key -------------------------------------------------
+
+# -- group_figures, derived from the runs ---------------------------------------------------
 
 # group_figures' figure columns (collector.outliers.FIGURE_NAMES) with their types.
 _FIGURE_TYPES = {
@@ -171,11 +176,7 @@ _FIGURE_TYPES = {
 def group_figures_table() -> str:
     """CREATE TABLE group_figures in this code's shape: keyed by every column of the
     outlier groups (collector.outliers.OUTLIER_GROUP: the comparison key among them)
-    and with_outliers, then the figures.
-
-    A migration may create it in today's shape although migrations are never edited:
-    the table holds nothing but figures derived from the runs, refilled once every
-    pending migration has run (Migration.refill_group_figures), in today's shape."""
+    and with_outliers, then the figures."""
     keys = [f"{c} {columns.SQL_TYPES[columns.RUN_COLUMNS.field(c).type]} NOT NULL"
             for c in outliers.OUTLIER_GROUP]
     figures = [f"{name} {_FIGURE_TYPES[name]}" for name in outliers.FIGURE_NAMES]
@@ -184,19 +185,19 @@ def group_figures_table() -> str:
             f"{', '.join(figures)}, PRIMARY KEY ({primary}))")
 
 
-def dimension_statements(name: str) -> tuple[str, ...]:
-    """A migration adding the comparison key's dimension `name` (a row of
-    gpubench.comparison_key.DIMENSIONS): its runs column, empty until
-    `backfill_dimension` fills it, and group_figures keyed by it too. Use with
-    refill_group_figures=True and backfill=backfill_dimension(name)."""
+# -- a new dimension of the comparison key -------------------------------------------------
+
+def dimension_column(name: str) -> str:
+    """The runs column of the comparison key's dimension `name` (a row of
+    gpubench.comparison_key.DIMENSIONS), empty until `backfill_dimension(name)` fills
+    it. Use with refill_group_figures=True: the groups are keyed by it too."""
     dimension = comparison_key.BY_NAME[name]
     default = "0" if dimension.numeric else "''"
-    return (f"ALTER TABLE runs ADD COLUMN {name} {dimension.sql_type} NOT NULL "
-            f"DEFAULT {default}", "DROP TABLE group_figures", group_figures_table())
+    return f"ALTER TABLE runs ADD COLUMN {name} {dimension.sql_type} NOT NULL DEFAULT {default}"
 
 
 def backfill_dimension(name: str) -> Callable[[Any], None]:
-    """The data step of `dimension_statements(name)`: runs.<name> from each stored
+    """The data step of `dimension_column(name)`: runs.<name> from each stored
     record, as comparison_key.key_of reads it (only the runs whose value is not the
     column's default are written)."""
     dimension = comparison_key.BY_NAME[name]
@@ -280,115 +281,27 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         "0003_group_figures",
-        (
-            # Compare's figures per outlier group, kept current by the store on every
-            # change, so a comparison reads a few rows instead of aggregating every run.
-            # Two rows per group: over the runs that are not outliers, and over all.
-            """
-            CREATE TABLE group_figures (
-                model VARCHAR NOT NULL,
-                gpu_name VARCHAR NOT NULL,
-                gpu_count INTEGER NOT NULL,
-                backend VARCHAR NOT NULL,
-                precision VARCHAR NOT NULL,
-                image_size INTEGER NOT NULL,
-                benchmark_version VARCHAR NOT NULL,
-                with_outliers BOOLEAN NOT NULL,
-                runs INTEGER NOT NULL,
-                outliers_excluded INTEGER NOT NULL,
-                epoch2_median_seconds DOUBLE,
-                epoch2_min_seconds DOUBLE,
-                epoch2_max_seconds DOUBLE,
-                train_images_per_second_median DOUBLE,
-                max_batch_per_gpu INTEGER,
-                max_global_batch INTEGER,
-                peak_memory_median_bytes DOUBLE,
-                memory_total_bytes DOUBLE,
-                energy_per_epoch_median_joules DOUBLE,
-                images_per_joule_median DOUBLE,
-                PRIMARY KEY (model, gpu_name, gpu_count, backend, precision, image_size,
-                             benchmark_version, with_outliers)
-            )
-            """,
-        ),
+        # Compare's figures per outlier group (group_figures), kept current by the store on
+        # every change, so a comparison reads a few rows instead of aggregating every run.
+        # Two rows per group: over the runs that are not outliers, and over all.
+        (),
         refill_group_figures=True,
     ),
     Migration(
         "0004_group_figures_by_train_images",
-        (
-            # The epoch-2 time depends on how many images an epoch trains on: a smoke run
-            # (agent --limit-images) is not the same settings as a full run, so the
-            # outlier groups and their figures are keyed by train_images too. The table
-            # holds nothing but derived figures: recreate it and refill from the runs.
-            "DROP TABLE group_figures",
-            """
-            CREATE TABLE group_figures (
-                model VARCHAR NOT NULL,
-                gpu_name VARCHAR NOT NULL,
-                gpu_count INTEGER NOT NULL,
-                backend VARCHAR NOT NULL,
-                precision VARCHAR NOT NULL,
-                image_size INTEGER NOT NULL,
-                train_images INTEGER NOT NULL,
-                benchmark_version VARCHAR NOT NULL,
-                with_outliers BOOLEAN NOT NULL,
-                runs INTEGER NOT NULL,
-                outliers_excluded INTEGER NOT NULL,
-                epoch2_median_seconds DOUBLE,
-                epoch2_min_seconds DOUBLE,
-                epoch2_max_seconds DOUBLE,
-                train_images_per_second_median DOUBLE,
-                max_batch_per_gpu INTEGER,
-                max_global_batch INTEGER,
-                peak_memory_median_bytes DOUBLE,
-                memory_total_bytes DOUBLE,
-                energy_per_epoch_median_joules DOUBLE,
-                images_per_joule_median DOUBLE,
-                PRIMARY KEY (model, gpu_name, gpu_count, backend, precision, image_size,
-                             train_images, benchmark_version, with_outliers)
-            )
-            """,
-        ),
+        # The epoch-2 time depends on how many images an epoch trains on: a smoke run
+        # (agent --limit-images) is not the same settings as a full run, so the outlier
+        # groups and their figures are keyed by train_images too.
+        (),
         refill_group_figures=True,
     ),
     Migration(
         "0005_settings",
-        (
-            # How a run computed and fed the network (gpubench.record.settings_label:
-            # "keras", "kernels+data-on-device", ...) changes its speed as much as the
-            # software does: a column of its own, filled from the stored records, and a
-            # key of the outlier groups and their figures.
-            "ALTER TABLE runs ADD COLUMN settings VARCHAR NOT NULL DEFAULT 'keras'",
-            "DROP TABLE group_figures",
-            """
-            CREATE TABLE group_figures (
-                model VARCHAR NOT NULL,
-                gpu_name VARCHAR NOT NULL,
-                gpu_count INTEGER NOT NULL,
-                backend VARCHAR NOT NULL,
-                precision VARCHAR NOT NULL,
-                image_size INTEGER NOT NULL,
-                train_images INTEGER NOT NULL,
-                settings VARCHAR NOT NULL,
-                benchmark_version VARCHAR NOT NULL,
-                with_outliers BOOLEAN NOT NULL,
-                runs INTEGER NOT NULL,
-                outliers_excluded INTEGER NOT NULL,
-                epoch2_median_seconds DOUBLE,
-                epoch2_min_seconds DOUBLE,
-                epoch2_max_seconds DOUBLE,
-                train_images_per_second_median DOUBLE,
-                max_batch_per_gpu INTEGER,
-                max_global_batch INTEGER,
-                peak_memory_median_bytes DOUBLE,
-                memory_total_bytes DOUBLE,
-                energy_per_epoch_median_joules DOUBLE,
-                images_per_joule_median DOUBLE,
-                PRIMARY KEY (model, gpu_name, gpu_count, backend, precision, image_size,
-                             train_images, settings, benchmark_version, with_outliers)
-            )
-            """,
-        ),
+        # How a run computed and fed the network (gpubench.record.settings_label:
+        # "keras", "kernels+data-on-device", ...) changes its speed as much as the
+        # software does: a column of its own, filled from the stored records, and a key
+        # of the outlier groups and their figures.
+        ("ALTER TABLE runs ADD COLUMN settings VARCHAR NOT NULL DEFAULT 'keras'",),
         refill_group_figures=True,
         backfill=backfill_settings,
     ),
@@ -422,38 +335,6 @@ MIGRATIONS: tuple[Migration, ...] = (
             # with the memory answer, the largest batch per GPU the search confirmed.
             "ALTER TABLE runs ADD COLUMN batch_rule VARCHAR NOT NULL DEFAULT ''",
             "ALTER TABLE runs ADD COLUMN largest_batch_per_gpu INTEGER NOT NULL DEFAULT 0",
-            "DROP TABLE group_figures",
-            """
-            CREATE TABLE group_figures (
-                model VARCHAR NOT NULL,
-                gpu_name VARCHAR NOT NULL,
-                gpu_count INTEGER NOT NULL,
-                backend VARCHAR NOT NULL,
-                precision VARCHAR NOT NULL,
-                image_size INTEGER NOT NULL,
-                train_images INTEGER NOT NULL,
-                settings VARCHAR NOT NULL,
-                batch_rule VARCHAR NOT NULL,
-                benchmark_version VARCHAR NOT NULL,
-                with_outliers BOOLEAN NOT NULL,
-                runs INTEGER NOT NULL,
-                outliers_excluded INTEGER NOT NULL,
-                epoch2_median_seconds DOUBLE,
-                epoch2_min_seconds DOUBLE,
-                epoch2_max_seconds DOUBLE,
-                train_images_per_second_median DOUBLE,
-                max_batch_per_gpu INTEGER,
-                max_global_batch INTEGER,
-                peak_memory_median_bytes DOUBLE,
-                memory_total_bytes DOUBLE,
-                energy_per_epoch_median_joules DOUBLE,
-                images_per_joule_median DOUBLE,
-                largest_batch_per_gpu_max INTEGER,
-                PRIMARY KEY (model, gpu_name, gpu_count, backend, precision, image_size,
-                             train_images, settings, batch_rule, benchmark_version,
-                             with_outliers)
-            )
-            """,
         ),
         refill_group_figures=True,
         backfill=backfill_batch_rule,
@@ -475,43 +356,6 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE runs ADD COLUMN published BOOLEAN NOT NULL DEFAULT false",
             "ALTER TABLE runs ADD COLUMN flagged BOOLEAN NOT NULL DEFAULT false",
             "ALTER TABLE runs ADD COLUMN flag_reasons VARCHAR NOT NULL DEFAULT ''",
-            "DROP TABLE group_figures",
-            """
-            CREATE TABLE group_figures (
-                model VARCHAR NOT NULL,
-                gpu_name VARCHAR NOT NULL,
-                gpu_count INTEGER NOT NULL,
-                memory_limit_bytes UBIGINT NOT NULL,
-                backend VARCHAR NOT NULL,
-                precision VARCHAR NOT NULL,
-                image_size INTEGER NOT NULL,
-                train_images INTEGER NOT NULL,
-                settings VARCHAR NOT NULL,
-                batch_rule VARCHAR NOT NULL,
-                pipeline VARCHAR NOT NULL,
-                weights VARCHAR NOT NULL,
-                data VARCHAR NOT NULL,
-                epochs INTEGER NOT NULL,
-                benchmark_version VARCHAR NOT NULL,
-                with_outliers BOOLEAN NOT NULL,
-                runs INTEGER NOT NULL,
-                outliers_excluded INTEGER NOT NULL,
-                epoch2_median_seconds DOUBLE,
-                epoch2_min_seconds DOUBLE,
-                epoch2_max_seconds DOUBLE,
-                train_images_per_second_median DOUBLE,
-                max_batch_per_gpu INTEGER,
-                max_global_batch INTEGER,
-                peak_memory_median_bytes DOUBLE,
-                memory_total_bytes DOUBLE,
-                energy_per_epoch_median_joules DOUBLE,
-                images_per_joule_median DOUBLE,
-                largest_batch_per_gpu_max INTEGER,
-                PRIMARY KEY (model, gpu_name, gpu_count, memory_limit_bytes, backend, precision,
-                             image_size, train_images, settings, batch_rule, pipeline, weights,
-                             data, epochs, benchmark_version, with_outliers)
-            )
-            """,
         ),
         refill_group_figures=True,
         backfill=backfill_trust,
@@ -529,14 +373,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         "0010_group_submitters",
         # How many submitters stand behind each group's figures (one submitter, one
         # voice: the figures are the medians of the submitters' medians).
-        ("ALTER TABLE group_figures ADD COLUMN submitters INTEGER NOT NULL DEFAULT 0",),
+        (),
         refill_group_figures=True,
     ),
     Migration(
         "0011_model_identity",
         # Any model, not only B0, B3 and B7: a run's model fingerprint and the unit of its
         # speed (images or tokens a second) are dimensions of the comparison key.
-        (*dimension_statements("model_fingerprint")[:1], *dimension_statements("unit")),
+        (dimension_column("model_fingerprint"), dimension_column("unit")),
         refill_group_figures=True,
         backfill=backfill_model_identity,
     ),
@@ -584,8 +428,6 @@ def apply(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             "upgrade gpubench"
         )
     steps = pending(applied)
-    # The figures are computed in this code's shape of group_figures, which exists
-    # only once every pending migration has run: only the last one that asks refills.
     refills = [m for m in steps if m.refill_group_figures]
     for migration in steps:
         with transaction(con):
@@ -594,6 +436,8 @@ def apply(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             if migration.backfill is not None:
                 migration.backfill(con)
             if refills and migration is refills[-1]:
+                con.execute("DROP TABLE IF EXISTS group_figures")
+                con.execute(group_figures_table())
                 outliers.rescore(con, None)
             con.execute("INSERT INTO schema_migrations VALUES (?, ?)",
                         [migration.name, rows.utc_now()])
