@@ -1,7 +1,7 @@
 """Runs aggregated per GPU configuration: Compare's figures (from the per-group figures
 the store keeps, or afresh from the runs), published runs, and the leaderboard.
 
-Runs on a card not yet in the GPU catalogue (collector.gpu_names.not_yet_catalogued),
+Runs on a card not yet in the GPU catalogue (collector.ceilings.not_yet_catalogued),
 flagged for nothing but their GPU's name, are aggregated too, apart: Compare's groups and
 the leaderboard's entries of such cards come marked `uncatalogued`, after the others, so
 that a new card's runs are seen at once and never lead the catalogued cards'.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from gpubench import comparison_key, record
-from gpubench.collector import ceilings, corroboration, gpu_names, outliers
+from gpubench.collector import ceilings, corroboration, outliers
 from gpubench.collector.compare import GroupFigures
 from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.comparison_key import Value
@@ -34,11 +34,11 @@ Connection = duckdb.DuckDBPyConnection
 # (gpubench.comparison_key: each a column of the runs and of group_figures).
 _CONFIG = ", ".join(outliers.CONFIG_COLUMNS)
 KEY_COLUMNS = comparison_key.NAMES
-# A flagged run whose every reason is its GPU's name (gpu_names.UNRECOGNISED ...): a run
+# A flagged run whose every reason is its GPU's name (ceilings.UNRECOGNISED ...): a run
 # of a card not yet catalogued, when the name is one (`_uncatalogued_names`).
 _NAME_ONLY = (f"list_bool_and(list_transform(string_split(flag_reasons, "
               f"chr({ord(REASON_SEPARATOR)})), "
-              f"lambda r: starts_with(r, '{gpu_names.UNRECOGNISED}')))")
+              f"lambda r: starts_with(r, '{ceilings.UNRECOGNISED}')))")
 
 
 class CompareQuery:
@@ -360,12 +360,12 @@ def _flagged_filter(missing: list[str], *, apart: bool,
 
 def _uncatalogued_names(con: Connection, model: str) -> list[str]:
     """The GPU names of a model's flagged runs that may be cards the catalogue does not
-    list yet (gpu_names.not_yet_catalogued)."""
+    list yet (ceilings.not_yet_catalogued)."""
     names = con.execute(
         "SELECT DISTINCT gpu_name FROM runs WHERE flagged AND model = ?", [model]
     ).fetchall()
     specs = ceilings.specs()
-    return sorted(name for (name,) in names if gpu_names.not_yet_catalogued(specs, name))
+    return sorted(name for (name,) in names if ceilings.not_yet_catalogued(specs, name))
 
 
 def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:

@@ -11,7 +11,7 @@ metadata. The interceptor decides per method:
 - Stats, what operators watch: a read;
 - CheckAccess, an agent's preflight: the check a write goes through, so a valid token
   even with public reads, but no submission of the rate limit;
-- the Admin service (tokens, the quarantine): an admin token.
+- the Admin service (tokens, backups): an admin token.
 
 Missing, unknown or revoked tokens get UNAUTHENTICATED; a valid token that may
 not do something gets PERMISSION_DENIED (DeleteRun's "submitter or admin" rule
@@ -128,9 +128,6 @@ METHODS: dict[str, Access] = {
     "/gpubench.v1.Admin/CreateToken": Access.ADMIN,
     "/gpubench.v1.Admin/ListTokens": Access.ADMIN,
     "/gpubench.v1.Admin/RevokeToken": Access.ADMIN,
-    "/gpubench.v1.Admin/ListQuarantine": Access.ADMIN,
-    "/gpubench.v1.Admin/RetryQuarantine": Access.ADMIN,
-    "/gpubench.v1.Admin/DropQuarantine": Access.ADMIN,
     "/gpubench.v1.Admin/Backup": Access.ADMIN,  # and only the local credential (service)
 }
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -154,12 +151,10 @@ class TokenBook:
     """Token administration and lookup, with a cache in front of the store.
 
     Every token change while the collector runs goes through this object (the
-    Admin service; a multi-process collector's front-ends keep no tokens, they
-    forward every call's token to the owner, which holds the one TokenBook), so the
-    cache never serves a revoked token. A lookup racing a change must not write the
-    row it read before the change into the cache after the change cleared it: each
-    change bumps a generation, and a lookup caches its row only if the generation
-    is still the one it saw before reading the store.
+    Admin service), so the cache never serves a revoked token. A lookup racing a
+    change must not write the row it read before the change into the cache after the
+    change cleared it: each change bumps a generation, and a lookup caches its row only
+    if the generation is still the one it saw before reading the store.
     """
 
     def __init__(self, store: Store, *, local_admin_secret: str | None = None) -> None:

@@ -51,8 +51,8 @@ WEB_MODULES = ("starlette", "uvicorn", "jinja2", "markupsafe", "prometheus_clien
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True, envvar="GPUBENCH_LOG_LEVEL",
               help="Least severe log lines shown on stderr (env GPUBENCH_LOG_LEVEL): INFO shows "
-                   "what the collector does on its own (runs an earlier version left in its "
-                   "journal, stored at start, ...); WARNING only problems.")
+                   "what the collector does on its own (runs an earlier version left "
+                   "unstored, stored at start, ...); WARNING only problems.")
 def cli(log_level: str) -> None:
     """The gpubench collector: stores benchmark runs and answers comparisons over gRPC."""
     # A service's log: timestamped lines on stderr, where service managers collect them.

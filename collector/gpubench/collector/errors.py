@@ -35,15 +35,15 @@ class SchemaTooNew(GpubenchError):
 
 
 class StorageUnavailable(GpubenchError):
-    """Writes cannot be made durable now (an I/O error of the journal or the database
-    file): nothing was acknowledged, and the same request may succeed later
+    """Writes cannot be made durable now (an I/O error of the database file or its
+    write-ahead log): nothing was acknowledged, and the same request may succeed later
     (UNAVAILABLE)."""
 
     exit_code = ExitCode.UNAVAILABLE
 
 
 class StorageFull(StorageUnavailable):
-    """The disk (or the quota) holding the database or its journal is full
+    """The disk (or the quota) holding the database is full
     (RESOURCE_EXHAUSTED); retryable once space is freed."""
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpubench.collector import gpu_names
+from gpubench.collector import ceilings
 from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2
@@ -223,7 +223,7 @@ def _stored_run(row: Sequence[Any], short_ids: dict[str, str] | None = None
         flag_reasons=row[8].split(REASON_SEPARATOR) if row[8] else [],
         short_id=(short_ids or {}).get(row[0], ""),
     )
-    stored.gpu_unrecognised = any(reason.startswith(gpu_names.UNRECOGNISED)
+    stored.gpu_unrecognised = any(reason.startswith(ceilings.UNRECOGNISED)
                                   for reason in stored.flag_reasons)
     stored.received_at.FromDatetime(row[3])
     return stored

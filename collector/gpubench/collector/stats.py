@@ -2,9 +2,8 @@
 they are decided, and the Stats call's answer.
 
 Every refusal of a submission is counted once, where it happens: the token check and
-the rate limit (collector.auth.Gate), the record's checks (the servicer, or the owner
-of a multi-process collector), the store (a conflict, a full disk). The counts live in
-the process that holds the database, so a collector with front-ends counts them all.
+the rate limit (collector.auth.Gate), the record's checks (the servicer), the store (a
+conflict, a full disk).
 """
 
 from __future__ import annotations

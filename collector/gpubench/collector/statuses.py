@@ -5,8 +5,6 @@ transient maps to a code a client retries (a collector shutting down, a full or
 failing disk, a limit); anything else is a bug: INTERNAL, never retried, with its
 traceback in the log. (An UNAVAILABLE for a bug would make every agent retry the
 same call forever.)
-
-Kept free of the database, for the front-end processes.
 """
 
 from __future__ import annotations

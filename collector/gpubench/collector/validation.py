@@ -4,8 +4,8 @@ Every problem is collected (not just the first) and named by its field path, e.g
 "run.config.batch_per_gpu: must be >= 1, got 0". `validate` raises one
 `InvalidRun` carrying them all; its message shows the first few.
 
-A run is acknowledged once validated, before DuckDB has it, so whatever passes here
-must fit the runs table's columns (32-bit INTEGERs among them). The rules below
+Whatever passes here must fit the runs table's columns (32-bit INTEGERs among them):
+a value the database refuses is an error the sender cannot act on. The rules below
 check what is missing and what must agree; a last pass walks the record's
 descriptor and bounds every field: each number by its range in NUMBER_LIMITS (the
 one table of ranges), each enum to its known values, each text to MESSAGE

@@ -2,7 +2,7 @@
 
 The site counts its requests and the refusals the collector answered it with. What
 only the collector knows (submissions, refusals by reason, flagged and quarantined
-runs, the journal's depth, DuckDB's flush latency) it reads on each scrape from the
+runs) it reads on each scrape from the
 collector's health service and its Stats call (collector.stats), made into metric
 families by collector.metrics, as the collector's own /metrics does; a collector that
 cannot be asked shows as gpubench_collector_up 0.
