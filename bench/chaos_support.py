@@ -280,7 +280,7 @@ def stored(db: Path) -> tuple[Counter, dict[str, str], set[str]]:
         hashes: dict[str, str] = {}
         token = ""
         while True:
-            page, token = store.list(RunFilter(), page_size=1000, page_token=token)
+            page, token = store.runs.list(RunFilter(), page_size=1000, page_token=token)
             for run in page:
                 counts[run.run.run_id] += 1
                 hashes[run.run.run_id] = run.content_sha256

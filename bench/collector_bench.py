@@ -167,7 +167,7 @@ def submissions_over_grpc(
         begin = min(s[0] for s in spans)
         end = max(s[1] for s in spans)
         done = sum(s[2] for s in spans)
-        stored = store.count()
+        stored = store.runs.count()
         assert stored == done + clients, f"stored {stored}, submitted {done} + {clients} warm-ups"
         spent = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items()}
         shown = sorted(((v, k) for k, v in spent.items() if v > 0), reverse=True)
@@ -361,7 +361,7 @@ def compare_latency(workdir: Path, runs: int, queries: int) -> dict[str, tuple[f
         begin = time.perf_counter()
         store.rescore_all()
         print(
-            f"  loaded {store.count():,} runs in {loaded:.1f} s, "
+            f"  loaded {store.runs.count():,} runs in {loaded:.1f} s, "
             f"scored outliers in {time.perf_counter() - begin:.1f} s"
         )
         tokens = TokenBook(store)

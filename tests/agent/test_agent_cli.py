@@ -317,12 +317,12 @@ def test_push_takes_the_token_from_a_file_or_stdin_not_argv(tmp_path, collector,
     done = subprocess.run([*AGENT, "push", "--collector", collector.address, "--token-file", "-"],
                           input=token + "\n", env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert collector.store.count() == 2
+    assert collector.store.runs.count() == 2
     # From the environment, as from the file.
     Spool(tmp_path / "spool").write(make_run())
     done = agent(["push", "--collector", collector.address], with_token(env, token))
     assert done.returncode == 0, done.stderr
-    assert collector.store.count() == 3
+    assert collector.store.runs.count() == 3
     empty = tmp_path / "empty"
     empty.write_text("\n")
     none = agent(["push", "--collector", collector.address, "--token-file", str(empty)], env)
@@ -348,7 +348,7 @@ def test_a_token_in_argv_is_refused_with_what_to_use_instead(tmp_path, collector
         said = " ".join(done.stderr.split())
         assert "--token puts the secret in the process list" in said
         assert "use --token-file FILE ('-': stdin), or set GPUBENCH_TOKEN" in said
-    assert collector.store.count() == 0
+    assert collector.store.runs.count() == 0
     assert "--token " not in agent(["push", "--help"], env).stdout
 
 

@@ -72,4 +72,4 @@ def test_it_uses_up_no_submission_of_the_rate_limit(collector_factory) -> None:
             assert client.check_access().may_submit
         client.submit_run(make_run())
         client.submit_run(make_run())
-    assert collector.store.count() == 2
+    assert collector.store.runs.count() == 2

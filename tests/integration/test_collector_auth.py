@@ -35,7 +35,7 @@ def test_no_token_is_unauthenticated_for_writes_and_reads(collector) -> None:
     assert "no token" in detail
     code, _ = code_of(stub.Compare, pb.CompareRequest(model="B0"))
     assert code == grpc.StatusCode.UNAUTHENTICATED
-    assert collector.store.count() == 0
+    assert collector.store.runs.count() == 0
 
 
 @pytest.mark.parametrize(
@@ -77,9 +77,9 @@ def test_only_the_submitter_or_an_admin_may_delete(collector) -> None:
                            metadata=bearer(bob))
     assert code == grpc.StatusCode.PERMISSION_DENIED
     assert "submitted by 'alice'" in detail
-    assert collector.store.count() == 1
+    assert collector.store.runs.count() == 1
     stub.DeleteRun(pb.DeleteRunRequest(run_id=run.run_id), metadata=collector.metadata())
-    assert collector.store.count() == 0
+    assert collector.store.runs.count() == 0
 
 
 def test_the_admin_service_needs_an_admin_token(collector) -> None:
@@ -122,7 +122,7 @@ def test_tokens_created_over_the_admin_service_work_and_are_listed(collector) ->
 
 def test_only_the_hash_of_a_secret_is_stored(collector) -> None:
     secret = collector.make_token("alice")
-    stored = {t.name: t for t in collector.store.tokens()}["alice"]
+    stored = {t.name: t for t in collector.store.tokens.all()}["alice"]
     assert secret not in repr(stored)
     assert len(stored.secret_sha256) == 64
 
@@ -159,7 +159,7 @@ def test_submissions_over_the_rate_limit_are_resource_exhausted(collector_factor
     # Per token: bob has his own bucket; reads are not limited.
     stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(bob))
     stub.ListRuns(pb.ListRunsRequest(), metadata=bearer(alice))
-    assert collector.store.count() == 4
+    assert collector.store.runs.count() == 4
 
 
 def test_a_message_over_the_size_limit_is_refused(collector_factory) -> None:
@@ -171,7 +171,7 @@ def test_a_message_over_the_size_limit_is_refused(collector_factory) -> None:
     big.result.warnings.extend(["w" * 1000] * 30)  # ~30 kB
     code, _ = code_of(stub.SubmitRun, pb.SubmitRunRequest(run=big), metadata=collector.metadata())
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert collector.store.count() == 1
+    assert collector.store.runs.count() == 1
 
 
 # Each trial a fresh token, its first uses (cache misses) racing its revocation.
@@ -235,7 +235,7 @@ def test_garbage_with_a_valid_token_is_invalid_argument(collector, method) -> No
     code, detail = code_of(call, GARBAGE, metadata=collector.metadata(), timeout=10)
     assert code == grpc.StatusCode.INVALID_ARGUMENT, detail
     assert "request" in detail and "not a valid" in detail
-    assert collector.store.count() == 0
+    assert collector.store.runs.count() == 0
 
 
 def test_a_guesser_never_shuts_out_valid_calls_from_its_address(collector_factory) -> None:
@@ -256,7 +256,7 @@ def test_a_guesser_never_shuts_out_valid_calls_from_its_address(collector_factor
         stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(alice), timeout=30)
         stub.ListRuns(pb.ListRunsRequest(), metadata=collector.metadata(), timeout=30)
         stub.ListRuns(pb.ListRunsRequest(), timeout=30)  # a public read, no token
-    assert collector.store.count() == 3
+    assert collector.store.runs.count() == 3
 
 
 def test_parallel_guessers_get_their_budget_and_no_more(collector_factory) -> None:

@@ -75,14 +75,14 @@ def _everything(db: Path) -> tuple[dict[str, tuple], dict[str, tuple]]:
     try:
         runs, token = {}, ""
         while True:
-            page, token = store.list(RunFilter(), page_size=1000, page_token=token)
+            page, token = store.runs.list(RunFilter(), page_size=1000, page_token=token)
             for s in page:
                 runs[s.run.run_id] = (s.run.SerializeToString(deterministic=True), s.submitter,
                                       s.received_at.ToDatetime(), s.content_sha256,
                                       s.flagged, tuple(s.flag_reasons))
             if not token:
                 break
-        tokens = {t.name: (t.admin, t.created_at, t.revoked) for t in store.tokens()}
+        tokens = {t.name: (t.admin, t.created_at, t.revoked) for t in store.tokens.all()}
         return runs, tokens
     finally:
         store.close()

@@ -171,7 +171,7 @@ def test_a_database_a_full_disk_broke_is_opened_again_once_space_is_back(
     assert sorted(r.run.run_id for r in listed.runs) == sorted(r.run_id for r in runs)
     later = make_run()
     stub.SubmitRun(pb.SubmitRunRequest(run=later), metadata=collector.metadata(), timeout=10)
-    assert collector.store.count() == 4
+    assert collector.store.runs.count() == 4
 
 
 def test_a_start_on_a_full_disk_says_what_to_do_or_serves_what_it_holds(

@@ -102,8 +102,8 @@ def test_an_acknowledged_run_survives_a_kill_9_the_next_moment(serve, tmp_path: 
 
     store = Store(db)  # replays the write-ahead log
     try:
-        assert store.count() == len(runs)
-        assert store.get(runs[-1].run_id).run == runs[-1]
+        assert store.runs.count() == len(runs)
+        assert store.runs.get(runs[-1].run_id).run == runs[-1]
     finally:
         store.close()
 
@@ -126,7 +126,7 @@ def test_sigterm_stops_gracefully_checkpoints_and_removes_the_admin_folder(
     assert not wal.exists() or wal.stat().st_size == 0  # checkpointed into the file
     store = Store(db)
     try:
-        assert store.get(run.run_id).run == run
+        assert store.runs.get(run.run_id).run == run
     finally:
         store.close()
 
@@ -178,7 +178,7 @@ def test_token_commands_without_a_collector_open_the_database(tmp_path: Path) ->
     secret = cli("token", "create", "first-admin", "--admin", "--db", str(db)).stdout.strip()
     store = Store(db)
     try:
-        [row] = store.tokens()
+        [row] = store.tokens.all()
         assert (row.name, row.admin) == ("first-admin", True)
         assert row.secret_sha256 != secret
     finally:
@@ -217,8 +217,8 @@ def test_import_validates_and_is_idempotent(serve, tmp_path: Path) -> None:
     assert served.process.wait(STOP_DEADLINE_S) == 0
     store = Store(db)
     try:
-        assert store.count() == 4
-        assert {r.submitter for r in store.list(RunFilter(), page_size=10)[0]} == {
+        assert store.runs.count() == 4
+        assert {r.submitter for r in store.runs.list(RunFilter(), page_size=10)[0]} == {
             "import", "local-admin"}
     finally:
         store.close()
@@ -274,7 +274,7 @@ def _stored_run_ids(db: Path) -> set[str]:
         ids: set[str] = set()
         token = ""
         while True:
-            page, token = store.list(RunFilter(), page_size=1000, page_token=token)
+            page, token = store.runs.list(RunFilter(), page_size=1000, page_token=token)
             ids.update(r.run.run_id for r in page)
             if not token:
                 return ids

@@ -63,7 +63,7 @@ def test_a_run_over_the_size_budget_is_refused(collector_factory) -> None:
     del run.result.epochs[500:]
     run.config.epochs = 500
     stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=collector.metadata())
-    assert collector.store.count() == 1
+    assert collector.store.runs.count() == 1
 
 
 def test_unknown_fields_are_refused_naming_where(collector_factory) -> None:
@@ -81,7 +81,7 @@ def test_unknown_fields_are_refused_naming_where(collector_factory) -> None:
             stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=collector.metadata())
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert where in refused.value.details()
-    assert collector.store.count() == 0
+    assert collector.store.runs.count() == 0
 
 
 def test_list_pages_are_bounded_in_bytes_and_clients_follow_them(

@@ -49,7 +49,7 @@ def taken(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
                   submitter="old")
     store = Store(db)
     try:
-        assert store.figures()["runs_quarantined"] == 1
+        assert store.runs.counts()["runs_quarantined"] == 1
         backup.take(store, folder / "backup")
     finally:
         store.close()
@@ -109,15 +109,15 @@ def test_a_restore_makes_each_run_from_its_record(taken, tmp_path: Path) -> None
     assert (manifest.runs, manifest.tokens, manifest.quarantined) == (4, 3, 1)
     store = Store(db)
     try:
-        page, _ = store.list(RunFilter(), page_size=100)
+        page, _ = store.runs.list(RunFilter(), page_size=100)
         assert {s.run.run_id: s.run.result.epoch2_seconds for s in page} == \
             {k: v for k, v in taken[2].items() if v}
         compare = {g.gpu_name: g.epoch2_median_seconds
-                   for g in store.compare_groups(_b0_query())}
+                   for g in store.aggregates.compare_groups(_b0_query())}
         assert compare["Tesla T4"] == pytest.approx(16.5)
-        assert {t.name: (t.admin, t.revoked) for t in store.tokens()} == {
+        assert {t.name: (t.admin, t.revoked) for t in store.tokens.all()} == {
             "root": (True, False), "lab": (False, False), "gone": (False, True)}
-        assert store.figures()["runs_quarantined"] == 1
+        assert store.runs.counts()["runs_quarantined"] == 1
     finally:
         store.close()
     assert backup.key_path(db).read_bytes().strip() == backup.read_key(taken[1])
@@ -174,7 +174,7 @@ def test_a_file_swapped_after_the_copy_is_not_what_gets_loaded(
     assert not swap.exists()  # it was swapped in
     store = Store(db)
     try:
-        assert {t.name: (t.admin, t.revoked) for t in store.tokens()} == {
+        assert {t.name: (t.admin, t.revoked) for t in store.tokens.all()} == {
             "root": (True, False), "lab": (False, False), "gone": (False, True)}
         assert TokenBook(store).identify("gpb_attackers-own-secret") is None
     finally:

@@ -45,7 +45,7 @@ def test_resubmitting_the_same_run_returns_the_first_acknowledgement(collector) 
     first = submit(collector, run)
     again = submit(collector, run)
     assert again == first
-    assert collector.store.count() == 1
+    assert collector.store.runs.count() == 1
 
 
 def test_the_same_run_id_with_other_content_is_already_exists(collector) -> None:
@@ -69,7 +69,7 @@ def test_an_invalid_run_is_invalid_argument_naming_the_field(collector) -> None:
         submit(collector, run)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "run.config.batch_per_gpu: must be >= 1, got 0" in caught.value.details()
-    assert collector.store.count() == 0
+    assert collector.store.runs.count() == 0
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_counts_past_a_32_bit_column_are_refused_before_the_acknowledgement(
     assert collector.collector_stub().GetRun(
         pb.GetRunRequest(run_id=later.run_id), metadata=collector.metadata(), timeout=10
     ).run == later
-    assert collector.store.count() == 1
+    assert collector.store.runs.count() == 1
 
 
 def test_get_of_an_unknown_run_is_not_found(collector) -> None:
@@ -184,7 +184,7 @@ def test_delete_by_its_submitter(collector) -> None:
     request = pb.DeleteRunRequest(run_id=run.run_id)
     reply = stub.DeleteRun(request, metadata=collector.metadata(token))
     assert reply.run_id == run.run_id
-    assert collector.store.count() == 0
+    assert collector.store.runs.count() == 0
     with pytest.raises(grpc.RpcError) as caught:
         stub.DeleteRun(pb.DeleteRunRequest(run_id=run.run_id), metadata=collector.metadata(token))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
@@ -219,7 +219,7 @@ def test_many_threads_submitting_at_once_each_get_their_own_acknowledgement(coll
     assert errors == []
     assert len(acks) == 160
     assert all(ack.run_id == run_id for run_id, ack in acks.items())
-    assert collector.store.count() == 160
+    assert collector.store.runs.count() == 160
     listed = collector.collector_stub().ListRuns(
         pb.ListRunsRequest(submitter="agent-3", page_size=1000), metadata=collector.metadata()
     )

@@ -68,7 +68,7 @@ def demo_env(tmp_path: Path) -> dict[str, str]:
 def stored_runs(db: Path) -> list:
     store = Store(db)
     try:
-        runs, _ = store.list(RunFilter(), page_size=20)
+        runs, _ = store.runs.list(RunFilter(), page_size=20)
     finally:
         store.close()
     return runs

@@ -104,7 +104,7 @@ def test_a_grpc_client_submits_and_compares_through_tls(stack) -> None:
         assert client.get_run(ack.run_id).submitter == "lab"
         compared = client.compare_response("B0")
         assert len(compared.groups) == 1
-    assert collector.store.count() == 1
+    assert collector.store.runs.count() == 1
 
 
 def test_the_site_answers_through_the_edge_and_takes_100_visitors_of_one_address(

@@ -120,11 +120,11 @@ def test_concurrent_submitters_store_every_column_and_record_byte(tmp_path: Path
             t.start()
         for t in threads:
             t.join()
-        assert store.count() == len(runs)
+        assert store.runs.count() == len(runs)
         names = [name for name in RUN_COLUMNS.names if name != "received_at"]
         columns = ", ".join(f'"{name}"' for name in names)
         for run in runs:
-            stored = store.get(run.run_id)
+            stored = store.runs.get(run.run_id)
             assert stored.run.SerializeToString(deterministic=True) == run.SerializeToString(
                 deterministic=True)
             assert stored.content_sha256 == record.content_sha256(run)

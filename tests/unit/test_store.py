@@ -21,12 +21,12 @@ from gpubench.v1 import run_pb2
 def test_a_fresh_database_records_every_migration_once(tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     store = Store(db)
-    applied = store.applied_migrations()
+    applied = store.database.applied_migrations()
     store.close()
     assert applied == [m.name for m in migrations.MIGRATIONS]
     store = Store(db)  # reopening applies nothing new
     try:
-        assert store.applied_migrations() == applied
+        assert store.database.applied_migrations() == applied
     finally:
         store.close()
 
@@ -88,8 +88,8 @@ def test_concurrent_resubmissions_get_the_first_acknowledgement(tmp_path: Path) 
         assert other.result().run_id != run.run_id
         with pytest.raises(RunConflict, match=run.run_id):
             store.submit(changed, "lab")
-        assert store.count() == 2
-        assert store.get(run.run_id).received_at.ToDatetime() == acks[0].received_at
+        assert store.runs.count() == 2
+        assert store.runs.get(run.run_id).received_at.ToDatetime() == acks[0].received_at
         accepted, refusals = store.submissions.snapshot()
         assert accepted == 9 and refusals == {"conflict": 1}
     finally:
@@ -111,12 +111,12 @@ def test_runs_survive_close_and_reopen(tmp_path: Path) -> None:
     store.close()
     store = Store(db)
     try:
-        assert store.count() == 3
+        assert store.runs.count() == 3
         for run, ack in zip(runs, acks, strict=True):
-            stored = store.get(run.run_id)
+            stored = store.runs.get(run.run_id)
             assert stored.run == run
             assert stored.received_at.ToDatetime() == ack.received_at
-        listed, token = store.list(RunFilter(submitter="lab"), page_size=2)
+        listed, token = store.runs.list(RunFilter(submitter="lab"), page_size=2)
         assert len(listed) == 2 and token
     finally:
         store.close()
@@ -138,8 +138,8 @@ def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
     store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-len(undone):] == undone
-        [t4] = store.compare_groups(CompareQuery(model="B0"))
+        assert store.database.applied_migrations()[-len(undone):] == undone
+        [t4] = store.aggregates.compare_groups(CompareQuery(model="B0"))
         assert (t4.gpu_name, t4.runs, t4.epoch2_median_seconds) == ("Tesla T4", 3, 17.0)
     finally:
         store.close()
@@ -177,7 +177,7 @@ SUBMITTERS_FIGURE = "    count(DISTINCT submitter) FILTER (WHERE keep) AS submit
 
 def _upgraded(store: Store, first: str) -> list[str]:
     """The migrations applied from `first` on, in order (later ones may follow)."""
-    applied = store.applied_migrations()
+    applied = store.database.applied_migrations()
     return applied[applied.index(first):]
 
 
@@ -234,7 +234,7 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         _as_an_older_collector(old, 3, GROUP_BEFORE_TRAIN_IMAGES)
         store = Store(db)
         store.submit_many([*full, smoke], "lab")
-        assert store.get(smoke.run_id).outlier  # 15 s faster than the full runs' median
+        assert store.runs.get(smoke.run_id).outlier  # 15 s faster than the full runs' median
         figures = store.database.cursor().execute(
             "SELECT with_outliers, runs, outliers_excluded FROM group_figures ORDER BY ALL"
         ).fetchall()
@@ -246,15 +246,15 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
             "0004_group_figures_by_train_images", "0005_settings", "0007_batch_rule",
             "0008_like_for_like_and_flags"]
         # The smoke run is alone in its group now: no outlier, score 0.
-        stored = store.get(smoke.run_id)
+        stored = store.runs.get(smoke.run_id)
         assert (stored.outlier, stored.outlier_score) == (False, 0.0)
         # 16-19 s: median 17.5, MAD 1.0.
-        assert store.get(full[1].run_id).outlier_score == pytest.approx(0.6745 * -0.5)
-        [standard] = store.compare_groups(CompareQuery(model="B0", train_images=1709))
+        assert store.runs.get(full[1].run_id).outlier_score == pytest.approx(0.6745 * -0.5)
+        [standard] = store.aggregates.compare_groups(CompareQuery(model="B0", train_images=1709))
         assert (standard.runs, standard.outliers_excluded) == (4, 0)
         assert standard.epoch2_median_seconds == pytest.approx(17.5)
         assert standard.values["train_images"] == (1709,)
-        [small] = store.compare_groups(CompareQuery(model="B0", train_images=192))
+        [small] = store.aggregates.compare_groups(CompareQuery(model="B0", train_images=192))
         assert (small.runs, small.epoch2_median_seconds,
                 small.values["train_images"]) == (1, 1.9, (192,))
         rows = store.database.cursor().execute(
@@ -271,11 +271,11 @@ def test_a_fresh_database_keeps_smoke_runs_apart(tmp_path: Path) -> None:
         smoke = _smoke_run(1.9)
         store.submit_many([*(make_run(epoch2_seconds=s) for s in (16.0, 17.0, 18.0)), smoke],
                           "lab")
-        assert not store.get(smoke.run_id).outlier
-        groups = store.compare_groups(CompareQuery(model="B0"))
+        assert not store.runs.get(smoke.run_id).outlier
+        groups = store.aggregates.compare_groups(CompareQuery(model="B0"))
         assert sorted((g.values["train_images"], g.runs) for g in groups) == [
             ((192,), 1), ((1709,), 3)]
-        [both] = store.compare_groups(CompareQuery(model="B0", allow_mixed=True))
+        [both] = store.aggregates.compare_groups(CompareQuery(model="B0", allow_mixed=True))
         assert (both.runs, both.values["train_images"]) == (4, (192, 1709))
     finally:
         store.close()
@@ -300,7 +300,7 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         _as_an_older_collector(old, 4, GROUP_BEFORE_SETTINGS)
         store = Store(db)
         store.submit_many([*keras, *kernels, on_device, jit], "lab")
-        assert all(store.get(r.run_id).outlier for r in [*kernels, on_device])
+        assert all(store.runs.get(r.run_id).outlier for r in [*kernels, on_device])
         assert "settings" not in {
             c for (c,) in store.database.cursor().execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
@@ -317,13 +317,13 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         assert settings[on_device.run_id] == "kernels+data-on-device"
         assert settings[jit.run_id] == "jit"
         # Each settings is its own group now: the fast runs are no outliers of Keras's.
-        assert not any(store.get(r.run_id).outlier for r in [*kernels, on_device])
-        [fast] = store.compare_groups(CompareQuery(model="B0", settings="kernels"))
+        assert not any(store.runs.get(r.run_id).outlier for r in [*kernels, on_device])
+        [fast] = store.aggregates.compare_groups(CompareQuery(model="B0", settings="kernels"))
         assert (fast.runs, fast.outliers_excluded, fast.values["settings"]) == (2, 0, ("kernels",))
         assert fast.epoch2_median_seconds == pytest.approx(4.1)
-        [slow] = store.compare_groups(CompareQuery(model="B0", settings="keras"))
+        [slow] = store.aggregates.compare_groups(CompareQuery(model="B0", settings="keras"))
         assert (slow.runs, slow.epoch2_median_seconds) == (5, 17.5)
-        groups = store.compare_groups(CompareQuery(model="B0"))
+        groups = store.aggregates.compare_groups(CompareQuery(model="B0"))
         assert sorted(g.values["settings"] for g in groups) == [
             ("jit",), ("keras",), ("kernels",), ("kernels+data-on-device",)]
         rows = store.database.cursor().execute(
@@ -333,7 +333,7 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         # A run submitted after the upgrade gets its settings from its row.
         later = _kernels_run(4.1)
         store.submit_many([later], "lab")
-        [fast] = store.compare_groups(CompareQuery(model="B0", settings="kernels"))
+        [fast] = store.aggregates.compare_groups(CompareQuery(model="B0", settings="kernels"))
         assert (fast.runs, fast.epoch2_median_seconds) == (3, 4.1)
     finally:
         store.close()
@@ -386,7 +386,7 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         _as_an_older_collector(old, 6, GROUP_BEFORE_BATCH_RULE)
         store = Store(db)
         store.submit_many([*given, *searched, steps, unsaid], "lab")
-        assert all(store.get(r.run_id).outlier for r in searched)  # 8 s faster: outliers
+        assert all(store.runs.get(r.run_id).outlier for r in searched)  # 8 s faster: outliers
         store.close()
     store = Store(db)
     try:
@@ -399,15 +399,15 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         assert found[steps.run_id] == ("steps", 216)
         assert found[unsaid.run_id] == ("", 0)
         # Each rule is its own group now: the searched runs are no outliers of the given.
-        assert not any(store.get(r.run_id).outlier for r in searched)
-        [largest] = store.compare_groups(CompareQuery(model="B0", batch_rule="largest"))
+        assert not any(store.runs.get(r.run_id).outlier for r in searched)
+        [largest] = store.aggregates.compare_groups(CompareQuery(model="B0", batch_rule="largest"))
         assert (largest.runs, largest.outliers_excluded, largest.values["batch_rule"]) == (
             2, 0, ("largest",))
         assert (largest.max_batch_per_gpu, largest.largest_batch_per_gpu_max) == (208, 208)
-        [fixed] = store.compare_groups(CompareQuery(model="B0", batch_rule="given"))
+        [fixed] = store.aggregates.compare_groups(CompareQuery(model="B0", batch_rule="given"))
         assert (fixed.runs, fixed.largest_batch_per_gpu_max) == (4, 0)
         assert fixed.epoch2_median_seconds == pytest.approx(17.15)
-        groups = store.compare_groups(CompareQuery(model="B0"))
+        groups = store.aggregates.compare_groups(CompareQuery(model="B0"))
         assert sorted(g.values["batch_rule"] for g in groups) == [
             ("",), ("given",), ("largest",), ("steps",)]
         rows = store.database.cursor().execute(
@@ -416,7 +416,7 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         ).fetchall()
         assert rows == [("", 1, 0), ("given", 4, 0), ("largest", 2, 208), ("steps", 1, 216)]
         # Mixed on purpose, the figures come from the runs: the memory answer of them all.
-        [both] = store.compare_groups(CompareQuery(model="B0", allow_mixed=True))
+        [both] = store.aggregates.compare_groups(CompareQuery(model="B0", allow_mixed=True))
         assert (both.runs, both.largest_batch_per_gpu_max) == (8, 216)
         assert both.values["batch_rule"] == ("", "given", "largest", "steps")
     finally:
@@ -444,22 +444,22 @@ def test_upgrading_from_0007_flags_what_the_checks_would_refuse_and_folds_gpu_na
     try:
         assert _upgraded(store, "0008_like_for_like_and_flags")[:3] == [
             "0008_like_for_like_and_flags", "0009_gpu_catalogue_flags", "0010_group_submitters"]
-        flagged = store.get(fabricated.run_id)
+        flagged = store.runs.get(fabricated.run_id)
         assert flagged.flagged and not flagged.outlier
         assert any(r.startswith("inconsistent: run.result.epoch2_seconds: is 1e-09 s")
                    for r in flagged.flag_reasons), flagged.flag_reasons
-        assert not any(store.get(r.run_id).flagged for r in [*honest, spaced, streamed])
+        assert not any(store.runs.get(r.run_id).flagged for r in [*honest, spaced, streamed])
         names = {r: n for r, n in store.database.cursor().execute(
             "SELECT run_id, gpu_name FROM runs").fetchall()}
         assert names[spaced.run_id] == "Tesla T4"
         # The streamed run is a pipeline of its own now (it was an outlier of the seed
         # runs); the spaced name is one T4 with the others.
-        assert not store.get(streamed.run_id).outlier
-        [seed] = store.compare_groups(CompareQuery(model="B0", pipeline="seed"))
+        assert not store.runs.get(streamed.run_id).outlier
+        [seed] = store.aggregates.compare_groups(CompareQuery(model="B0", pipeline="seed"))
         assert (seed.gpu_name, seed.runs, seed.outliers_excluded) == ("Tesla T4", 4, 0)
-        [alone] = store.compare_groups(CompareQuery(model="B0", pipeline="streaming"))
+        [alone] = store.aggregates.compare_groups(CompareQuery(model="B0", pipeline="streaming"))
         assert (alone.runs, alone.epoch2_median_seconds) == (1, 30.0)
-        [asked] = store.compare_groups(CompareQuery(model="B0", pipeline="seed",
+        [asked] = store.aggregates.compare_groups(CompareQuery(model="B0", pipeline="seed",
                                                     include_flagged=True))
         assert asked.runs == 5 and asked.flagged_included == 1
     finally:
@@ -481,13 +481,13 @@ def test_upgrading_flags_runs_stored_before_the_gpu_catalogue(tmp_path: Path) ->
     store.close()
     store = Store(db)
     try:
-        assert store.applied_migrations()[-1] == "0009_gpu_catalogue_flags"
-        stored = store.get(look_alike.run_id)
+        assert store.database.applied_migrations()[-1] == "0009_gpu_catalogue_flags"
+        stored = store.runs.get(look_alike.run_id)
         assert stored.flagged
         assert stored.flag_reasons[0].startswith(
             "unrecognised GPU 'TesIa T4': looks like the catalogued Tesla T4")
-        assert not any(store.get(run.run_id).flagged for run in honest)
-        groups = store.compare_groups(CompareQuery(model="B0"))
+        assert not any(store.runs.get(run.run_id).flagged for run in honest)
+        groups = store.aggregates.compare_groups(CompareQuery(model="B0"))
         assert [(g.gpu_name, g.runs) for g in groups] == [("Tesla T4", 3)]
     finally:
         store.close()
@@ -509,9 +509,9 @@ def test_upgrading_unflags_the_runs_of_cards_the_catalogue_lists_now(tmp_path: P
     store.close()
     store = Store(db)
     try:
-        assert "0012_gpu_catalogue_cards" in store.applied_migrations()
-        assert not any(store.get(run.run_id).flagged for run in runs)
-        groups = store.compare_groups(CompareQuery(model="B0"))
+        assert "0012_gpu_catalogue_cards" in store.database.applied_migrations()
+        assert not any(store.runs.get(run.run_id).flagged for run in runs)
+        groups = store.aggregates.compare_groups(CompareQuery(model="B0"))
         assert [(g.gpu_name, g.runs, g.uncatalogued) for g in groups] == [
             ("NVIDIA GeForce RTX 3090", 2, False)]
     finally:

@@ -131,7 +131,7 @@ def _start(tmp: Path, runs: list, public_read: bool, *, site_token: bool = False
             client.submit_run(run)
         # Acknowledged runs are in DuckDB within a second; every read sees them at once.
         deadline = time.monotonic() + 30
-        while store.count() < len(runs) and time.monotonic() < deadline:
+        while store.runs.count() < len(runs) and time.monotonic() < deadline:
             time.sleep(0.05)
     token = tokens.create("site", admin=False)[1] if site_token else None
     site = start_in_thread(SiteConfig(address, token=token, visitor_tokens=visitor_tokens))

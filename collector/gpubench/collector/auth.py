@@ -172,7 +172,7 @@ class TokenBook:
         """A new token and its secret (shown once)."""
         check_token_name(name)
         secret = new_secret()
-        row = self._store.create_token(name, secret_hash(secret), admin)
+        row = self._store.tokens.create(name, secret_hash(secret), admin)
         # A replaced (revoked) token of the same name must not linger; the valid tokens'
         # hashes are read again.
         self._forget(name)
@@ -181,11 +181,11 @@ class TokenBook:
     def list(self) -> list[TokenRow]:
         """Every token."""
         self.flush()
-        return self._store.tokens()
+        return self._store.tokens.all()
 
     def revoke(self, name: str) -> TokenRow:
         """Revoke a token by name (NotFound if absent)."""
-        row = self._store.revoke_token(name)
+        row = self._store.tokens.revoke(name)
         self._forget(name)
         return row
 
@@ -207,7 +207,7 @@ class TokenBook:
         with self._lock:
             valid, generation = self._valid, self._generation
         if valid is None or valid[0] != generation:
-            hashes = frozenset(t.secret_sha256 for t in self._store.tokens() if not t.revoked)
+            hashes = frozenset(t.secret_sha256 for t in self._store.tokens.all() if not t.revoked)
             valid = (generation, hashes)
             with self._lock:
                 if self._generation == generation:  # no change since the read
@@ -229,7 +229,7 @@ class TokenBook:
             row = self._by_hash.get(digest)
             generation = self._generation
         if row is None:
-            row = self._store.token_by_secret_hash(digest)
+            row = self._store.tokens.by_secret_hash(digest)
             if row is None:
                 return None
             with self._lock:
@@ -256,7 +256,7 @@ class TokenBook:
             used, self._used = self._used, {}
             self._flushed_at = time.monotonic()
         try:
-            self._store.record_token_use(used)
+            self._store.tokens.record_use(used)
         except ShuttingDown:  # closed before the server stopped: only these times are lost
             log.warning("last-used times of %d token(s) not written: the store is closed",
                         len(used))

@@ -176,7 +176,7 @@ def take(store: Store, folder: Path) -> Manifest:
         format=FORMAT,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         gpubench_version=VERSION,
-        migrations=store.applied_migrations(),
+        migrations=store.database.applied_migrations(),
         runs=counts["runs"],
         tokens=counts["tokens"],
         quarantined=counts["quarantine"],

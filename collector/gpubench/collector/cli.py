@@ -36,8 +36,7 @@ DB_OPTION = click.option(
     default=default_db,
     show_default="$XDG_DATA_HOME/gpubench/collector.duckdb",
     envvar="GPUBENCH_COLLECTOR_DB",
-    help="The DuckDB file holding runs and tokens (env GPUBENCH_COLLECTOR_DB); acknowledged "
-    "runs wait for their bulk insert in the folder beside it, PATH.intake.",
+    help="The DuckDB file holding runs and tokens (env GPUBENCH_COLLECTOR_DB).",
 )
 
 

@@ -32,7 +32,6 @@ from gpubench.collector.durability import storage_error
 from gpubench.collector.errors import StorageFull
 from gpubench.collector.forwarded import TrustedProxies
 from gpubench.collector.service import AdminService, CollectorService
-from gpubench.collector.stats import SubmissionCounts
 from gpubench.collector.store import Store
 from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback: public here too
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -56,21 +55,6 @@ from gpubench.v1 import collector_pb2_grpc
 DEFAULT_RATE_LIMIT = 50.0  # submissions per second per token
 
 
-def make_gate(
-    tokens: TokenBook, *, public_read: bool, rate_limit: float,
-    auth_failures_per_minute: float = DEFAULT_AUTH_FAILURES_PER_MINUTE,
-    counts: SubmissionCounts | None = None, trusted_proxies: Sequence[str] = (),
-) -> Gate:
-    """The token check, the rate limit and the failed-authentication limit every call of
-    one collector goes through (0: no limit); submissions they refuse are counted in
-    `counts` (the store's, for the Stats call). Calls from `trusted_proxies` are counted
-    by the client address they forward (collector.forwarded)."""
-    limiter = RateLimiter(rate_limit) if rate_limit > 0 else None
-    failures = AuthFailures(auth_failures_per_minute) if auth_failures_per_minute > 0 else None
-    return Gate(tokens, public_read=public_read, limiter=limiter, failures=failures,
-                counts=counts, proxies=TrustedProxies(trusted_proxies))
-
-
 def create_server(
     store: Store,
     *,
@@ -83,7 +67,6 @@ def create_server(
     rate_limit: float = DEFAULT_RATE_LIMIT,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_workers: int = DEFAULT_WORKERS,
-    gate: Gate | None = None,
     auth_failures_per_minute: float = DEFAULT_AUTH_FAILURES_PER_MINUTE,
     trusted_proxies: Sequence[str] = (),
     max_concurrent_calls: int = MAX_CONCURRENT_CALLS,
@@ -94,15 +77,21 @@ def create_server(
     Registers the Collector and Admin services behind the token interceptor, the
     standard health service (NOT_SERVING while runs cannot be stored durably) and
     server reflection. Plaintext is refused on any address but loopback unless
-    `insecure`. `gate` (default: one made of `tokens`, `public_read`, `rate_limit` and
-    `auth_failures_per_minute`) lets other callers share its limits;
-    `max_concurrent_calls` bounds the calls in flight (collector.transport).
+    `insecure`. Every call goes through the token check, the submission rate limit per
+    token and the failed-authentication limit per address (0: no limit); submissions
+    they refuse are counted in the store's counts (the Stats call). Calls from
+    `trusted_proxies` are counted by the client address they forward
+    (collector.forwarded). `max_concurrent_calls` bounds the calls in flight
+    (collector.transport).
     """
     check_plaintext(host, tls, insecure)
     tokens = tokens or TokenBook(store)
-    gate = gate or make_gate(tokens, public_read=public_read, rate_limit=rate_limit,
-                             auth_failures_per_minute=auth_failures_per_minute,
-                             counts=store.submissions, trusted_proxies=trusted_proxies)
+    gate = Gate(
+        tokens, public_read=public_read,
+        limiter=RateLimiter(rate_limit) if rate_limit > 0 else None,
+        failures=AuthFailures(auth_failures_per_minute) if auth_failures_per_minute > 0 else None,
+        counts=store.submissions, proxies=TrustedProxies(trusted_proxies),
+    )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=[AuthInterceptor(gate)],
@@ -166,11 +155,10 @@ def serve(
                 on_metrics(exporter.port)
         secret = new_secret()
         tokens = TokenBook(store, local_admin_secret=secret)
-        gate = make_gate(tokens, public_read=public_read, rate_limit=rate_limit,
-                         counts=store.submissions, trusted_proxies=trusted_proxies)
         server, bound = create_server(
-            store, host=host, port=port, tokens=tokens, tls=tls, insecure=insecure,
-            max_message_bytes=max_message_bytes, gate=gate,
+            store, host=host, port=port, tokens=tokens, public_read=public_read, tls=tls,
+            insecure=insecure, rate_limit=rate_limit, max_message_bytes=max_message_bytes,
+            trusted_proxies=trusted_proxies,
         )
         with _starting(db_path, f"making {local_admin.admin_folder(db_path)}"):
             admin_socket = local_admin.open_folder(db_path, secret)

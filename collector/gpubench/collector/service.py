@@ -144,7 +144,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
 
     @_translating_errors
     def GetRun(self, request, context):  # noqa: N802
-        return self._store.get(request.run_id)
+        return self._store.runs.get(request.run_id)
 
     @_translating_errors
     def ListRuns(self, request, context):  # noqa: N802
@@ -159,14 +159,14 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             since=_optional_time(request, "since"),
             until=_optional_time(request, "until"),
         )
-        runs, token = self._store.list(where, page_size=page_size, page_token=request.page_token,
-                                       page_bytes=PAGE_BYTES)
+        runs, token = self._store.runs.list(where, page_size=page_size,
+                                            page_token=request.page_token, page_bytes=PAGE_BYTES)
         return collector_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
     @_translating_errors
     def DeleteRun(self, request, context):  # noqa: N802
         caller = _caller()
-        submitter = self._store.submitter_of(request.run_id)
+        submitter = self._store.runs.submitter_of(request.run_id)
         if submitter != caller.name and not caller.admin:
             raise AccessDenied(
                 f"run_id {request.run_id}: submitted by {submitter!r}; only its submitter "
@@ -189,11 +189,12 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
         )
         result = compare.compare(
             request.model,
-            self._store.compare_groups(query),
+            self._store.aggregates.compare_groups(query),
             baseline_gpu=request.baseline_gpu,
             baseline_gpu_count=request.baseline_gpu_count,
             allow_mixed=request.allow_mixed,
-            published=self._store.published_groups(request.model, tuple(request.gpu_names)),
+            published=self._store.aggregates.published_groups(request.model,
+                                                              tuple(request.gpu_names)),
         )
         return _comparison_message(result)
 
@@ -210,7 +211,7 @@ class CollectorService(collector_pb2_grpc.CollectorServicer):
             include_flagged=request.include_flagged,
             corroborated_only=request.corroborated_only, limit=limit,
         )
-        rows, version = self._store.leaderboard(query)
+        rows, version = self._store.aggregates.leaderboard(query)
         response = collector_pb2.LeaderboardResponse(model=request.model)
         # What every entry shares: the dimensions ranked one value at a time.
         for name in comparison_key.RANKED_DIMENSIONS:
@@ -271,24 +272,16 @@ def _group_message(f: compare.GroupFigures) -> collector_pb2.CompareGroup:
 
 
 def _comparison_message(result: compare.Comparison) -> collector_pb2.CompareResponse:
-    groups = []
-    for g in result.groups:
+    def group(g: compare.ComparedGroup | compare.PublishedGroup) -> collector_pb2.CompareGroup:
         message = _group_message(g.figures)
-        message.speedup = g.speedup
-        message.is_baseline = g.is_baseline
+        if isinstance(g, compare.ComparedGroup):  # a published group is set against nothing
+            message.speedup, message.is_baseline = g.speedup, g.is_baseline
         message.differences.extend(g.differences)
-        groups.append(message)
-    published = []
-    for p in result.published:
-        message = _group_message(p.figures)
-        message.differences.extend(p.differences)
-        published.append(message)
-    uncatalogued = []
-    for g in result.uncatalogued:
-        message = _group_message(g.figures)
-        message.speedup = g.speedup
-        message.differences.extend(g.differences)
-        uncatalogued.append(message)
+        return message
+
+    groups = [group(g) for g in result.groups]
+    published = [group(p) for p in result.published]
+    uncatalogued = [group(g) for g in result.uncatalogued]
     response = collector_pb2.CompareResponse(
         model=result.model,
         baseline=result.baseline,

@@ -73,6 +73,6 @@ class SubmissionCounts:
 def stats_message(store: Any) -> collector_pb2.StatsResponse:
     """The Stats call's answer for `store` (collector.store.Store)."""
     accepted, refusals = store.submissions.snapshot()
-    figures = store.figures()
+    figures = store.runs.counts()
     return collector_pb2.StatsResponse(
         submissions_accepted=accepted, refusals=refusals, **figures)

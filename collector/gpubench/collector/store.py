@@ -1,4 +1,8 @@
-"""The collector's store: runs and tokens in one DuckDB file, through one object.
+"""The collector's store: runs and tokens in one DuckDB file.
+
+Writes go through the Store's methods; reads through its `runs` (collector.queries),
+`aggregates` (collector.aggregates) and `tokens` (collector.tokens), which a token
+change also goes through.
 
 A submission is stored in one DuckDB transaction, its outlier group rescored in it
 (collector.outliers), and acknowledged once the commit has returned: DuckDB syncs its
@@ -9,14 +13,12 @@ MVCC). Opening stores what an earlier version left unstored (collector.leftovers
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +28,16 @@ import pyarrow as pa
 from gpubench.collector import backup_tables, columns, leftovers, migrations, outliers
 from gpubench.collector.aggregates import (
     Aggregates,
-    CompareQuery,
-    LeaderboardQuery,
-    LeaderboardRow,
 )
-from gpubench.collector.compare import GroupFigures
 from gpubench.collector.database import Database, backup_counts, registered, transaction
 from gpubench.collector.durability import Durability, storage_error
 from gpubench.collector.errors import RunConflict, ShuttingDown, StorageUnavailable
-from gpubench.collector.queries import RunFilter, RunReads
+from gpubench.collector.queries import RunReads
 from gpubench.collector.rows import Ack, run_row, utc_now
 from gpubench.collector.stats import SubmissionCounts
-from gpubench.collector.tokens import TokenRow, Tokens
+from gpubench.collector.tokens import Tokens
 from gpubench.errors import InvalidRecord, NotFound
-from gpubench.v1 import collector_pb2, run_pb2
+from gpubench.v1 import run_pb2
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +57,10 @@ class Store:
         self.database = Database(self.path, migrations.apply)
         self.durability = Durability()  # whether writes succeed now (health listens)
         self.submissions = SubmissionCounts()  # acknowledged and refused (the Stats call)
-        self.tokens_table = Tokens(self.database)
-        self._runs = RunReads(self.database)
-        self._aggregates = Aggregates(self.database)
+        # Reads take no lock (DuckDB's MVCC): the runs, the figures of their groups, tokens.
+        self.runs = RunReads(self.database)
+        self.aggregates = Aggregates(self.database)
+        self.tokens = Tokens(self.database)
         self._closing = threading.Event()
         self._retrying: threading.Thread | None = None
         # Submissions waiting to be stored, and whether one thread is storing them.
@@ -81,10 +80,6 @@ class Store:
         self.database.close()
         if self._retrying is not None:
             self._retrying.join()
-
-    def applied_migrations(self) -> list[str]:
-        """The names of the migrations this database has had, in order applied."""
-        return self.database.applied_migrations()
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -245,70 +240,6 @@ class Store:
 
         self._retrying = threading.Thread(target=retry, name="store-retry", daemon=True)
         self._retrying.start()
-
-    # -- reads (none takes the write lock) --------------------------------------------------
-
-    def get(self, run_id: str) -> collector_pb2.StoredRun:
-        """The stored run, or NotFound."""
-        return self._runs.get(run_id)
-
-    def count(self) -> int:
-        """How many runs are stored."""
-        return self._runs.count()
-
-    def list(
-        self, where: RunFilter, *, page_size: int, page_token: str = "",
-        page_bytes: int | None = None,
-    ) -> tuple[list[collector_pb2.StoredRun], str]:
-        """Runs matching `where`, newest first: a page and the next page's token
-        (queries.RunReads.list)."""
-        return self._runs.list(where, page_size=page_size, page_token=page_token,
-                               page_bytes=page_bytes)
-
-    def submitter_of(self, run_id: str) -> str:
-        """Who submitted a run; NotFound if absent."""
-        return self._runs.submitter_of(run_id)
-
-    def compare_groups(self, query: CompareQuery) -> builtins.list[GroupFigures]:
-        """Per GPU configuration, the figures Compare reports (Aggregates.compare_groups)."""
-        return self._aggregates.compare_groups(query)
-
-    def published_groups(
-        self, model: str, gpu_names: Sequence[str] = ()
-    ) -> builtins.list[GroupFigures]:
-        """The published runs of a model per GPU configuration (Aggregates.published_groups)."""
-        return self._aggregates.published_groups(model, gpu_names)
-
-    def leaderboard(self, query: LeaderboardQuery) -> tuple[builtins.list[LeaderboardRow], str]:
-        """A model's GPU configurations, fastest first, and the benchmark version they are
-        of (Aggregates.leaderboard)."""
-        return self._aggregates.leaderboard(query)
-
-    def figures(self) -> dict[str, Any]:
-        """StatsResponse's figures of the runs (queries.RunReads.counts)."""
-        return self._runs.counts()
-
-    # -- tokens -----------------------------------------------------------------------------
-
-    def create_token(self, name: str, secret_sha256: str, admin: bool) -> TokenRow:
-        """Store a new token (Tokens.create)."""
-        return self.tokens_table.create(name, secret_sha256, admin)
-
-    def tokens(self) -> builtins.list[TokenRow]:
-        """Every token, by name."""
-        return self.tokens_table.all()
-
-    def token_by_secret_hash(self, secret_sha256: str) -> TokenRow | None:
-        """The token whose secret hashes to `secret_sha256`, revoked or not."""
-        return self.tokens_table.by_secret_hash(secret_sha256)
-
-    def revoke_token(self, name: str) -> TokenRow:
-        """Mark a token revoked; NotFound if there is none of that name."""
-        return self.tokens_table.revoke(name)
-
-    def record_token_use(self, used: dict[str, datetime]) -> None:
-        """Write tokens' last-used times (the auth layer batches them)."""
-        self.tokens_table.record_use(used)
 
 
 def _insert(con: duckdb.DuckDBPyConnection, rows: Sequence[dict[str, Any]]

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -188,7 +186,3 @@ def gpu_runs(client: Client, gpu_name: str) -> GpuRuns:
             runs.append(stored)
     return GpuRuns(runs, capped=False)
 
-
-def recent_runs(client: Client, **filters: Any) -> Iterator[collector_pb2.StoredRun]:
-    """Stored runs, newest first, with ListRuns' filters."""
-    return client.iter_runs(**filters)
