@@ -300,9 +300,6 @@ def import_runs(db_path: Path, files: tuple[Path, ...], submitter: str) -> None:
     content is an error. All files are checked before anything is stored.
     """
     from gpubench.collector import validation
-    from gpubench.collector.errors import DatabaseLocked
-    from gpubench.collector.local_admin import LiveCollector
-    from gpubench.collector.store import Store
 
     runs = []
     for path in files:
@@ -313,21 +310,11 @@ def import_runs(db_path: Path, files: tuple[Path, ...], submitter: str) -> None:
         except validation.InvalidRun as exc:
             raise RequestRefused(f"{path}: {exc}", exit_code=ExitCode.BAD_DATA) from exc
         runs.append(run)
-    try:
-        store = Store(db_path)
-    except DatabaseLocked:  # the collector holds the file: submit through it
-        with LiveCollector.for_database(db_path) as live:
-            for run in runs:
-                live.submit(run)
-        err.print(f"submitted {len(runs)} run(s) to the running collector")
-        return
-    try:
-        results = store.submit_many(runs, submitter)
-    finally:
-        store.close()
+    with _local_or_live(db_path, lambda store: store) as target:
+        results = target.submit_many(runs, submitter)  # type: ignore[attr-defined]
     conflicts = [str(r) for r in results if isinstance(r, Exception)]
-    err.print(wrap_message("", f"{len(runs) - len(conflicts)} run(s) stored in {db_path} "
-                           "(runs already there with the same content are left as they were)"))
+    _note(f"{len(runs) - len(conflicts)} run(s) stored in {_which_database(db_path, target)} "
+          "(runs already there with the same content are left as they were)")
     if conflicts:
         raise RequestRefused("; ".join(conflicts[:3]))
 
@@ -343,26 +330,17 @@ def backup_command(db_path: Path, folder: Path) -> None:
     Works while the collector serves: it then writes the copy itself, from one
     snapshot, while submissions go on."""
     from gpubench.collector import backup
-    from gpubench.collector.errors import DatabaseLocked
     from gpubench.collector.local_admin import LiveCollector
-    from gpubench.collector.store import Store
 
     folder = folder.resolve()  # the serving collector's working folder may differ
     if not db_path.exists():
         raise GpubenchError(f"{db_path}: no such database", exit_code=ExitCode.BAD_DATA)
     had_key = backup.key_path(db_path).exists()
-    try:
-        store = Store(db_path)
-    except DatabaseLocked:
-        with LiveCollector.for_database(db_path) as live:
-            reply = live.backup(folder)  # type: ignore[attr-defined]
-        runs, tokens, held = reply.runs, reply.tokens, reply.quarantined
-    else:
-        try:
-            manifest = backup.take(store, folder)
-        finally:
-            store.close()
-        runs, tokens, held = manifest.runs, manifest.tokens, manifest.quarantined
+    with _local_or_live(db_path, lambda store: store) as target:
+        # The live collector writes the copy itself (only it can read the file now).
+        taken = target.backup(folder) if isinstance(target, LiveCollector) \
+            else backup.take(target, folder)  # type: ignore[arg-type]
+    runs, tokens, held = taken.runs, taken.tokens, taken.quarantined
     err.print(f"backed up {runs} run(s), {tokens} token(s) and {held} quarantined "
               f"run(s) into {folder}")
     key = backup.key_path(db_path)

@@ -24,7 +24,7 @@ import grpc
 
 from gpubench.client import Client, translate_error
 from gpubench.collector.tokens import TokenRow
-from gpubench.errors import AccessDenied, CollectorUnavailable
+from gpubench.errors import AccessDenied, CollectorUnavailable, RequestRefused
 from gpubench.v1 import collector_pb2, collector_pb2_grpc, run_pb2
 
 CALL_TIMEOUT_S = 30.0
@@ -159,6 +159,17 @@ class LiveCollector:
             except grpc.RpcError as exc:
                 raise translate_error(exc, address, f"backing up into {folder}") from None
 
-    def submit(self, run: run_pb2.Run) -> collector_pb2.SubmitRunResponse:
-        """Submit one run (validated and stored by the live collector)."""
-        return self._client.submit_run(run)
+    def submit_many(self, runs: list[run_pb2.Run], submitter: str
+                    ) -> list[collector_pb2.SubmitRunResponse | RequestRefused]:
+        """Submit runs one at a time (validated and stored by the live collector, as its
+        own admin's: `submitter` is the direct import's); per run its answer, or the
+        refusal of a run_id stored with other content."""
+        results: list[collector_pb2.SubmitRunResponse | RequestRefused] = []
+        for run in runs:
+            try:
+                results.append(self._client.submit_run(run))
+            except RequestRefused as exc:
+                if getattr(exc, "status_code", "") != "ALREADY_EXISTS":
+                    raise
+                results.append(exc)
+        return results
