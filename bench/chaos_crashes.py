@@ -87,6 +87,12 @@ def disk_full_part(folder: Path, *, target: int) -> Tally:
         filler.unlink()
         submitters.fault()
         submitters.wait()
+        # The end is said once writes have held a while (collector.durability.HOLD_S),
+        # which may be after the last submission: wait for it before stopping.
+        deadline = time.monotonic() + 30
+        while ("writes are durable again" not in collector.log.read_text()
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
         collector.stop()
         tally.tried = len(submitters.submitted)
         check_database(tally, collector.db, submitters.acknowledged, submitters.submitted)

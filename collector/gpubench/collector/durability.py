@@ -4,7 +4,12 @@ A full disk (or a failing one) must not look like a bug: the store turns the err
 of its database writes into `StorageFull` or `StorageUnavailable` (retryable status
 codes with a clear message), and keeps here why it cannot write: logged once when it
 begins and once when it ends. The health service listens: NOT_SERVING meanwhile,
-SERVING again once writes succeed (the store retries by itself: collector.store).
+SERVING again once writes have held for HOLD_S with none failing (the store tries by
+itself every second meanwhile: collector.store).
+
+Why a hold: a write that fails for want of space is rolled back, which gives back what
+it took, and the next write, or the store's own try, may fit in just that while the disk
+is still full. Ending there would log the same full disk twice or more.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import duckdb
@@ -19,6 +25,11 @@ import duckdb
 from gpubench.collector.errors import StorageFull, StorageUnavailable
 
 log = logging.getLogger(__name__)
+
+# How long no write (nor the store's try) may have failed before writes are durable
+# again (s): longer than the store's tries are apart (store.RETRY_S), so that a full disk
+# fails one of them within it.
+HOLD_S = 2.0
 
 # Errno values that say the disk or the quota is full.
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -55,17 +66,24 @@ def storage_error(exc: BaseException, doing: str) -> StorageUnavailable | None:
 
 class Durability:
     """Why the store cannot write durably now (None: it can), and the listeners told
-    of each change."""
+    of each change: one when writes first fail, one when they have held again for
+    `hold_s` (time read from `clock`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hold_s: float = HOLD_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         # Held while changing and telling, so that listeners hear the changes in order.
         self._lock = threading.Lock()
+        self._hold_s = hold_s
+        self._clock = clock
         self.trouble: str | None = None
+        self._failed_at = 0.0  # when a write last failed (clock)
         self._listeners: list[Callable[[str | None], None]] = []
 
     def failed(self, error: StorageUnavailable) -> bool:
-        """A write failed with `error`; True when writes worked before (it is logged)."""
+        """A write failed with `error`; True when writes worked before (it is logged).
+        While they already do not, it says nothing more and starts the hold again."""
         with self._lock:
+            self._failed_at = self._clock()
             new = self.trouble is None
             self.trouble = str(error)
             if new:
@@ -73,14 +91,16 @@ class Durability:
                 self._tell()
         return new
 
-    def recovered(self) -> None:
-        """A write was made durable."""
+    def recovered(self) -> bool:
+        """A write was made durable; True when that ends the trouble (it is logged): no
+        write has failed for `hold_s`. Before that it says nothing (see the module)."""
         with self._lock:
-            if self.trouble is None:
-                return
+            if self.trouble is None or self._clock() - self._failed_at < self._hold_s:
+                return False
             self.trouble = None
             log.warning("writes are durable again; health is SERVING")
             self._tell()
+        return True
 
     def listen(self, listener: Callable[[str | None], None]) -> None:
         """Call `listener(trouble)` now and at every change."""

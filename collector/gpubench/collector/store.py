@@ -219,12 +219,14 @@ class Store:
         self.durability.recovered()
 
     def _retry_in_background(self) -> None:
-        """Every RETRY_S, until it works: open a broken database again and write a
-        probe beside it; then writes are durable again."""
+        """Every RETRY_S, until writes are durable again (durability.HOLD_S): open a
+        broken database again and write a probe beside it. A try that fails starts the
+        hold again, as a failed write does."""
         if self._retrying is not None and self._retrying.is_alive():
             return
 
         def retry() -> None:
+            probe = self.path.with_name(self.path.name + ".probe")
             while not self._closing.wait(RETRY_S):
                 with self.database.write_lock:
                     if self.database.closed or self.durability.trouble is None:
@@ -232,11 +234,14 @@ class Store:
                     try:
                         if self.database.broken:
                             self.database.reopen()
-                        _probe(self.path.with_name(self.path.name + ".probe"))
-                    except Exception:  # still failing (logged when it began)
+                        _probe(probe)
+                    except Exception as exc:  # still failing (logged when it began)
+                        error = storage_error(exc, f"trying to write {probe}")
+                        if error is not None:
+                            self.durability.failed(error)
                         continue
-                    self.durability.recovered()
-                    return
+                    if self.durability.recovered():
+                        return
 
         self._retrying = threading.Thread(target=retry, name="store-retry", daemon=True)
         self._retrying.start()
