@@ -63,6 +63,7 @@ class Store:
         self.tokens = Tokens(self.database)
         self._closing = threading.Event()
         self._retrying: threading.Thread | None = None
+        self._retry_running = False  # set and cleared with the write lock held
         # Submissions waiting to be stored, and whether one thread is storing them.
         self._queue_lock = threading.Lock()
         self._leading = False
@@ -213,23 +214,27 @@ class Store:
                 error = storage_error(exc, doing)
                 if error is None:
                     raise
-                if self.durability.failed(error):
-                    self._retry_in_background()
+                self.durability.failed(error)
+                self._retry_in_background()
                 raise error from exc
         self.durability.recovered()
 
     def _retry_in_background(self) -> None:
         """Every RETRY_S, until writes are durable again (durability.HOLD_S): open a
         broken database again and write a probe beside it. A try that fails starts the
-        hold again, as a failed write does."""
-        if self._retrying is not None and self._retrying.is_alive():
+        hold again, as a failed write does. Called with the write lock held, which the
+        thread also holds when it decides to end: a failure never finds it ending."""
+        if self._retry_running:
             return
+        self._retry_running = True
 
         def retry() -> None:
             probe = self.path.with_name(self.path.name + ".probe")
-            while not self._closing.wait(RETRY_S):
+            while True:
+                closing = self._closing.wait(RETRY_S)
                 with self.database.write_lock:
-                    if self.database.closed or self.durability.trouble is None:
+                    if closing or self.database.closed or self.durability.trouble is None:
+                        self._retry_running = False
                         return
                     try:
                         if self.database.broken:
@@ -241,6 +246,7 @@ class Store:
                             self.durability.failed(error)
                         continue
                     if self.durability.recovered():
+                        self._retry_running = False
                         return
 
         self._retrying = threading.Thread(target=retry, name="store-retry", daemon=True)
