@@ -9,12 +9,11 @@ stored record. Nothing in a backup's folder is executed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from gpubench.collector import columns
@@ -45,14 +44,11 @@ def export(con: duckdb.DuckDBPyConnection, folder: Path, tables: Sequence[str]) 
         con.execute(f"COPY {table} TO {target} (FORMAT PARQUET)")
 
 
-def load(
-    con: duckdb.DuckDBPyConnection, files: dict[str, Path],
-    insert_runs: Callable[[pa.Table], None],
-) -> None:
+def load(con: duckdb.DuckDBPyConnection, files: dict[str, Path]) -> None:
     """Read a backup's `files` (table -> Parquet file) into the tables of `con`'s
-    database, made by the migrations; runs through `insert_runs` (an Arrow table of
-    the runs table's columns). Raises DamagedBackup naming the file and the row."""
-    _load_runs(con, files["runs"], insert_runs)
+    database, made by the migrations, each run inserted as a submission's is. Raises
+    DamagedBackup naming the file and the row."""
+    _load_runs(con, files["runs"])
     _copy(con, "tokens", TOKEN_FIELDS, files["tokens"])
     _copy(con, "quarantine", QUARANTINE_FIELDS, files["quarantine"])
     for run_id, digest, blob in con.execute(
@@ -81,8 +77,7 @@ def _copy(con: duckdb.DuckDBPyConnection, table: str, fields: Sequence[str], pat
                             f"({str(exc).splitlines()[0]})") from None
 
 
-def _load_runs(con: duckdb.DuckDBPyConnection, path: Path,
-               insert_runs: Callable[[pa.Table], None]) -> None:
+def _load_runs(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     result = _read(con.cursor(), RUN_FIELDS, path)
     seen = 0
     while True:
@@ -91,13 +86,12 @@ def _load_runs(con: duckdb.DuckDBPyConnection, path: Path,
             return
         made = [_run(path, seen + i, *row) for i, row in enumerate(found)]
         seen += len(found)
-        table = columns.arrow_rows(made)
-        if table.num_rows != len(made):
-            fitting = set(table.column("run_id").to_pylist())
-            bad = next(r for r in made if r["run_id"] not in fitting)
-            raise DamagedBackup(f"{path.name}: run {bad['run_id'][:64]!r}: "
-                                f"{'; '.join(columns.misfits(bad)) or 'a value no column holds'}")
-        insert_runs(table)
+        for row in made:
+            misfits = columns.misfits(row)
+            if misfits:
+                raise DamagedBackup(f"{path.name}: run {row['run_id'][:64]!r}: "
+                                    f"{'; '.join(misfits)}")
+        con.execute(columns.INSERT_ROWS, columns.column_lists(made))
 
 
 def _run(path: Path, index: int, run_id: Any, submitter: Any, received_at: Any,

@@ -1,11 +1,10 @@
-"""The runs table's columns as the collector writes them: Arrow types, SQL types, the
-batch insert, and which values a column cannot hold.
+"""The runs table's columns as the collector writes them: their types, the insert, and
+which values a column cannot hold.
 
-Rows are dicts made by `collector.rows.run_row`, keyed by these column names. The
-flusher inserts them with `INSERT_ROWS`, bulk loads and the readers' view of runs not
-yet stored take them as Arrow tables of `RUN_COLUMNS`; one list of columns for all,
-so that a column added by a migration is added here once (a dimension of the
-comparison key: not even that).
+Rows are dicts made by `collector.rows.run_row`, keyed by these column names; the store
+and a restore insert them with `INSERT_ROWS`. One list of columns for all, so that a
+column added by a migration is added here once (a dimension of the comparison key: not
+even that).
 """
 
 from __future__ import annotations
@@ -99,33 +98,6 @@ def column_lists(
     """`rows` as one list per column of `schema` (RUN_COLUMNS unless given): the
     parameters of INSERT_ROWS."""
     return [[r[name] for r in rows] for name in (schema or RUN_COLUMNS).names]
-
-
-def arrow_rows(rows: Sequence[dict[str, Any]], schema: pa.Schema | None = None) -> pa.Table:
-    """`rows` as an Arrow table of `schema` (RUN_COLUMNS unless given); the rows no
-    column of it can hold (a number past its type, text that is not UTF-8) are left
-    out: the database will refuse them too."""
-    schema = schema or RUN_COLUMNS
-    try:
-        return _arrow_table(rows, schema)
-    except _ARROW_REFUSALS:
-        # Rare (a run the database will refuse too): find them one by one.
-        fit = []
-        for row in rows:
-            try:
-                _arrow_table([row], schema)
-            except _ARROW_REFUSALS:
-                continue
-            fit.append(row)
-        return _arrow_table(fit, schema)
-
-
-_ARROW_REFUSALS = (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError)
-
-
-def _arrow_table(rows: Sequence[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    return pa.table([pa.array(values, field.type) for values, field in
-                     zip(column_lists(rows, schema), schema, strict=True)], schema=schema)
 
 
 def misfits(row: dict[str, Any], names: Sequence[str] | None = None) -> list[str]:

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from gpubench.collector.durability import storage_error
 from gpubench.collector.errors import DatabaseLocked, ShuttingDown, StorageUnavailable
@@ -178,17 +177,6 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         con.execute("ROLLBACK")
         raise
     con.execute("COMMIT")
-
-
-@contextlib.contextmanager
-def registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
-    """`table` readable as the view `name` on `con` for the block (registered outside
-    any transaction, so a failed insert's rollback cannot leave it behind)."""
-    con.register(name, table)
-    try:
-        yield
-    finally:
-        con.unregister(name)
 
 
 def backup_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 from gpubench.collector import backup_tables, columns, leftovers, migrations, outliers
 from gpubench.collector.aggregates import (
     Aggregates,
 )
-from gpubench.collector.database import Database, backup_counts, registered, transaction
+from gpubench.collector.database import Database, backup_counts, transaction
 from gpubench.collector.durability import Durability, storage_error
 from gpubench.collector.errors import RunConflict, ShuttingDown, StorageUnavailable
 from gpubench.collector.queries import RunReads
@@ -157,16 +156,6 @@ class Store:
                 outliers.rescore(con, {tuple(rows[0][2:])})
             return rows[0][0]
 
-    def bulk_load(self, table: pa.Table) -> None:
-        """Append rows given as an Arrow table of RUN_COLUMNS (no validation, no rescoring)."""
-        with self._writing(f"loading runs into {self.path}"):
-            self._insert_loaded(table.select(columns.RUN_COLUMNS.names))
-
-    def rescore_all(self) -> None:
-        """Recompute the outlier flags of every group (after a bulk load)."""
-        with self._writing(f"rescoring the outliers of {self.path}") as con:
-            outliers.rescore(con, None)
-
     def export_to(self, folder: Path, tables: Sequence[str]) -> dict[str, int]:
         """Write a copy of `tables` into `folder`, one Parquet file each
         (collector.backup_tables), from one snapshot (every run acknowledged before the
@@ -181,19 +170,15 @@ class Store:
 
     def load_backup(self, files: dict[str, Path]) -> dict[str, int]:
         """Load a backup's tables (table -> its Parquet file) into this store, new and
-        empty, and score the outliers; how many runs, tokens and quarantined runs it holds
-        then. Raises backup_tables.DamagedBackup naming what is wrong."""
+        empty, and score the outliers, in one transaction; how many runs, tokens and
+        quarantined runs it holds then. Raises backup_tables.DamagedBackup naming what
+        is wrong."""
         with self.database.write_lock:
             con = self.database.cursor()
             with transaction(con):
-                backup_tables.load(con, files, self._insert_loaded)
-        self.rescore_all()
-        return backup_counts(self.database.cursor())
-
-    def _insert_loaded(self, table: pa.Table) -> None:
-        con = self.database.cursor()  # in the caller's transaction, under the write lock
-        with registered(con, "loaded_runs", table.cast(columns.RUN_COLUMNS)):
-            con.execute("INSERT INTO runs BY NAME SELECT * FROM loaded_runs")
+                backup_tables.load(con, files)
+                outliers.rescore(con, None)
+            return backup_counts(con)
 
     @contextlib.contextmanager
     def _writing(self, doing: str) -> Iterator[duckdb.DuckDBPyConnection]:
