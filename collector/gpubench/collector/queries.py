@@ -9,6 +9,7 @@ import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from os.path import commonprefix
 from typing import TYPE_CHECKING, Any
 
 from gpubench.collector import ceilings
@@ -185,17 +186,6 @@ def _filter_sql(where: RunFilter) -> tuple[list[str], list[Any]]:
     return clauses, params
 
 
-def _common_prefix(a: str, b: str | None) -> int:
-    if not b:
-        return 0
-    size = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        size += 1
-    return size
-
-
 def _short_ids(con: Any, run_ids: Sequence[str]) -> dict[str, str]:
     """Each run id's shortest prefix (SHORT_ID characters at least) that no other stored
     run id starts with: one past its longest common prefix with its neighbours in
@@ -206,8 +196,8 @@ def _short_ids(con: Any, run_ids: Sequence[str]) -> dict[str, str]:
             (SELECT min(r.run_id) FROM runs AS r WHERE r.run_id > p.id)
         FROM (SELECT unnest(?) AS id) AS p
         """, [list(run_ids)]).fetchall()
-    return {run_id: run_id[:max(SHORT_ID, 1 + max(_common_prefix(run_id, before),
-                                                 _common_prefix(run_id, after)))]
+    return {run_id: run_id[:max(SHORT_ID, 1 + max(len(commonprefix([run_id, before or ""])),
+                                                 len(commonprefix([run_id, after or ""]))))]
             for run_id, before, after in rows}
 
 
