@@ -420,10 +420,10 @@ class Client:
         self._channel.close()
 
     def _call(self, method: Any, request: Any, what: str, subject: str | None = None, *,
-              reading: bool = False) -> Any:
+              reading: bool = False, timeout: float | None = None) -> Any:
         metadata = [("authorization", f"Bearer {self._token}")] if self._token else None
         try:
-            return method(request, timeout=self.timeout, metadata=metadata)
+            return method(request, timeout=timeout or self.timeout, metadata=metadata)
         except grpc.RpcError as exc:
             raise translate_error(exc, self.address, what, subject, origins=self.origins,
                                   token_sent=bool(self._token), reading=reading) from None
@@ -725,6 +725,12 @@ class Client:
             self._admin.ListTokens, collector_pb2.ListTokensRequest(), "listing tokens"
         )
         return list(response.tokens)
+
+    def backup(self, folder: str, timeout: float) -> collector_pb2.BackupResponse:
+        """Have the collector back its database up into `folder` (absolute, on its
+        machine: only its local credential may ask), within `timeout` seconds."""
+        return self._call(self._admin.Backup, collector_pb2.BackupRequest(folder=folder),
+                          f"backing up into {folder}", timeout=timeout)
 
     def revoke_token(self, name: str) -> collector_pb2.Token:
         """Revoke a token by name; it is refused from then on."""

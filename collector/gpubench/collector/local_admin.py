@@ -20,12 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-
-from gpubench.client import Client, translate_error
+from gpubench.client import Client
 from gpubench.collector.tokens import TokenRow
 from gpubench.errors import AccessDenied, CollectorUnavailable, RequestRefused
-from gpubench.v1 import collector_pb2, collector_pb2_grpc, run_pb2
+from gpubench.v1 import collector_pb2, run_pb2
 
 CALL_TIMEOUT_S = 30.0
 # A backup writes the whole database: minutes for a large one.
@@ -119,7 +117,6 @@ class LiveCollector:
     its admin socket (the same methods as the Store's, for the commands that use either)."""
 
     def __init__(self, credential: Credential) -> None:
-        self._credential = credential
         self._client = Client(credential.address, token=credential.secret, timeout=CALL_TIMEOUT_S)
 
     @classmethod
@@ -148,16 +145,7 @@ class LiveCollector:
     def backup(self, folder: Path) -> collector_pb2.BackupResponse:
         """Have the collector back its database up into `folder` (absolute, on this
         machine), with a deadline of BACKUP_TIMEOUT_S: a large database takes a while."""
-        request = collector_pb2.BackupRequest(folder=str(folder))
-        address, secret = self._credential.address, self._credential.secret
-        with grpc.insecure_channel(address) as channel:
-            try:
-                return collector_pb2_grpc.AdminStub(channel).Backup(
-                    request, timeout=BACKUP_TIMEOUT_S,
-                    metadata=[("authorization", f"Bearer {secret}")],
-                )
-            except grpc.RpcError as exc:
-                raise translate_error(exc, address, f"backing up into {folder}") from None
+        return self._client.backup(str(folder), timeout=BACKUP_TIMEOUT_S)
 
     def submit_many(self, runs: list[run_pb2.Run], submitter: str
                     ) -> list[collector_pb2.SubmitRunResponse | RequestRefused]:
