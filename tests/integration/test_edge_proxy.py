@@ -45,8 +45,9 @@ def haproxy() -> Path:
 def stack(haproxy: Path, tmp_path: Path, collector_factory) -> Iterator[tuple[Edge, object]]:
     """A collector trusting 127.0.0.1 (where the edge connects from), the site in a
     thread, the edge in front of both."""
+    from site_in_thread import start_in_thread
+
     from gpubench.collector.web.reads import SiteConfig
-    from gpubench.collector.web.server import start_in_thread
 
     collector = collector_factory(trusted_proxies=["127.0.0.1"],
                                   auth_failures_per_minute=FAILURES)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from factories import make_run
+from site_in_thread import start_in_thread
 
 from gpubench import record
 from gpubench.client import Client
@@ -116,7 +117,6 @@ def _start(tmp: Path, runs: list, public_read: bool, *, site_token: bool = False
     from gpubench.collector.server import create_server
     from gpubench.collector.store import Store
     from gpubench.collector.web.reads import SiteConfig
-    from gpubench.collector.web.server import start_in_thread
 
     store = Store(tmp / "collector.duckdb")
     tokens = TokenBook(store)
