@@ -125,7 +125,7 @@ def test_a_smoke_run_data_set_is_refused_naming_train_images() -> None:
     assert "differ in train_images (1709, 192; pin one with --train-images)" in message
     assert "image_size" not in message
     result = compare.compare("B7", [smoke, GTX], allow_mixed=True)
-    assert (result.train_images, result.image_size) == (0, 600)
+    assert (result.shared["train_images"], result.shared["image_size"]) == (0, 600)
 
 
 def test_runs_computed_differently_are_refused_naming_settings() -> None:
@@ -138,23 +138,24 @@ def test_runs_computed_differently_are_refused_naming_settings() -> None:
     assert "differ in settings (keras, kernels; pin one with --settings)" in message
     assert "backend" not in message
     result = compare.compare("B7", [kernels, keras], allow_mixed=True)
-    assert (result.settings, result.backend) == ("mixed", "torch")
-    assert compare.compare("B7", [kernels]).settings == "kernels"
+    assert (result.shared["settings"], result.shared["backend"]) == ("mixed", "torch")
+    assert compare.compare("B7", [kernels]).shared["settings"] == "kernels"
 
 
 def test_allow_mixed_reports_mixed() -> None:
     result = compare.compare(
         "B7", [with_values(T4, backend=("torch",), image_size=(300,)), GTX], allow_mixed=True
     )
-    assert (result.backend, result.image_size) == ("mixed", 0)
-    assert (result.precision, result.benchmark_version) == ("float32", "1")
+    assert (result.shared["backend"], result.shared["image_size"]) == ("mixed", 0)
+    assert (result.shared["precision"], result.shared["benchmark_version"]) == ("float32", "1")
 
 
 def test_shared_settings_are_reported() -> None:
     result = compare.compare("B7", [T4, GTX])
-    assert (result.benchmark_version, result.backend, result.precision, result.image_size,
-            result.train_images, result.settings) == ("1", "tensorflow", "float32", 600, 1709,
-                                                      "keras")
+    shared = result.shared
+    assert (shared["benchmark_version"], shared["backend"], shared["precision"],
+            shared["image_size"], shared["train_images"], shared["settings"]) == (
+        "1", "tensorflow", "float32", 600, 1709, "keras")
 
 
 def test_warnings_for_few_runs_wide_spread_and_outliers() -> None:
@@ -190,8 +191,8 @@ def test_runs_of_different_batch_rules_are_refused_naming_batch_rule() -> None:
     assert "differ in batch_rule (largest, steps; pin one with --batch-rule)" in message
     assert message.endswith("or compare them anyway with allow_mixed (--allow-mixed)")
     assert "settings" not in message
-    assert compare.compare("B7", [steps, largest], allow_mixed=True).batch_rule == "mixed"
-    assert compare.compare("B7", [steps]).batch_rule == "steps"
+    assert compare.compare("B7", [steps, largest], allow_mixed=True).shared["batch_rule"] == "mixed"
+    assert compare.compare("B7", [steps]).shared["batch_rule"] == "steps"
 
 
 def test_runs_that_do_not_say_how_their_batch_was_chosen_are_named_unrecorded() -> None:

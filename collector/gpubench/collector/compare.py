@@ -98,13 +98,6 @@ class Comparison:
     # and how they ran unlike the compared runs.
     uncatalogued: tuple[ComparedGroup, ...] = ()
 
-    def __getattr__(self, name: str) -> Value:
-        """What the compared runs share in the dimension `name` ("backend"), as `shared`."""
-        shared = self.__dict__.get("shared", {})
-        if name in shared:
-            return shared[name]
-        raise AttributeError(name)
-
 
 @dataclass(frozen=True)
 class MixedDimension:

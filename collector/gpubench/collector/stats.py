@@ -14,16 +14,15 @@ from typing import Any
 
 import grpc
 
-from gpubench.collector.errors import RunConflict, ShuttingDown, StorageFull, StorageUnavailable
-from gpubench.collector.transport import Refusal
-from gpubench.errors import AccessDenied, InvalidRecord
+from gpubench.collector.errors import StorageFull
+from gpubench.collector.statuses import status_of
 from gpubench.v1 import collector_pb2
 
 # Every reason a refusal is counted under (StatsResponse.refusals), in the order the
 # metrics list them.
 REFUSAL_REASONS = ("invalid", "token", "forbidden", "limit", "conflict", "disk-full",
                    "unavailable", "other")
-# A Refusal's status code -> the reason it is counted under.
+# The status a refusal is answered with -> the reason it is counted under.
 _REASON_OF_CODE = {
     grpc.StatusCode.UNAUTHENTICATED: "token",
     grpc.StatusCode.PERMISSION_DENIED: "forbidden",
@@ -35,15 +34,12 @@ _REASON_OF_CODE = {
 
 
 def reason_of(exc: BaseException) -> str:
-    """The reason a submission refused with `exc` is counted under (StatsResponse)."""
-    if isinstance(exc, Refusal):
-        return _REASON_OF_CODE.get(exc.code, "other")
-    for cls, reason in ((InvalidRecord, "invalid"), (RunConflict, "conflict"),
-                        (StorageFull, "disk-full"), (StorageUnavailable, "unavailable"),
-                        (ShuttingDown, "unavailable"), (AccessDenied, "forbidden")):
-        if isinstance(exc, cls):
-            return reason
-    return "other"
+    """The reason a submission refused with `exc` is counted under (StatsResponse): by
+    the status it is answered with (collector.statuses), a full disk apart."""
+    if isinstance(exc, StorageFull):
+        return "disk-full"
+    status = status_of(exc)
+    return _REASON_OF_CODE.get(status[0], "other") if status else "other"
 
 
 class SubmissionCounts:
