@@ -78,11 +78,6 @@ def _optional_time(message: Any, field: str) -> datetime | None:
         raise InvalidRecord(field, f"not a valid time ({exc})") from None
 
 
-def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value and value not in allowed:
-        raise InvalidRecord(field, f"unknown {value[:64]!r} (one of {', '.join(allowed)})")
-
-
 def _check_model(model: str) -> None:
     """A model a run may be of: a standard workload, or another model's recorded name
     (gpubench.models)."""

@@ -9,5 +9,5 @@ place, and it cannot write.
 Modules: app (routes, JSON twins, downloads), views (one function per page), lists
 (sorting and pages), reads (the collector calls a page needs), charts (server-side
 SVG), text (escaping, and figures through gpubench.figures), metrics (Prometheus),
-server (uvicorn, in the foreground or a thread).
+server (uvicorn).
 """

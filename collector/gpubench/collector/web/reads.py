@@ -83,16 +83,13 @@ class Reader:
         token = request_token or self.config.token
         with self._lock:
             client = self._clients.get(token)
-            if client is not None:
-                self._clients.move_to_end(token, last=False)
-                return client
-            client = Client(self.config.address, token=token or "", ca=self.config.ca,
-                            tls=self.config.tls, timeout=self.config.timeout)
-            self._clients[token] = client
+            if client is None:
+                client = self._clients[token] = Client(
+                    self.config.address, token=token or "", ca=self.config.ca,
+                    tls=self.config.tls, timeout=self.config.timeout)
             self._clients.move_to_end(token, last=False)
-            while len(self._clients) > MAX_CLIENTS:
-                _, oldest = self._clients.popitem()
-                oldest.close()
+            while len(self._clients) > MAX_CLIENTS:  # the least recently used go
+                self._clients.popitem()[1].close()
             return client
 
     def close(self) -> None:
