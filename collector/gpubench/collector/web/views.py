@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -110,8 +110,9 @@ class Filters:
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, query: Mapping[str, str]) -> Filters:
-        """Read the filters from a query string; bad values are refused naming the field
+    def of(cls, query: Mapping[str, str], model: str) -> Filters:
+        """Read `model`'s filters from a query string (its own default settings unless
+        asked: Keras's path for all but B0-B7); bad values are refused naming the field
         (the forms only offer good ones)."""
         def one_of(name: str, allowed: tuple[str, ...], default: str) -> str:
             value = query.get(name, default)
@@ -121,7 +122,8 @@ class Filters:
             return value
 
         return cls(
-            settings=one_of("settings", tuple(record.SETTINGS_LABELS), record.DEFAULT_SETTINGS),
+            settings=one_of("settings", tuple(record.SETTINGS_LABELS),
+                            record.default_settings(model)),
             batch_rule=one_of("batch_rule", BATCH_RULES, record.DEFAULT_BATCH_RULE),
             precision=one_of("precision", record.PRECISIONS, ""),
             backend=one_of("backend", record.BACKENDS, ""),
@@ -243,10 +245,8 @@ def overview(client: Client, query: Mapping[str, str]) -> Answer:
 def leaderboard(client: Client, model: str, query: Mapping[str, str], path: str) -> Answer:
     """A model's leaderboard with its filters, sorted and paged as asked."""
     model = model_of(model)
-    filters = Filters.of(query)
+    filters = Filters.of(query, model)
     sorting = lists.Sorting.of(query, LEADERBOARD_COLUMNS)
-    if "settings" not in query:  # each model's own default: Keras's path for all but B0-B7
-        filters = replace(filters, settings=record.default_settings(model))
     board = reads.leaderboard(client, model, settings=filters.settings,
                               batch_rule=filters.batch_rule, precision=filters.precision,
                               backend=filters.backend, include_flagged=filters.include_flagged,
@@ -287,7 +287,7 @@ COMPARE_COLUMNS = (
 
 def comparison_context(model: str, query: Mapping[str, str], path: str) -> dict[str, Any]:
     """What the comparison's form needs, whether the collector answers or refuses."""
-    filters = Filters.of(query)
+    filters = Filters.of(query, model)
     baseline, count = baseline_of(query)
     return {"model": model, "filters": filters, "baseline": baseline,
             "baseline_count": count, "baseline_selected": baseline_value(baseline, count)
