@@ -33,20 +33,10 @@ def _escape_code(char: str) -> str:
 def visible(text: str) -> Markup:
     """`text` as safe HTML: markup escaped, hidden and direction-changing characters
     as visible escapes (`\\u202e`) marked up as <span class="esc">."""
-    parts: list[str] = []
-    plain: list[str] = []
-    for char in text:
-        if unicodedata.category(char) in HIDDEN_CATEGORIES:
-            if plain:
-                parts.append(str(escape("".join(plain))))
-                plain = []
-            parts.append(f'<span class="esc" title="hidden character">'
-                         f"{_escape_code(char)}</span>")
-        else:
-            plain.append(char)
-    if plain:
-        parts.append(str(escape("".join(plain))))
-    return Markup("".join(parts))
+    return Markup("".join(
+        f'<span class="esc" title="hidden character">{_escape_code(char)}</span>'
+        if unicodedata.category(char) in HIDDEN_CATEGORIES else escape(char)
+        for char in text))
 
 
 def attribute(text: str) -> Markup:
