@@ -21,7 +21,8 @@ the bookworm base image with python3, python3-venv and python3-pip), this
      a package's own mtimes) that no package owns.
 
 Everything goes to --out: each step's terminal output as typed (STEP.raw) and as text
-(STEP.txt), before/ and after/, and summary.txt, which is also printed. Exit 0 when every
+(STEP.txt), before/ and after/ (with the sizes of .venv and .tools and what changed in
+root's home), pip's install.log, and summary.txt, which is also printed. Exit 0 when every
 step exited 0 and every check held, 1 otherwise.
 
 Where pip needs a CA bundle of this machine's to reach PyPI (PIP_CERT set here), the
@@ -198,6 +199,14 @@ def main() -> int:
                         if len(text) > WIDTH and " " not in text.strip()]
             summary += ["  " + line for line in lines if re.match(r"^(real|user|sys)\s", line)]
         snapshot(name, out / "after")
+        subprocess.run([DOCKER, "cp", f"{name}:{PROJECT}/.venv/install.log", str(out)],
+                       capture_output=True)
+        (out / "after" / "sizes.txt").write_text(in_container(name, (
+            f"cd {PROJECT} && du -sh .venv .tools .demo 2>/dev/null; "
+            ".venv/bin/pip freeze 2>/dev/null | grep -i -E '^(torch|tensorflow|nvidia)'; "
+            # What the steps left in root's home outside the project (pip's cache, say).
+            f"find /root -xdev -mindepth 1 -maxdepth 3 -cnewer {STAMP} "
+            f"-not -path '{PROJECT}*' | sort")))
     finally:
         if not args.keep:
             subprocess.run([DOCKER, "rm", "-f", name], capture_output=True)
