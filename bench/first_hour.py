@@ -50,9 +50,12 @@ PROJECT = "/root/gpubench"
 STAMP = "/root/.first-hour-stamp"
 WIDTH, HEIGHT = 80, 50
 ENTER_PROMPT = b"Enter stops the site"
+VENV_READY = b".venv is ready"  # the Makefile's last set-up line
 SCOPE = "/usr /etc /opt /var/lib"
 # What the package manager's own state and caches change: not an installation.
 NOT_INSTALLS = ("/var/lib/apt/lists/", "/var/lib/dpkg/", "/var/cache/", "/var/lib/apt/")
+# What docker itself writes into every container (its bind mounts).
+DOCKERS_OWN = ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 
 
@@ -100,15 +103,16 @@ def snapshot(name: str, folder: Path) -> None:
         name, "cat /var/lib/dpkg/info/*.list | sort -u"))
 
 
-def run_in_terminal(name: str, command: str, raw: Path) -> tuple[int, float]:
-    """`command` in the project's folder, in an 80x50 pseudo-terminal; (status, seconds)."""
+def run_in_terminal(name: str, command: str, raw: Path) -> tuple[int, float, float | None]:
+    """`command` in the project's folder, in an 80x50 pseudo-terminal; (status, seconds,
+    seconds until it said the virtual environment is ready, if it did)."""
     # nice: the machine is shared; it changes no output.
     inner = f"stty cols {WIDTH} rows {HEIGHT}; cd {PROJECT} && time nice {command}"
     pid, fd = pty.fork()
     if pid == 0:
         os.execv(DOCKER, [DOCKER, "exec", "-it", name, "bash", "-c", inner])
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", HEIGHT, WIDTH, 0, 0))
-    start, pressed, seen = time.monotonic(), False, b""
+    start, pressed, seen, ready_at = time.monotonic(), False, b"", None
     with raw.open("wb") as out:
         while True:
             ready, _, _ = select.select([fd], [], [], 5)
@@ -123,12 +127,14 @@ def run_in_terminal(name: str, command: str, raw: Path) -> tuple[int, float]:
             out.write(chunk)
             out.flush()
             seen = (seen + chunk)[-4096:]
+            if ready_at is None and VENV_READY in seen:
+                ready_at = time.monotonic() - start
             if not pressed and ENTER_PROMPT in seen:
                 time.sleep(1)
                 os.write(fd, b"\r")
                 pressed = True
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), time.monotonic() - start
+    return os.waitstatus_to_exitcode(status), time.monotonic() - start, ready_at
 
 
 def as_text(raw: bytes) -> list[str]:
@@ -186,13 +192,15 @@ def main() -> int:
         ok = True
         for number, command in enumerate(args.steps.split(","), 1):
             label = f"{number}-{command.replace(' ', '-')}"
-            status, seconds = run_in_terminal(name, command, out / f"{label}.raw")
+            status, seconds, ready_at = run_in_terminal(name, command, out / f"{label}.raw")
             lines = as_text((out / f"{label}.raw").read_bytes())
             (out / f"{label}.txt").write_text("\n".join(lines))
             wide = too_wide(lines)
             ok = ok and status == 0 and not wide
             summary.append(f"{label}: exit {status}, {seconds:.0f} s, {len(lines)} lines, "
                            f"{len(wide)} past {WIDTH} columns")
+            if ready_at is not None:
+                summary.append(f"  .venv set up in {ready_at:.0f} s (its 'is ready' line)")
             summary += [f"  line {n} ({len(text)} columns): {text}" for n, text in wide]
             summary += [f"  tolerated, one word: line {n} ({len(text)} columns): {text}"
                         for n, text in enumerate(lines, 1)
@@ -235,13 +243,29 @@ def compare(before: Path, after: Path) -> list[str]:
     said.append("  added: " + " ".join(added))
     if gone or changed:
         said.append("  removed: " + " ".join(gone) + "; changed: " + " ".join(changed))
-    owned = set((after / "owned.txt").read_text().splitlines())
+    owned = {merged_usr(path) for path in (after / "owned.txt").read_text().splitlines()}
     files = (after / "changed.txt").read_text().splitlines()
-    unowned = [f for f in files if f not in owned and not f.startswith(NOT_INSTALLS)]
+    unowned = [f for f in files if f not in owned and not f.startswith(NOT_INSTALLS)
+               and f not in DOCKERS_OWN]
+    (after / "unowned.txt").write_text("".join(f"{f}\n" for f in unowned))
     said.append(f"files new or changed under {SCOPE}: {len(files)}; "
-                f"owned by no package (apt/dpkg state aside): {len(unowned)}")
-    said += [f"  {f}" for f in unowned]
+                f"owned by no package (apt/dpkg state aside): {len(unowned)}, by folder "
+                "(after/unowned.txt lists them):")
+    folders: dict[str, int] = {}
+    for path in unowned:
+        folder = "/".join(path.split("/")[:4 if path.startswith("/usr/") else 3])
+        folders[folder] = folders.get(folder, 0) + 1
+    said += [f"  {count:5d} {folder}" for folder, count in
+             sorted(folders.items(), key=lambda item: (-item[1], item[0]))]
     return said
+
+
+def merged_usr(path: str) -> str:
+    """A path as dpkg lists it (/lib/systemd/...) where bookworm keeps it (/usr/lib/...)."""
+    for old in ("/bin/", "/sbin/", "/lib/", "/lib32/", "/lib64/", "/libx32/"):
+        if path.startswith(old):
+            return "/usr" + path
+    return path
 
 
 if __name__ == "__main__":
