@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from builds import cpu_torch_only
 from test_agent_cli import agent, agent_env
 
 from gpubench import record
@@ -52,6 +53,7 @@ def spooled(tmp_path: Path) -> list[Path]:
     return [p for p in (tmp_path / "spool").rglob("*.json")]
 
 
+@cpu_torch_only
 def test_the_gtx_1070_with_the_cpu_builds_stops_before_training(tmp_path: Path) -> None:
     """The real workload of this environment (CPU builds of torch and TensorFlow) on the
     laptop GTX 1070: exit 2 in seconds, with the reason and what to install."""

@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
 
 
-# What a clean tree has none of: what `make` and the demo leave, and the generated code.
-LEFT_BY_USE = (".venv", ".demo", ".git", "__pycache__", ".pytest_cache", ".ruff_cache",
+# What a clean tree has none of: what `make` and the demo leave (.tools: what `make test`
+# fetches, whose links point outside it), and the generated code.
+LEFT_BY_USE = (".venv", ".demo", ".tools", ".git", "__pycache__", ".pytest_cache", ".ruff_cache",
                "*.egg-info", "build", "dist", "*_pb2.py", "*_pb2.pyi", "*_pb2_grpc.py")
 
 

@@ -165,8 +165,9 @@ def test_the_wheel_alone_carries_the_code_and_the_commands(built: Path, tmp_path
                            "--no-deps", "--no-index", "--quiet", str(wheel)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    (own,) = [Path(p) for p in _run(python, "-c", "import site; print(*site.getsitepackages())")
-              .split()]
+    # Where pip installed the wheel (Debian's Python lists more site folders than that).
+    own = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))")
+               .strip())
     (own / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
 
     loaded = _run(python, "-c", "import gpubench.agent.cli, gpubench.collector.cli, "

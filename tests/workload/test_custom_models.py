@@ -65,10 +65,14 @@ def test_a_language_model_from_a_function_is_timed_in_tokens(workload) -> None:
     assert started.input_spec == "tokens 32 of 64" and started.image_size == 0
     assert len(started.model_fingerprint) == 64 and started.parameter_count > 0
     assert started.dataset.name == "synthetic-tokens" and started.dataset.train_images == 32
-    # Tokens a second: 32 of them a sequence, so a step of 4 sequences times 128 tokens.
+    # Tokens a second: 32 of them a sequence, so a step of 4 sequences is 128 tokens, and
+    # the rate is near 128 over the median step. It is over the timed steps' wall time,
+    # though: at most twice that (half of them take the median or longer), and as far
+    # below as one stall makes it on a loaded machine (3.7 times seen), but not 32 times
+    # below, the rate in sequences.
     steps = result.step_time_median_seconds
     assert result.train_images_per_second > 0 and steps > 0
-    assert result.train_images_per_second == pytest.approx(4 * 32 / steps, rel=0.5)
+    assert 4 * 32 / steps / 8 < result.train_images_per_second <= 2 * 4 * 32 / steps
 
 
 def test_a_model_it_cannot_feed_is_refused_before_any_training(workload) -> None:
