@@ -80,7 +80,7 @@ chromium:
 	      || echo "could not install chromium (see $(LOG)): browser test skipped"; \
 	  else \
 	    echo "no chromium, and not root to install it: the results site's browser test"; \
-	    echo "  will be skipped (apt-get install chromium)"; \
+	    echo "  will be skipped (apt-get install --no-install-recommends chromium)"; \
 	  fi; }
 
 # Tools the tests run, fetched into the project (git-ignored), never installed system-wide.

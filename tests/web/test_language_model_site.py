@@ -27,7 +27,9 @@ def lm_run(gpu_name: str, seconds: float) -> object:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSite]:
+    # Two on a catalogued card, one on a card the catalogue lacks.
     runs = [lm_run("NVIDIA H200", s) for s in (5.9, 6.0)]
+    runs.append(lm_run("NVIDIA GeForce RTX 9090", 4.0))
     tmp: Path = tmp_path_factory.mktemp("language-model")
     for site, address, admin, _ in _start(tmp, runs, public_read=True):
         yield LiveSite(site.url, address, admin, "", "")
@@ -40,3 +42,15 @@ def test_the_comparison_of_a_language_model_speaks_of_tokens(site: LiveSite) -> 
     assert ">img/s<" not in page and ">img/J<" not in page
     assert "205 training sequences" in page
     assert "training images" not in page and " px " not in page
+
+
+def test_a_card_the_catalogue_lacks_and_the_runs_list_say_tokens(site: LiveSite) -> None:
+    status, page, _ = site.get(f"/compare/{models.LM}")
+    assert status == 200, page
+    # The table of runs on a card the catalogue lacks gives the rate in the model's unit.
+    uncatalogued = page.split('id="uncatalogued"', 1)[1]
+    assert "RTX 9090" in uncatalogued and ">tok/s<" in uncatalogued
+    # The list of runs, which may mix models, says a language model's rate is in tok/s.
+    status, page, _ = site.get(f"/runs?model={models.LM}")
+    assert status == 200, page
+    assert page.count('data-label="tok/s"') == 3 and 'data-label="img/s"' not in page

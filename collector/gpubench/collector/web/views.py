@@ -541,6 +541,7 @@ def summary_of(stored: collector_pb2.StoredRun) -> dict[str, Any]:
         "largest_capped": r.result.largest_batch_capped,
         "epoch2": r.result.epoch2_seconds,
         "images_per_second": r.result.train_images_per_second,
+        "rate_unit": figures.rate_unit(models.unit_of(r.config.model, r.config.unit)),
         "status": record.status_name(r.result.status), "label": r.label,
         "flagged": stored.flagged, "outlier": stored.outlier, "published": r.published,
         "unrecognised": stored.gpu_unrecognised,
