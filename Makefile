@@ -13,17 +13,18 @@ APT_GET := apt-get -o DPkg::Lock::Timeout=600
 .PHONY: help install proto test test-docker test-gpu demo bench chaos lint typecheck clean
 
 help:
-	@echo "make demo         run the benchmark against a local collector and compare (state: .demo/)"
+	@echo "make demo         a benchmark run sent to a local collector, compared (.demo/)"
 	@echo "make test         the default test suite (unit + integration, CPU only)"
-	@echo "make test-e2e     the long end-to-end runs: real training, out of memory, demo, chaos"
+	@echo "make test-e2e     the long runs: real training, out of memory, the demo, chaos"
 	@echo "make test-docker  build the images and run agent + collector containers"
 	@echo "make bench        collector and sampler benchmarks (figures and ratios)"
 	@echo "make chaos        the collector's fault campaign (CHAOS_ARGS=--short: minutes)"
 	@echo "make haproxy      Debian's HAProxy unpacked into .tools/ for the edge's tests"
+	@echo "make chromium     Debian's Chromium unpacked into .tools/ for the browser test"
 	@echo "make install      the virtual environment with every extra ($(VENV))"
 	@echo "make proto        regenerate the wire code from protos/"
 	@echo "make lint         ruff, actionlint + zizmor (workflows), hadolint (Dockerfiles)"
-	@echo "make typecheck    mypy over gpubench/, agent/ and collector/ (docs/results/typecheck.md)"
+	@echo "make typecheck    mypy over gpubench/, agent/ and collector/"
 
 # Each step says what it does; pip's own output goes to $(LOG), shown when a step fails.
 $(STAMP): pyproject.toml setup.py
@@ -64,25 +65,6 @@ test: proto chromium promtool haproxy
 test-e2e: proto
 	$(PY) -m pytest -m "e2e and not docker and not gpu" --durations=25 $(PYTEST_ARGS)
 
-# The results site's browser test (tests/web/test_browser.py) drives headless Chromium:
-# installed system-wide with apt-get when missing and run as root (README says so: it is
-# the one thing `make test` installs outside the project); otherwise that test is skipped.
-# Without its recommends: they would bring services (avahi-daemon, systemd-timesyncd, upower)
-# and printing tools, 125 more packages in a bare bookworm container, none of them needed.
-INSTALL_CHROMIUM := $(APT_GET) install -y --no-install-recommends chromium
-.PHONY: chromium
-chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium system-wide for the results site's browser test (apt-get)"; \
-	    $(INSTALL_CHROMIUM) >>$(LOG) 2>&1 \
-	      || { $(APT_GET) update >>$(LOG) 2>&1 && $(INSTALL_CHROMIUM) >>$(LOG) 2>&1; } \
-	      || echo "could not install chromium (see $(LOG)): browser test skipped"; \
-	  else \
-	    echo "no chromium, and not root to install it: the results site's browser test"; \
-	    echo "  will be skipped (apt-get install --no-install-recommends chromium)"; \
-	  fi; }
-
 # Tools the tests run, fetched into the project (git-ignored), never installed system-wide.
 TOOLS := .tools
 # The monitoring test (tests/integration/test_monitoring.py) checks docs/monitoring's alert
@@ -107,12 +89,24 @@ promtool:
 	    echo "  will be skipped (promtool on PATH runs them)"; \
 	  fi; }
 
+# The results site's browser test (tests/web/test_browser.py) drives headless Chromium: one
+# on PATH, else Debian's chromium and the libraries this system lacks, downloaded and
+# unpacked into $(TOOLS)/chromium by tests/web/fetch_chromium.sh (apt-get download, dpkg -x;
+# about 190 MB to fetch). Nothing is installed on the system and no service enabled, as
+# root or not. Where it cannot be fetched, that test is skipped and says why.
+.PHONY: chromium
+chromium:
+	@command -v chromium >/dev/null 2>&1 || test -x $(TOOLS)/chromium/usr/lib/chromium/chromium || { \
+	  echo "fetching Debian's chromium into $(TOOLS)/chromium for the site's browser test"; \
+	  mkdir -p $(dir $(LOG)); \
+	  bash tests/web/fetch_chromium.sh $(TOOLS) >>$(LOG) 2>&1 \
+	    || echo "could not fetch chromium (see $(LOG)): the browser test will be skipped"; }
+
 # The edge proxy's tests (tests/integration/test_edge_proxy.py) and bench/chaos_edge.py run
 # Debian's HAProxy (the proxy of docker/edge/) from $(TOOLS)/haproxy: the package and the
 # libraries it needs that a Python image lacks, downloaded and unpacked there (apt-get
 # download, dpkg -x). Nothing is installed on the system and no service is started.
 # Where it cannot be fetched, those tests are skipped and say why.
-TOOLS := .tools
 HAPROXY := $(TOOLS)/haproxy/usr/sbin/haproxy
 HAPROXY_DEBS := haproxy liblua5.3-0 libopentracing-c-wrapper0 libopentracing1
 .PHONY: haproxy

@@ -5,6 +5,7 @@ take a full-page screenshot."""
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import itertools
 import json
@@ -13,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,10 +93,38 @@ LAYOUT_CHECK = r"""
 """
 
 
+# Where `make test` unpacks Debian's chromium and the libraries it needs when none is on
+# PATH (tests/web/fetch_chromium.sh): nothing of it is installed on the system.
+FETCHED = Path(__file__).resolve().parents[2] / ".tools" / "chromium"
+FETCHED_BINARY = FETCHED / "usr" / "lib" / "chromium" / "chromium"
+
+
 def find_chromium() -> str | None:
-    """The Chromium to drive: $CHROMIUM, else chromium or chromium-browser on PATH."""
+    """The Chromium to drive: $CHROMIUM, else chromium or chromium-browser on PATH, else
+    the one `make test` fetched into .tools/chromium."""
     return os.environ.get("CHROMIUM") or shutil.which("chromium") or \
-        shutil.which("chromium-browser")
+        shutil.which("chromium-browser") or \
+        (str(FETCHED_BINARY) if os.access(FETCHED_BINARY, os.X_OK) else None)
+
+
+def _environment(executable: str, profile: Path) -> dict[str, str] | None:
+    """What the fetched chromium needs to find in place of a system install: its
+    libraries (every folder of .tools/chromium that holds one) and a fontconfig file
+    naming its fonts. None (this process's environment) for any other Chromium."""
+    if Path(executable) != FETCHED_BINARY:
+        return None
+    libraries = sorted({str(path.parent) for path in FETCHED.rglob("*.so*")})
+    environment = {**os.environ, "LD_LIBRARY_PATH": ":".join(libraries)}
+    if (FETCHED / "etc" / "fonts").is_dir():  # the system has no fontconfig: fetched too
+        fonts = profile / "fonts.conf"
+        fonts.write_text(
+            '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd">\n'
+            f"<fontconfig>\n  <dir>{FETCHED / 'usr' / 'share' / 'fonts'}</dir>\n"
+            f"  <cachedir>{profile / 'fontconfig'}</cachedir>\n"
+            f'  <include ignore_missing="yes">{FETCHED / "etc" / "fonts" / "conf.d"}</include>'
+            "\n</fontconfig>\n")
+        environment["FONTCONFIG_FILE"] = str(fonts)
+    return environment
 
 
 @dataclass
@@ -123,7 +153,8 @@ class Chromium:
         if os.geteuid() == 0:
             args.insert(1, "--no-sandbox")  # Chromium refuses to sandbox as root
         self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, text=True)
+                                         stderr=subprocess.PIPE, text=True,
+                                         env=_environment(executable, Path(self._profile)))
         self._ids = itertools.count(1)
         self._stack = contextlib.ExitStack()
         self._events: list[dict[str, Any]] = []
@@ -147,6 +178,10 @@ class Chromium:
             seen.append(line)
             found = LISTENING.search(line)
             if found:
+                # What it says from now on is read and dropped: unread, a chatty Chromium
+                # (a font missing, say) would fill the pipe and stop.
+                threading.Thread(target=collections.deque, args=(self._process.stderr, 0),
+                                 name="chromium-stderr", daemon=True).start()
                 return found.group(1)
         self.close()
         raise RuntimeError("chromium did not start its DevTools listener:\n" + "".join(seen))

@@ -70,8 +70,8 @@ def _shoot(runs: list, pages: list, folder: Path, *, with_run: bool = False) -> 
 def main(folder: Path) -> None:
     """Write the screenshots into `folder`."""
     if find_chromium() is None:
-        raise SystemExit("chromium is not installed "
-                         "(apt-get install --no-install-recommends chromium)")
+        raise SystemExit("no chromium: put one on PATH, or `make chromium` fetches "
+                         "Debian's into .tools/chromium")
     reference = [record.from_json(p.read_text(), source=str(p)) for p in REFERENCE_RUNS]
     problems = _shoot(reference, PAGES, folder, with_run=True)
     problems += _shoot(reference + community_runs(), TEST_PAGES, folder)

@@ -28,8 +28,8 @@ WIDTHS = (1280, 390)
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
     reason="chromium is not installed: the results site's browser test needs it "
-           "(apt-get install --no-install-recommends chromium; `make test` installs "
-           "it when run as root)")
+           "(on PATH, or fetched into .tools/chromium by `make chromium`, which `make "
+           "test` runs where apt-get is)")
 
 MARKED = ("/compare/B0?settings=&batch_rule=steps&backend=torch&precision=float32"
           "&pipeline=cached&allow_mixed=1&baseline=" + quote("1x NVIDIA H200"))
