@@ -48,6 +48,19 @@ class Served:
     def stub(self) -> collector_pb2_grpc.CollectorStub:
         return collector_pb2_grpc.CollectorStub(grpc.insecure_channel(self.address))
 
+    def stop(self, signum: int) -> int:
+        """Send `signum` and wait for the exit; its exit code. A collector still there
+        after STOP_DEADLINE_S is killed, and what it said (each thread's stack, past
+        its own STOP_STUCK_S) is the failure's message."""
+        self.process.send_signal(signum)
+        try:
+            return self.process.wait(STOP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, said = self.process.communicate()
+            raise AssertionError(f"no exit {STOP_DEADLINE_S:.0f} s after signal {signum}:\n"
+                                 + said[-20000:]) from None
+
 
 def _wait_for_address(process: subprocess.Popen[str], timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
@@ -119,8 +132,7 @@ def test_sigterm_stops_gracefully_checkpoints_and_removes_the_admin_folder(
     assert (folder / local_admin.SECRET).stat().st_mode & 0o777 == 0o600
     run = make_run()
     served.stub().SubmitRun(pb.SubmitRunRequest(run=run), metadata=bearer(admin), timeout=10)
-    served.process.send_signal(signal.SIGTERM)
-    assert served.process.wait(STOP_DEADLINE_S) == 0
+    assert served.stop(signal.SIGTERM) == 0
     assert not folder.exists()
     wal = db.with_name(db.name + ".wal")
     assert not wal.exists() or wal.stat().st_size == 0  # checkpointed into the file
@@ -213,8 +225,7 @@ def test_import_validates_and_is_idempotent(serve, tmp_path: Path) -> None:
     later.write_text(record.to_json(make_run(model="B7")))
     served = serve(db)
     cli("import", str(later), "--db", str(db))
-    served.process.send_signal(signal.SIGINT)
-    assert served.process.wait(STOP_DEADLINE_S) == 0
+    assert served.stop(signal.SIGINT) == 0
     store = Store(db)
     try:
         assert store.runs.count() == 4
@@ -323,5 +334,4 @@ def test_a_poisoned_journal_stops_no_command_and_its_run_is_kept(serve, tmp_path
     assert "held in quarantine" in held.value.details()
     stats = stub.Stats(pb.StatsRequest(), metadata=bearer(admin), timeout=10)
     assert (stats.runs_stored, stats.runs_quarantined) == (2, 1)
-    served.process.send_signal(signal.SIGTERM)
-    assert served.process.wait(STOP_DEADLINE_S) == 0
+    assert served.stop(signal.SIGTERM) == 0

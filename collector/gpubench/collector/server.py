@@ -9,6 +9,7 @@ timeout, keepalive; a public collector sits behind a real proxy (docker/compose.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +52,10 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
 )
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2_grpc
+
+# Seconds after which a graceful stop is taken for stuck (STOP_GRACE_S and a checkpoint
+# take far less).
+STOP_STUCK_S = 60.0
 
 DEFAULT_RATE_LIMIT = 50.0  # submissions per second per token
 
@@ -169,6 +174,9 @@ def serve(
         if on_ready:
             on_ready(bind_address(host, bound))
         stop.wait()
+        # A stop that takes past STOP_STUCK_S says where it is: every thread's stack on
+        # stderr, for whoever must kill it.
+        faulthandler.dump_traceback_later(STOP_STUCK_S, exit=False)
         # Stop accepting, let in-flight calls finish, then checkpoint and close the file.
         server.stop(STOP_GRACE_S).wait()
         tokens.flush()
@@ -177,6 +185,10 @@ def serve(
             exporter.stop()
         local_admin.remove(db_path)
         store.close()
+        if threading.current_thread() is not threading.main_thread():
+            # Embedded (tests, the demo): the caller's process goes on. As a process of
+            # its own it stays armed until it exits, which is where a thread may hang.
+            faulthandler.cancel_dump_traceback_later()
 
 
 @contextlib.contextmanager
