@@ -53,9 +53,7 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2_grpc
 
-# Seconds after which a graceful stop is taken for stuck (STOP_GRACE_S and a checkpoint
-# take far less).
-STOP_STUCK_S = 60.0
+STOP_STUCK_S = 60.0  # a graceful stop still under way then is stuck: it says where
 
 DEFAULT_RATE_LIMIT = 50.0  # submissions per second per token
 
@@ -185,10 +183,8 @@ def serve(
             exporter.stop()
         local_admin.remove(db_path)
         store.close()
-        if threading.current_thread() is not threading.main_thread():
-            # Embedded (tests, the demo): the caller's process goes on. As a process of
-            # its own it stays armed until it exits, which is where a thread may hang.
-            faulthandler.cancel_dump_traceback_later()
+        if threading.current_thread() is not threading.main_thread():  # else armed to exit
+            faulthandler.cancel_dump_traceback_later()  # embedded: the caller's process goes on
 
 
 @contextlib.contextmanager
