@@ -32,11 +32,6 @@ class Corroboration:
     corroborated: bool
     by: str  # in words, "" when not corroborated
 
-    @property
-    def one_source(self) -> bool:
-        """Seen from one submitter only, with no reference run to agree."""
-        return self.submitters <= 1 and not self.corroborated
-
 
 def agrees(value: float, figure: float) -> bool:
     """Whether `value` is within AGREE_SHARE of `figure`."""
