@@ -57,13 +57,13 @@ proto: $(STAMP)
 PYTEST_WORKERS ?= auto
 test: proto chromium promtool haproxy
 	$(PY) -m pytest -m "not docker and not gpu and not e2e" -n $(PYTEST_WORKERS) \
-	  --dist loadfile --durations=25 $(PYTEST_ARGS)
+	  --dist loadfile --slowest 25 $(PYTEST_ARGS)
 
 # Real training beyond the smoke runs, real out-of-memory runs, `make demo` from a clean
 # checkout and the chaos campaign's short parts: one at a time, as each loads the machine.
 .PHONY: test-e2e
 test-e2e: proto
-	$(PY) -m pytest -m "e2e and not docker and not gpu" --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "e2e and not docker and not gpu" --slowest 25 $(PYTEST_ARGS)
 
 # Tools the tests run, fetched into the project (git-ignored), never installed system-wide.
 TOOLS := .tools

@@ -21,6 +21,9 @@ from typing import Any
 import pytest
 from factories import make_run as _make_run
 
+# The report's end at 80 columns: --slowest N, and the skips with their reasons.
+pytest_plugins = ["report_at_80"]
+
 
 @dataclass
 class RunningCollector:
