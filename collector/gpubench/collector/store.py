@@ -25,9 +25,7 @@ from typing import Any
 import duckdb
 
 from gpubench.collector import backup_tables, columns, leftovers, migrations, outliers
-from gpubench.collector.aggregates import (
-    Aggregates,
-)
+from gpubench.collector.aggregates import Aggregates
 from gpubench.collector.database import Database, backup_counts, transaction
 from gpubench.collector.durability import Durability, storage_error
 from gpubench.collector.errors import RunConflict, ShuttingDown, StorageUnavailable
