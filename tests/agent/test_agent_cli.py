@@ -364,8 +364,17 @@ def _lines(stream) -> queue.Queue:
     return lines
 
 
-def _sigint_default() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def _agent_as_in_a_terminal(*args: str, env: dict[str, str]) -> subprocess.Popen:
+    """The agent with SIGINT at its default, as in a terminal, whatever this test process
+    inherited: a runner may start tests with SIGINT ignored, and an ignored signal stays
+    ignored across exec where a handler is reset to the default. Not through preexec_fn:
+    that forks this process, which runs gRPC, with gRPC's fork handlers, and the child
+    can die in them before exec."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([*AGENT, *args], env=env, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -374,12 +383,8 @@ def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_c
     pidfile = tmp_path / "pids"
     env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="hang",
                     FAKE_WORKLOAD_PIDFILE=str(pidfile))
-    # As in a terminal: SIGINT at its default, whatever this test process inherited (a
-    # runner may start tests with SIGINT ignored, and an ignored signal stays ignored
-    # across exec).
-    process = subprocess.Popen([*AGENT, "run", "--models", "B0,B3", "--batch", "8",
-                                "--offline"], env=env, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=_sigint_default)
+    process = _agent_as_in_a_terminal("run", "--models", "B0,B3", "--batch", "8",
+                                      "--offline", env=env)
     lines = _lines(process.stderr)
     seen = []
     deadline = time.monotonic() + 60
@@ -413,11 +418,9 @@ def test_ctrl_c_ends_the_agent_at_once_and_pushes_nothing(tmp_path, fake_workloa
     with SIGTERM half a second later; the interrupted run stays in the spool, unsent.
     Before, the agent waited 10 s for the workload, then pushed the run."""
     env = agent_env(tmp_path, fake_workload_command, FAKE_WORKLOAD_MODE="ignore-sigint")
-    process = subprocess.Popen([*AGENT, "run", "--models", "B0,B3", "--batch", "8",
-                                "--collector", collector.address],
-                               env=with_token(env, collector.make_token("lab")),
-                               stderr=subprocess.PIPE, text=True,
-                               preexec_fn=_sigint_default)
+    process = _agent_as_in_a_terminal("run", "--models", "B0,B3", "--batch", "8",
+                                      "--collector", collector.address,
+                                      env=with_token(env, collector.make_token("lab")))
     lines = _lines(process.stderr)
     seen = []
     while not seen or not seen[-1].startswith("B0: tensorflow"):

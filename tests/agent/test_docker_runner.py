@@ -8,6 +8,8 @@ needs nothing else); one test runs the real workload image with tiny settings.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 
 from gpubench.agent.assemble import decide_ending
 from gpubench.agent.runners.base import WorkloadRequest
-from gpubench.agent.runners.docker import DockerRunner, DockerUnavailable
+from gpubench.agent.runners.docker import ROLE_LABEL, DockerRunner, DockerUnavailable
 from gpubench.v1 import run_pb2
 
 pytestmark = pytest.mark.docker
@@ -23,6 +25,8 @@ pytestmark = pytest.mark.docker
 HERE = Path(__file__).resolve().parent
 # The shared package's portion (gpubench/), which the stand-in imports its events from.
 SHARED = HERE.parents[1] / "gpubench"
+# Moments over one start at which a Ctrl-C arrives.
+MOMENTS = 24
 REQUEST = WorkloadRequest(
     "B0", batch=8, settings={"gpus": 0, "epochs": 2, "image_size": 32, "limit_images": 48})
 
@@ -110,39 +114,75 @@ def test_stop_interrupts_and_removes_the_container(engine, python_image) -> None
     assert gone(engine, container_id)
 
 
-def test_a_ctrl_c_while_the_engine_creates_the_container_leaves_none(
-        engine, python_image, monkeypatch) -> None:
-    from docker.models.containers import ContainerCollection
+def prober(image: str, **environment: str) -> DockerRunner:
+    """A runner whose probe is the stand-in's: the answer recorded on an H200
+    (tests/data, mounted beside /fake) unless FAKE_WORKLOAD_PROBE names another file."""
+    return DockerRunner(image, gpus=False, command=("python3", "/fake/fake_workload.py"),
+                        mounts={str(HERE): "/fake", str(HERE.parent / "data"): "/data",
+                                str(SHARED): "/shared/gpubench"},
+                        environment={"FAKE_WORKLOAD_MODE": "ok", "PYTHONPATH": "/shared",
+                                     **environment})
 
-    def workloads() -> set[str]:
-        found = engine.containers.list(all=True, filters={"label": "org.gpubench.role"})
-        return {container.id for container in found}
 
-    before = workloads()
-    create = ContainerCollection.create
+def our_containers(engine) -> set[str]:
+    """Ids of every container a runner made (workload or probe), running or not."""
+    found = engine.containers.list(all=True, filters={"label": ROLE_LABEL})
+    return {container.id for container in found}
 
-    def created_then_interrupted(self, *args, **kwargs):
-        create(self, *args, **kwargs)  # the engine made it; the caller never sees it
-        raise KeyboardInterrupt
 
-    monkeypatch.setattr(ContainerCollection, "create", created_then_interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        stand_in(python_image, "ok").start(REQUEST)
-    monkeypatch.undo()
-    assert workloads() == before
+def start_and_stop(image: str) -> None:
+    with stand_in(image, "ok").start(REQUEST) as workload:
+        workload.stop()
+
+
+@pytest.mark.parametrize("step", ["start", "probe"])
+def test_a_ctrl_c_at_any_moment_leaves_no_container(engine, python_image, step) -> None:
+    """A real SIGINT at moments spread over one start (or probe), the engine's create
+    request included: the engine goes on making the container after the Ctrl-C has
+    ended the wait for its answer, and none may be left once all have ended."""
+    if step == "start":
+        def action() -> None:
+            start_and_stop(python_image)
+    else:
+        def action() -> None:
+            prober(python_image).probe_output()
+
+    def interrupted_at(delay_s: float) -> None:
+        ctrl_c = threading.Timer(delay_s, signal.pthread_kill,
+                                 (threading.main_thread().ident, signal.SIGINT))
+        try:
+            ctrl_c.start()
+            action()
+            ctrl_c.join()  # a Ctrl-C too late for the action lands here
+        except KeyboardInterrupt:
+            pass
+
+    before = our_containers(engine)
+    began = time.monotonic()
+    action()
+    took_s = time.monotonic() - began
+    for moment in range(MOMENTS):
+        interrupted_at(took_s * moment / MOMENTS)
+    time.sleep(1.0)  # a container the engine made late would be there by now
+    assert our_containers(engine) == before
 
 
 def test_the_probe_container_answers_for_the_image(engine, python_image) -> None:
     from gpubench.agent import compat
 
-    # The stand-in answers with the probe recorded on an H200 (tests/data, beside /fake).
-    runner = DockerRunner(python_image, gpus=False, command=("python3", "/fake/fake_workload.py"),
-                          mounts={str(HERE): "/fake", str(HERE.parent / "data"): "/data",
-                                  str(SHARED): "/shared/gpubench"},
-                          environment={"FAKE_WORKLOAD_MODE": "ok", "PYTHONPATH": "/shared"})
-    output = runner.probe_output()
+    output = prober(python_image).probe_output()
     assert compat.parse_probe_output(output)  # the stand-in's builds, read from its answer
     assert compat.driver_from_probe(output) is None  # no GPU asked for: no driver check
+
+
+def test_a_failed_probe_is_one_clear_error_and_leaves_no_container(
+        engine, python_image) -> None:
+    before = our_containers(engine)
+    runner = prober(python_image, FAKE_WORKLOAD_PROBE="/data/no-such-probe.json")
+    with pytest.raises(DockerUnavailable, match=r"the probe in the image \S+ exited with 1: "
+                                                r"(?s:.*)no-such-probe\.json"):
+        runner.probe_output()
+    assert our_containers(engine) == before
 
 
 def test_a_missing_image_is_one_clear_error(engine) -> None:

@@ -9,11 +9,11 @@ from stderr), and is removed on every way out: normal end, failure, Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,8 +42,12 @@ DATA_MOUNT = "/data"
 MODEL_MOUNT = "/model"  # the folder of a --model file
 # Seconds after SIGINT, then after SIGTERM, before the next signal (runners/local.py).
 STOP_TIMEOUTS = (0.5, 0.5)
-# The label each workload container carries with a value of its own start.
-START_LABEL = "org.gpubench.start"
+# The signals the agent stops on (cli.py: SIGTERM as Ctrl-C).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The label every container the agent makes carries: its role, workload or probe.
+ROLE_LABEL = "org.gpubench.role"
+# Lines of a failed probe's stderr its error quotes.
+PROBE_ERROR_LINES = 5
 # How long a container's process list stays fresh (asking docker is an HTTP call).
 PIDS_TTL = 1.0
 
@@ -52,6 +56,36 @@ class DockerUnavailable(GpubenchError):
     """No docker engine to talk to, or the image is missing."""
 
     exit_code = ExitCode.FAILURE
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold a Ctrl-C (or SIGTERM) that arrives in the block, and raise it once the
+    block has ended. Outside the main thread signals land elsewhere: nothing held."""
+    held: list[int] = []
+    try:
+        previous = {sig: signal.signal(sig, lambda signum, _: held.append(signum))
+                    for sig in STOP_SIGNALS}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])  # as if it arrived now
+
+
+def _remove(container: Any | None) -> None:
+    """Remove the container, running or not, when there is one."""
+    if container is None:
+        return
+    try:
+        container.remove(force=True)
+    except Exception:  # noqa: BLE001 - already gone, being removed, or docker went away
+        pass
 
 
 def image_digest(image: Any) -> str:
@@ -190,10 +224,7 @@ class DockerWorkload(Workload):
         )
 
     def close(self) -> None:
-        try:
-            self._container.remove(force=True)
-        except Exception:  # noqa: BLE001 - already gone (or docker went away)
-            pass
+        _remove(self._container)
         self._reader.join(timeout=2)
         self._log.close()
         try:
@@ -313,16 +344,22 @@ class DockerRunner(Runner):
         the engine will not start a container with them."""
         import docker
 
-        gpu = self._gpu_arguments()
+        gpu = self.gpu_access() is not None
         client = self._client()
+        container = None
         try:
             image = client.images.get(self.image)
             command = [*self.command, "probe", "--json", *(["--driver"] if gpu else [])]
-            output = client.containers.run(
-                image.id, command, remove=True, stdout=True, stderr=False,
-                volumes={host: {"bind": inside, "mode": "ro"}
-                         for host, inside in self.mounts.items()},
-                **{**gpu, "environment": {**self.environment, **gpu.get("environment", {})}})
+            with _interrupts_held():
+                container = self._create(client, image, command, self._volumes(), "probe")
+            container.start()
+            code = int(container.wait().get("StatusCode", -1))
+            output = container.logs(stdout=True, stderr=False)
+            if code != 0:
+                said = container.logs(stdout=False, stderr=True, tail=PROBE_ERROR_LINES)
+                raise DockerUnavailable(
+                    f"the probe in the image {self.image} exited with {code}: "
+                    f"{said.decode('utf-8', 'replace').strip() or 'it said nothing'}")
         except docker.errors.ImageNotFound:
             raise DockerUnavailable(self._missing_image()) from None
         except docker.errors.APIError as exc:
@@ -334,8 +371,34 @@ class DockerRunner(Runner):
                 f"{access.line if access else 'no way'} ({exc.explanation or exc}). "
                 f"{gpu_access.INSTALL_ADVICE}") from None
         finally:
+            _remove(container)
             client.close()
-        return output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
+        return output.decode("utf-8", "replace")
+
+    def _volumes(self) -> dict[str, dict[str, str]]:
+        """This runner's folders, read-only (host path -> docker's volume entry)."""
+        return {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts.items()}
+
+    def _create(self, client: Any, image: Any, command: list[str],
+                volumes: dict[str, dict[str, str]], role: str, **extra: Any) -> Any:
+        """Make (not start) a container of `image` running `command`, given the GPUs and
+        this runner's environment, labelled with its role. The engine goes on making it
+        when a Ctrl-C ends the wait for its answer: call this in _interrupts_held(), so
+        that the answer names what to remove."""
+        gpu = self._gpu_arguments()
+        return client.containers.create(
+            image.id,
+            command=command,
+            detach=True,
+            device_requests=gpu.get("device_requests", []),
+            devices=gpu.get("devices", []),
+            mounts=gpu.get("mounts", []),
+            environment={"PYTHONUNBUFFERED": "1", **self.environment,
+                         **gpu.get("environment", {})},
+            volumes=volumes,
+            labels={ROLE_LABEL: role},
+            **extra,
+        )
 
     def _missing_image(self) -> str:
         return (f"image {self.image}: not on this host (build it with docker/build.sh "
@@ -365,7 +428,7 @@ class DockerRunner(Runner):
         except docker.errors.ImageNotFound:
             client.close()
             raise DockerUnavailable(self._missing_image()) from None
-        volumes = {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts.items()}
+        volumes = self._volumes()
         args = request.arguments()
         if request.setting("data") and request.setting("data") != "synthetic":
             # The data folder goes in read-only, under a fixed path.
@@ -381,40 +444,20 @@ class DockerRunner(Runner):
             volumes[str(model_file.parent)] = {"bind": MODEL_MOUNT, "mode": "ro"}
             args[args.index("--model") + 1] = (f"{MODEL_MOUNT}/{model_file.name}{colon}"
                                                f"{function}")
-        gpu = self._gpu_arguments()
         log = OutputLog(log_path)
         container = None
-        # A label of this start alone: a Ctrl-C while the engine creates the container
-        # leaves no Python handle to it, but the label finds it.
-        start_label = f"{START_LABEL}={uuid.uuid4().hex}"
         try:
-            container = client.containers.create(
-                image.id,
-                command=[*self.command, *args],
-                detach=True,
-                device_requests=gpu.get("device_requests", []),
-                devices=gpu.get("devices", []),
-                mounts=gpu.get("mounts", []),
-                environment={"PYTHONUNBUFFERED": "1", **self.environment,
-                             **gpu.get("environment", {})},
-                volumes=volumes,
-                shm_size="2g",  # the framework's data loader workers share memory
-                labels={"org.gpubench.role": "workload",
-                        START_LABEL: start_label.partition("=")[2]},
-            )
+            with _interrupts_held():
+                container = self._create(
+                    client, image, [*self.command, *args], volumes, "workload",
+                    shm_size="2g")  # the framework's data loader workers share memory
             workload = DockerWorkload(
                 client, container, self.image, image_digest(image), log, self.stop_timeouts
             )
             container.start()
             return workload
         except BaseException as exc:  # a Ctrl-C while starting included: leave nothing behind
-            try:
-                made = [container] if container is not None else client.containers.list(
-                    all=True, filters={"label": start_label})
-                for each in made:
-                    each.remove(force=True)
-            except docker.errors.APIError:
-                pass
+            _remove(container)
             log.close()
             client.close()
             if isinstance(exc, docker.errors.APIError):
