@@ -137,9 +137,10 @@ def start_and_stop(image: str) -> None:
 
 @pytest.mark.parametrize("step", ["start", "probe"])
 def test_a_ctrl_c_at_any_moment_leaves_no_container(engine, python_image, step) -> None:
-    """A real SIGINT at moments spread over one start (or probe), the engine's create
-    request included: the engine goes on making the container after the Ctrl-C has
-    ended the wait for its answer, and none may be left once all have ended."""
+    """A real SIGINT at moments spread over one start and stop (or one probe), the
+    engine's create and remove requests included: the engine goes on making the
+    container after a Ctrl-C has ended the wait for its answer, and none may be left
+    once all have ended."""
     if step == "start":
         def action() -> None:
             start_and_stop(python_image)

@@ -79,13 +79,15 @@ def _interrupts_held() -> Iterator[None]:
 
 
 def _remove(container: Any | None) -> None:
-    """Remove the container, running or not, when there is one."""
+    """Remove the container, running or not, when there is one; a Ctrl-C meanwhile is
+    held until the engine has answered, so that it cannot cut the request short."""
     if container is None:
         return
-    try:
-        container.remove(force=True)
-    except Exception:  # noqa: BLE001 - already gone, being removed, or docker went away
-        pass
+    with _interrupts_held():
+        try:
+            container.remove(force=True)
+        except Exception:  # noqa: BLE001 - already gone, being removed, or docker went away
+            pass
 
 
 def image_digest(image: Any) -> str:
