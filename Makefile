@@ -7,8 +7,6 @@ STAMP := $(VENV)/.installed
 LOG := $(VENV)/install.log
 SHOW_LOG = { tail -n 40 $(LOG); echo "install failed: the whole log is $(LOG)"; exit 1; }
 PYTEST_ARGS ?=
-# apt-get waits for another apt-get (a second `make test` beside this one) instead of failing.
-APT_GET := apt-get -o DPkg::Lock::Timeout=600
 
 .PHONY: help install proto test test-docker test-gpu demo bench chaos lint typecheck clean
 
@@ -65,64 +63,40 @@ test: proto chromium promtool haproxy
 test-e2e: proto
 	$(PY) -m pytest -m "e2e and not docker and not gpu" --slowest 25 $(PYTEST_ARGS)
 
-# Tools the tests run, fetched into the project (git-ignored), never installed system-wide.
+# Tools the tests run, fetched into the project (git-ignored), never installed system-wide:
+# Debian's packages with the libraries this system lacks, downloaded and unpacked into
+# $(TOOLS)/PACKAGE by tests/fetch_debian.sh (apt-get download, dpkg -x; apt's package lists
+# in $(TOOLS)/apt, not /var/lib/apt). No maintainer script runs and no service is enabled,
+# as root or not. Where one cannot be fetched, the tests that need it are skipped and say
+# why.
 TOOLS := .tools
-# The monitoring test (tests/integration/test_monitoring.py) checks docs/monitoring's alert
-# rules and dashboard queries with promtool: Debian's prometheus package, downloaded and
-# unpacked into $(TOOLS)/prometheus (apt-get download, dpkg -x), so no Prometheus server is
-# installed and no service enabled. Where apt's package lists are missing (a fresh
-# container), they are fetched into $(TOOLS)/apt, not /var/lib/apt.
+# $(call fetch,PACKAGE,the tests that need it): fetch PACKAGE, or say what is skipped.
+fetch = echo "fetching Debian's $(1) into $(TOOLS)/$(1) for $(2)"; mkdir -p $(dir $(LOG)); \
+  bash tests/fetch_debian.sh $(TOOLS) $(1) >>$(LOG) 2>&1 \
+    || echo "could not fetch $(1) (see $(LOG)): $(2) will be skipped"
+
+# promtool (from the prometheus package) checks docs/monitoring's alert rules and dashboard
+# queries (tests/integration/test_monitoring.py); no Prometheus server is run.
 PROMTOOL := $(TOOLS)/prometheus/usr/bin/promtool
-APT_HERE = -o Dir::State::Lists=$(CURDIR)/$(TOOLS)/apt/lists -o Dir::Cache=$(CURDIR)/$(TOOLS)/apt/cache
 .PHONY: promtool
 promtool:
 	@command -v promtool >/dev/null 2>&1 || test -x $(PROMTOOL) || { \
-	  if command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1; then \
-	    echo "fetching promtool into $(TOOLS)/prometheus for the monitoring test"; \
-	    mkdir -p $(TOOLS)/prometheus $(TOOLS)/apt/lists/partial $(TOOLS)/apt/cache/archives/partial; \
-	    ( cd $(TOOLS) && rm -f prometheus_*.deb && { apt-get download prometheus \
-	        || { apt-get $(APT_HERE) update && apt-get $(APT_HERE) download prometheus; }; } \
-	      && dpkg -x prometheus_*.deb prometheus && rm -f prometheus_*.deb ) >>$(LOG) 2>&1 \
-	      || echo "could not fetch promtool (see $(LOG)): its checks will be skipped"; \
-	  else \
-	    echo "no promtool, and no apt-get to fetch it: the monitoring test's checks"; \
-	    echo "  will be skipped (promtool on PATH runs them)"; \
-	  fi; }
+	  $(call fetch,prometheus,the monitoring test's promtool checks); }
 
-# The results site's browser test (tests/web/test_browser.py) drives headless Chromium: one
-# on PATH, else Debian's chromium and the libraries this system lacks, downloaded and
-# unpacked into $(TOOLS)/chromium by tests/web/fetch_chromium.sh (apt-get download, dpkg -x;
-# about 190 MB to fetch). Nothing is installed on the system and no service enabled, as
-# root or not. Where it cannot be fetched, that test is skipped and says why.
+# Headless Chromium drives the results site's browser test (tests/web/test_browser.py);
+# about 190 MB to fetch.
 .PHONY: chromium
 chromium:
 	@command -v chromium >/dev/null 2>&1 || test -x $(TOOLS)/chromium/usr/lib/chromium/chromium || { \
-	  echo "fetching Debian's chromium into $(TOOLS)/chromium for the site's browser test"; \
-	  mkdir -p $(dir $(LOG)); \
-	  bash tests/web/fetch_chromium.sh $(TOOLS) >>$(LOG) 2>&1 \
-	    || echo "could not fetch chromium (see $(LOG)): the browser test will be skipped"; }
+	  $(call fetch,chromium,the site's browser test); }
 
-# The edge proxy's tests (tests/integration/test_edge_proxy.py) and bench/chaos_edge.py run
-# Debian's HAProxy (the proxy of docker/edge/) from $(TOOLS)/haproxy: the package and the
-# libraries it needs that a Python image lacks, downloaded and unpacked there (apt-get
-# download, dpkg -x). Nothing is installed on the system and no service is started.
-# Where it cannot be fetched, those tests are skipped and say why.
+# HAProxy, the proxy of docker/edge/, for the edge proxy's tests
+# (tests/integration/test_edge_proxy.py) and bench/chaos_edge.py: Debian's own, the
+# version the edge image installs, even where another is on PATH.
 HAPROXY := $(TOOLS)/haproxy/usr/sbin/haproxy
-HAPROXY_DEBS := haproxy liblua5.3-0 libopentracing-c-wrapper0 libopentracing1
 .PHONY: haproxy
-haproxy: $(HAPROXY)
-$(HAPROXY):
-	@if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg >/dev/null 2>&1; then \
-	  echo "no apt-get/dpkg here: the edge proxy's tests will be skipped (they need HAProxy)"; \
-	else \
-	  echo "fetching Debian's haproxy into $(TOOLS)/haproxy for the edge proxy's tests"; \
-	  rm -rf $(TOOLS)/debs && mkdir -p $(TOOLS)/debs $(dir $(LOG)) && cd $(TOOLS)/debs && \
-	  { apt-get download $(HAPROXY_DEBS) >>$(abspath $(LOG)) 2>&1 \
-	    || { [ "$$(id -u)" = 0 ] && $(APT_GET) update >>$(abspath $(LOG)) 2>&1 \
-	         && apt-get download $(HAPROXY_DEBS) >>$(abspath $(LOG)) 2>&1; }; } \
-	  && for deb in *.deb; do dpkg -x "$$deb" ../haproxy || exit 1; done \
-	  || echo "could not fetch haproxy (see $(LOG)): the edge proxy's tests will be skipped"; \
-	fi
+haproxy:
+	@test -x $(HAPROXY) || { $(call fetch,haproxy,the edge proxy's tests); }
 
 test-docker: proto
 	$(PY) -m pytest -m docker tests/docker tests/agent $(PYTEST_ARGS)
