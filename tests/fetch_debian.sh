@@ -23,6 +23,7 @@ tools=$(cd "$tools" && pwd)
 here=(-o "Dir::State::Lists=$tools/apt/lists" -o "Dir::Cache=$tools/apt/cache")
 target=$tools/$package
 debs=$tools/$package-debs
+trap 'rm -rf "$debs" "$target.partial"' EXIT  # the downloads, and half a package
 
 if [[ -d $target ]]; then
     exit 0
@@ -51,7 +52,6 @@ if ! ls "$tools"/apt/lists/*_Packages* >/dev/null 2>&1 || ! fetch; then
 fi
 if ! compgen -G "$debs/*.deb" >/dev/null; then
     echo "fetch_debian: $package is installed on this system: nothing to fetch" >&2
-    rm -rf "$debs"
     exit 0
 fi
 
@@ -63,5 +63,4 @@ for deb in "$debs"/*.deb; do
     count=$((count + 1))
 done
 mv "$target.partial" "$target"
-rm -rf "$debs"
 echo "fetch_debian: $count packages ($package and what it needs) unpacked in $target"

@@ -94,7 +94,7 @@ LAYOUT_CHECK = r"""
 
 
 # Where `make test` unpacks Debian's chromium and the libraries it needs when none is on
-# PATH (tests/web/fetch_chromium.sh): nothing of it is installed on the system.
+# PATH (tests/fetch_debian.sh): nothing of it is installed on the system.
 FETCHED = Path(__file__).resolve().parents[2] / ".tools" / "chromium"
 FETCHED_BINARY = FETCHED / "usr" / "lib" / "chromium" / "chromium"
 
