@@ -226,8 +226,7 @@ def imitated(specs: Specs, name: str) -> GpuSpec | None:
     """The catalogued card an unrecognised name looks like: the one whose catalogue name
     or NVML name has the longest skeleton found in the name's skeleton; None if none is."""
     shape = skeleton(name)
-    found = [(len(skeleton(known)), spec) for spec in specs.gpus
-             for known in (spec.name, *spec.names) if skeleton(known) in shape]
+    found = [(len(known), spec) for known, spec in _catalogued(specs).items() if known in shape]
     return max(found, key=lambda pair: pair[0])[1] if found else None
 
 
@@ -237,13 +236,18 @@ def not_yet_catalogued(specs: Specs, name: str) -> bool:
     catalogued NVML name written differently (same skeleton: "nvidia h200", "NVIDIA
     H2OO"). A CPU run's (empty) name holds no card."""
     unknown = [part for part in name.split(" + ") if part and specs.spec_of(part) is None]
-    return bool(unknown) and all(skeleton(part) not in _catalogued_skeletons(specs)
-                                 for part in unknown)
+    return bool(unknown) and all(skeleton(part) not in _catalogued(specs) for part in unknown)
 
 
 @functools.lru_cache(maxsize=4)
-def _catalogued_skeletons(specs: Specs) -> frozenset[str]:
-    return frozenset(skeleton(known) for spec in specs.gpus for known in (spec.name, *spec.names))
+def _catalogued(specs: Specs) -> dict[str, GpuSpec]:
+    """The skeleton of every catalogue name and NVML name, with its card (the first in
+    the catalogue's order where cards share one)."""
+    cards: dict[str, GpuSpec] = {}
+    for spec in specs.gpus:
+        for known in (spec.name, *spec.names):
+            cards.setdefault(skeleton(known), spec)
+    return cards
 
 
 def unrecognised_reason(specs: Specs, name: str) -> str:
