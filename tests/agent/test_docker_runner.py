@@ -25,7 +25,7 @@ pytestmark = pytest.mark.docker
 HERE = Path(__file__).resolve().parent
 # The shared package's portion (gpubench/), which the stand-in imports its events from.
 SHARED = HERE.parents[1] / "gpubench"
-# Moments over one start at which a Ctrl-C arrives.
+# Moments over one start and stop (or one probe) at which a Ctrl-C arrives.
 MOMENTS = 24
 REQUEST = WorkloadRequest(
     "B0", batch=8, settings={"gpus": 0, "epochs": 2, "image_size": 32, "limit_images": 48})

@@ -79,15 +79,15 @@ def _interrupts_held() -> Iterator[None]:
 
 
 def _remove(container: Any | None) -> None:
-    """Remove the container, running or not, when there is one; a Ctrl-C meanwhile is
-    held until the engine has answered, so that it cannot cut the request short."""
+    """Remove the container, running or not, when there is one. Call it in
+    _interrupts_held(): a Ctrl-C must not cut the request short, nor the clean-up
+    around it."""
     if container is None:
         return
-    with _interrupts_held():
-        try:
-            container.remove(force=True)
-        except Exception:  # noqa: BLE001 - already gone, being removed, or docker went away
-            pass
+    try:
+        container.remove(force=True)
+    except Exception:  # noqa: BLE001 - already gone, being removed, or docker went away
+        pass
 
 
 def image_digest(image: Any) -> str:
@@ -226,13 +226,14 @@ class DockerWorkload(Workload):
         )
 
     def close(self) -> None:
-        _remove(self._container)
-        self._reader.join(timeout=2)
-        self._log.close()
-        try:
-            self._client.close()
-        except Exception:  # noqa: BLE001
-            pass
+        with _interrupts_held():  # the container removed and the log closed, whatever comes
+            _remove(self._container)
+            self._reader.join(timeout=2)
+            self._log.close()
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001
+                pass
 
 
 class DockerRunner(Runner):
@@ -373,8 +374,9 @@ class DockerRunner(Runner):
                 f"{access.line if access else 'no way'} ({exc.explanation or exc}). "
                 f"{gpu_access.INSTALL_ADVICE}") from None
         finally:
-            _remove(container)
-            client.close()
+            with _interrupts_held():
+                _remove(container)
+                client.close()
         return output.decode("utf-8", "replace")
 
     def _volumes(self) -> dict[str, dict[str, str]]:
@@ -459,9 +461,10 @@ class DockerRunner(Runner):
             container.start()
             return workload
         except BaseException as exc:  # a Ctrl-C while starting included: leave nothing behind
-            _remove(container)
-            log.close()
-            client.close()
+            with _interrupts_held():
+                _remove(container)
+                log.close()
+                client.close()
             if isinstance(exc, docker.errors.APIError):
                 raise DockerUnavailable(f"cannot start the workload container ({exc})") from None
             raise
