@@ -31,6 +31,7 @@ from gpubench.agent.runners.base import (
     WorkloadRequest,
     events_from_lines,
 )
+from gpubench.agent.runners.host_paths import host_path
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import Event
 from gpubench.settings import WORKLOAD_MODULE
@@ -264,6 +265,7 @@ class DockerRunner(Runner):
         self.command = tuple(command)
         self.mounts = dict(mounts or {})
         self._access: gpu_access.GpuAccess | None = None
+        self._own: tuple[dict[str, Any] | None] | None = None  # (the inspect,), once asked
 
     @classmethod
     def from_options(cls, options: RunnerOptions) -> DockerRunner:
@@ -304,22 +306,30 @@ class DockerRunner(Runner):
         if not self.gpus:
             return None
         if self._access is None:
-            import docker
-
             client = self._client()
             try:
-                own = None
-                container_id = gpu_access.own_container_id()
-                if container_id is not None:
-                    try:
-                        own = client.containers.get(container_id).attrs
-                    except docker.errors.NotFound:
-                        own = None  # another engine's container: this host's files are ours
                 self._access = gpu_access.choose(self.gpu_way, engine=client.info(),
-                                                 own_container=own)
+                                                 own_container=self._own_container(client))
             finally:
                 client.close()
         return self._access
+
+    def _own_container(self, client: Any) -> dict[str, Any] | None:
+        """The engine's `inspect` of the agent's own container, asked once; None when the
+        agent runs on the host, or in a container of another engine (whose files are then
+        this host's as the engine sees them)."""
+        if self._own is None:
+            import docker
+
+            found: dict[str, Any] | None = None
+            container_id = gpu_access.own_container_id()
+            if container_id is not None:
+                try:
+                    found = client.containers.get(container_id).attrs
+                except docker.errors.NotFound:
+                    found = None
+            self._own = (found,)
+        return self._own[0]
 
     def _gpu_arguments(self) -> dict[str, Any]:
         """The containers.create/run arguments that give a container the GPUs."""
@@ -404,6 +414,36 @@ class DockerRunner(Runner):
             **extra,
         )
 
+    def _given_folders(self, client: Any, request: WorkloadRequest | SearchRequest,
+                       ) -> tuple[dict[str, dict[str, str]], list[str]]:
+        """The container's folders (this runner's, the data folder, a model file's
+        folder: read-only, under fixed paths) and the workload's arguments naming them
+        there. The engine reads each folder on the host: where the agent runs in a
+        container, through that container's mounts (host_paths.py)."""
+        own = self._own_container(client)
+        volumes = self._volumes()
+        args = request.arguments()
+        if request.setting("data") and request.setting("data") != "synthetic":
+            folder = str(Path(request.setting("data")).expanduser().resolve())
+            source = host_path(folder, own, what=f"--data {request.setting('data')}")
+            volumes[source] = {"bind": DATA_MOUNT, "mode": "ro"}
+            args[args.index("--data") + 1] = DATA_MOUNT
+        if models.kind_of(request.model) in (models.FILE, models.FUNCTION):
+            # A model file (or the Python file that builds it) goes in read-only, its
+            # folder under a fixed path: the model is named there.
+            file, colon, function = request.model.rpartition(":") if ":" in request.model \
+                else (request.model, "", "")
+            model_file = Path(file).expanduser().resolve()
+            if not model_file.is_file():
+                where = " in the agent's container (is its folder mounted?)" if own else ""
+                raise GpubenchError(f"--model {request.model}: no such file{where}",
+                                    exit_code=ExitCode.USAGE)
+            source = host_path(str(model_file.parent), own, what=f"--model {request.model}")
+            volumes[source] = {"bind": MODEL_MOUNT, "mode": "ro"}
+            args[args.index("--model") + 1] = (f"{MODEL_MOUNT}/{model_file.name}{colon}"
+                                               f"{function}")
+        return volumes, args
+
     def _missing_image(self) -> str:
         return (f"image {self.image}: not on this host (build it with docker/build.sh "
                 "workload, or docker pull it)")
@@ -432,22 +472,11 @@ class DockerRunner(Runner):
         except docker.errors.ImageNotFound:
             client.close()
             raise DockerUnavailable(self._missing_image()) from None
-        volumes = self._volumes()
-        args = request.arguments()
-        if request.setting("data") and request.setting("data") != "synthetic":
-            # The data folder goes in read-only, under a fixed path.
-            source = str(Path(request.setting("data")).expanduser().resolve())
-            volumes[source] = {"bind": DATA_MOUNT, "mode": "ro"}
-            args[args.index("--data") + 1] = DATA_MOUNT
-        if models.kind_of(request.model) in (models.FILE, models.FUNCTION):
-            # A model file (or the Python file that builds it) goes in read-only, its
-            # folder under a fixed path: the model is named there.
-            file, colon, function = request.model.rpartition(":") if ":" in request.model \
-                else (request.model, "", "")
-            model_file = Path(file).expanduser().resolve()
-            volumes[str(model_file.parent)] = {"bind": MODEL_MOUNT, "mode": "ro"}
-            args[args.index("--model") + 1] = (f"{MODEL_MOUNT}/{model_file.name}{colon}"
-                                               f"{function}")
+        try:
+            volumes, args = self._given_folders(client, request)
+        except BaseException:
+            client.close()
+            raise
         log = OutputLog(log_path)
         container = None
         try:
