@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,24 @@ from factories import make_run as _make_run
 
 # The report's end at 80 columns: --slowest N, and the skips with their reasons.
 pytest_plugins = ["report_at_80"]
+
+# Knobs of the test harness itself (which image, proxy or folder a test uses), not settings
+# of gpubench: kept. Every other GPUBENCH_* variable is a setting a user may have exported
+# (`make demo` suggests GPUBENCH_COLLECTOR and GPUBENCH_TOKEN): the tests never read it.
+HARNESS_VARIABLES = ("GPUBENCH_TEST_", "GPUBENCH_SITE_SCREENSHOTS", "GPUBENCH_HAPROXY",
+                     "GPUBENCH_CACHE")
+
+
+def users_settings(environ: dict[str, str] | os._Environ[str]) -> list[str]:
+    """The GPUBENCH_* variables of `environ` that are gpubench's settings, not the harness's."""
+    return sorted(name for name in environ if name.startswith("GPUBENCH_")
+                  and not name.startswith(HARNESS_VARIABLES) and not name.endswith("_IMAGE"))
+
+
+# Removed when the tests start (in every pytest-xdist worker too), before any fixture or
+# command a test starts could read them.
+for _name in users_settings(os.environ):
+    del os.environ[_name]
 
 
 @dataclass

@@ -97,3 +97,26 @@ def test_ruff_told_the_source_roots_finds_nothing() -> None:
     done = subprocess.run([ruff, "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+@pytest.mark.skipif(shutil.which("ruff", path=str(Path(sys.executable).parent)) is None,
+                    reason="ruff is part of the dev install")
+def test_ruff_leaves_what_a_build_writes_alone(tmp_path: Path) -> None:
+    """A from-source `pip install .` leaves build/ (and a wheel build dist/): the project's
+    ruff settings lint neither, nor the tools `make test` fetches into .tools/; the same
+    fault in the project's own folders is still found."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent))
+    shutil.copyfile(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for folder in ("build/lib/gpubench", "dist", ".tools/haproxy/usr/lib"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "leftover.py").write_text("import os\n")  # F401
+
+    def lint() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([ruff, "check", "--no-cache", "."], cwd=tmp_path,
+                              capture_output=True, text=True)
+
+    assert lint().returncode == 0, lint().stdout[-2000:]
+    (tmp_path / "gpubench").mkdir()
+    (tmp_path / "gpubench" / "fault.py").write_text("import os\n")
+    found = lint()
+    assert found.returncode == 1 and "gpubench/fault.py" in found.stdout, found.stdout
