@@ -406,7 +406,7 @@ def test_ctrl_c_stops_the_workload_and_records_the_run(tmp_path, fake_workload_c
             return True
 
     assert until(lambda: all(ended(pid) for pid in pids)), pids
-    [pending] = list((tmp_path / "spool" / "pending").iterdir())
+    [pending] = list((tmp_path / "spool" / "unfinished").iterdir())
     run = record.from_json(pending.read_text())
     assert run.config.model == "B0"  # B3 was never started
     assert run.result.status == record.RunStatus.RUN_STATUS_INTERRUPTED
@@ -436,11 +436,21 @@ def test_ctrl_c_ends_the_agent_at_once_and_pushes_nothing(tmp_path, fake_workloa
         seen.append(line)
     said = "".join(seen)
     assert "push:" not in said and "sent to the collector" not in said, said
-    [pending] = list((tmp_path / "spool" / "pending").iterdir())
+    [pending] = list((tmp_path / "spool" / "unfinished").iterdir())
     assert record.from_json(pending.read_text()).result.status == \
         record.RunStatus.RUN_STATUS_INTERRUPTED
     with Client(collector.address, collector.admin_token) as client:
         assert client.list_runs().empty
+    # A later push leaves it too, and says how to send it; asked, it sends it.
+    lab = with_token(env, collector.make_token("lab-push"))
+    pushed = agent(["push", "--collector", collector.address], lab)
+    said = " ".join(pushed.stderr.split())
+    assert pushed.returncode == 0 and "sent 0 run(s); 0 pending" in said, said
+    assert "1 run(s) that did not finish" in said and "--include-failed sends them" in said
+    with Client(collector.address, collector.admin_token) as client:
+        assert client.list_runs().empty
+    pushed = agent(["push", "--collector", collector.address, "--include-failed"], lab)
+    assert pushed.returncode == 0 and "sent 1 run(s)" in pushed.stderr, pushed.stderr
 
 
 def test_largest_batch_says_each_error_once_and_no_empty_table(tmp_path,

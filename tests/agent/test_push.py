@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpubench import record
 from gpubench.agent.push import (
     FreshConnection,
     RetryPolicy,
@@ -150,3 +151,27 @@ def test_backoff_grows_is_capped_and_jittered() -> None:
     policy = RetryPolicy(first_delay=1.0, max_delay=8.0)
     assert [policy.delay(n, lambda: 1.0) for n in range(1, 6)] == [1, 2, 4, 8, 8]
     assert [policy.delay(n, lambda: 0.0) for n in range(1, 6)] == [0.5, 1, 2, 4, 4]
+
+
+def test_a_run_that_did_not_finish_is_sent_only_when_asked(tmp_path: Path, collector,
+                                                           make_run) -> None:
+    """An interrupted or failed run is kept in unfinished/ and never sent by a plain push;
+    one an older agent left in pending/ is moved there. A run that ran out of memory is a
+    finding (the batch does not fit) and is sent."""
+    spool = Spool(tmp_path)
+    ok, oom = make_run(), make_run(status="out_of_memory", model="B7")
+    interrupted, failed = make_run(status="interrupted"), make_run(status="error")
+    for run in (ok, oom, interrupted, failed):
+        spool.write(run)
+    assert {e.path.stem for e in spool.unfinished()} == {interrupted.run_id, failed.run_id}
+    legacy = make_run(status="interrupted")
+    (tmp_path / "pending" / f"{legacy.run_id}.json").write_text(record.to_json(legacy))
+    with Client(collector.address, collector.make_token("lab")) as client:
+        report = push_pending(spool, client, FAST)
+        assert sorted(report.sent) == sorted([ok.run_id, oom.run_id])
+        assert report.kept == [f"{legacy.run_id}.json"] and report.ok
+        assert stored_ids(collector) == {ok.run_id, oom.run_id}
+        assert spool.counts()["unfinished"] == 3 and not spool.pending()
+        asked = push_pending(spool, client, FAST, include_failed=True)
+    assert sorted(asked.sent) == sorted(r.run_id for r in (interrupted, failed, legacy))
+    assert not spool.unfinished() and spool.counts()["sent"] == 5

@@ -24,7 +24,8 @@ def test_write_then_read_back(tmp_path: Path, make_run) -> None:
     [entry] = spool.pending()
     assert spool.load(entry) == run
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
-    assert spool.counts() == {"pending": 1, "sent": 0, "refused": 0, "damaged": 0}
+    assert spool.counts() == {"pending": 1, "unfinished": 0, "sent": 0, "refused": 0,
+                             "damaged": 0}
 
 
 def test_moves_keep_the_file_and_its_reason(tmp_path: Path, make_run) -> None:
@@ -35,7 +36,8 @@ def test_moves_keep_the_file_and_its_reason(tmp_path: Path, make_run) -> None:
     spool.mark_sent(first)
     refused = spool.mark_refused(second, "run.config.model: unknown 'B9'")
     damaged = spool.mark_damaged(third, "not valid JSON")
-    assert spool.counts() == {"pending": 0, "sent": 1, "refused": 1, "damaged": 1}
+    assert spool.counts() == {"pending": 0, "unfinished": 0, "sent": 1, "refused": 1,
+                             "damaged": 1}
     assert refused.reason == "run.config.model: unknown 'B9'"
     assert spool.entries("damaged")[0].reason == "not valid JSON" == damaged.reason
     assert (tmp_path / "sent" / first.name).exists()

@@ -364,6 +364,13 @@ def _report(outcome: Any, display: Any, as_json: bool, collector: str | None,
     if not outcome.runs:
         return
     display.console.print(summary_table(outcome.runs))
+    from gpubench.agent.spool import finished
+
+    unfinished = [run.config.model for run in outcome.runs if not finished(run)]
+    if unfinished:
+        display.note(f"{', '.join(unfinished)}: did not finish, so kept in the spool's "
+                     "unfinished/ folder and not sent (`gpubench-agent push "
+                     "--include-failed` sends it)")
     push = outcome.push
     if push is None or push.stopped is not None or not collector:
         if push is not None and push.left:
@@ -444,10 +451,14 @@ def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image
 @main.command(context_settings=CONTEXT)
 @collector_options
 @spool_option
+@click.option("--include-failed", is_flag=True,
+              help="Also send the runs that did not finish (interrupted, or failed: "
+                   "kept in the spool's unfinished/ folder), which others then see.")
 @handles_errors
 def push(collector: str | None, token: str | None, ca: Path | None,
-         spool_dir: Path | None) -> int:
-    """Send the runs waiting in the spool to the collector."""
+         spool_dir: Path | None, include_failed: bool) -> int:
+    """Send the runs waiting in the spool to the collector (not those that did not
+    finish, unless --include-failed)."""
     from rich.console import Console
 
     from gpubench.agent.push import FreshConnection, RetryPolicy, push_pending
@@ -463,7 +474,7 @@ def push(collector: str | None, token: str | None, ca: Path | None,
     with FreshConnection(_client_factory(collector, token, ca, retry.call_timeout,
                                          origins)) as client:
         report = push_pending(
-            spool, client, retry,
+            spool, client, retry, include_failed=include_failed,
             on_retry=lambda n, pause, error: console.print(
                 f"{error}; trying again in {pause:.1f} s", style="yellow", highlight=False),
         )
@@ -474,6 +485,12 @@ def push(collector: str | None, token: str | None, ca: Path | None,
         console.print(f"refused by the collector, moved to {spool.root / 'refused' / name}: "
                       f"{reason}", style="red", highlight=False)
     console.print(f"sent {len(report.sent)} run(s); {report.left} pending", highlight=False)
+    unsent = len(spool.unfinished())
+    if unsent:
+        console.print(wrap_message("", f"{unsent} run(s) that did not finish (interrupted or "
+                                   f"failed) kept unsent in {spool.root / 'unfinished'}: "
+                                   "--include-failed sends them", console.width),
+                      highlight=False, soft_wrap=True)
     if report.stopped is not None:
         console.print(str(report.stopped), style="red", highlight=False)
         return EXIT_AUTH if isinstance(report.stopped, AccessDenied) else EXIT_UNAVAILABLE

@@ -4,8 +4,10 @@ Only errors the collector or the network call retryable (unreachable, deadline
 passed, over a rate limit) are retried, a bounded number of times within a
 bounded time; resending is safe because the collector is idempotent on run_id.
 A run the collector refuses goes to refused/; an unreadable file to damaged/;
-either way the other runs still go. If the collector stays unreachable, or the
-token is refused, the push stops and the runs stay pending.
+either way the other runs still go. A run that did not finish (interrupted or failed) is
+sent only when asked (`include_failed`); one found in pending/ moves to unfinished/.
+If the collector stays unreachable, or the token is refused, the push stops and the runs
+stay pending.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpubench.agent.spool import Spool, SpoolEntry
+from gpubench.agent.spool import Spool, SpoolEntry, finished
 from gpubench.errors import (
     AccessDenied,
     GpubenchError,
@@ -122,6 +124,7 @@ class PushReport:
     sent: list[str] = field(default_factory=list)  # run ids acknowledged
     refused: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
     damaged: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
+    kept: list[str] = field(default_factory=list)  # unfinished runs' files, not sent
     stopped: GpubenchError | None = None  # why the push stopped early (runs kept)
     left: int = 0  # runs still pending afterwards
 
@@ -137,14 +140,22 @@ def push_one(
     client: Submitter,
     report: PushReport,
     policy: RetryPolicy = RetryPolicy(),
+    *,
+    include_failed: bool = False,
     **retry_options: Any,
 ) -> bool:
-    """Push one spooled run; False when the push as a whole must stop (`report.stopped`)."""
+    """Push one spooled run (one that did not finish only with `include_failed`); False
+    when the push as a whole must stop (`report.stopped`)."""
     try:
         run = spool.load(entry)
     except InvalidRecord as exc:
         spool.mark_damaged(entry, str(exc))
         report.damaged.append((entry.name, str(exc)))
+        return True
+    if not finished(run) and not include_failed:
+        if entry.folder == "pending":
+            spool.mark_unfinished(entry)
+        report.kept.append(entry.name)
         return True
     try:
         submit_with_retries(client, run, policy, **retry_options)
@@ -173,14 +184,18 @@ def push_pending(
     policy: RetryPolicy = RetryPolicy(),
     *,
     only: set[str] | None = None,
+    include_failed: bool = False,
     **retry_options: Any,
 ) -> PushReport:
-    """Push every pending run (or those whose file stems are in `only`), oldest first."""
+    """Push every pending run (or those whose file stems are in `only`), oldest first;
+    with `include_failed`, the unfinished ones too."""
     report = PushReport()
-    for entry in spool.pending():
+    entries = spool.pending() + (spool.unfinished() if include_failed else [])
+    for entry in sorted(entries, key=lambda e: e.path.stat().st_mtime):
         if only is not None and entry.path.stem not in only:
             continue
-        if not push_one(spool, entry, client, report, policy, **retry_options):
+        if not push_one(spool, entry, client, report, policy, include_failed=include_failed,
+                        **retry_options):
             break
     report.left = len(spool.pending())
     return report

@@ -1,6 +1,8 @@
-"""The spool: every finished run on disk before any push, so nothing is lost.
+"""The spool: every run on disk before any push, so nothing is lost.
 
     <spool>/pending/<run_id>.json   written atomically, waiting to be pushed
+    <spool>/unfinished/<run_id>.json  interrupted or failed: kept, sent only when asked
+                                    (`gpubench-agent push --include-failed`)
     <spool>/sent/<run_id>.json      acknowledged by the collector
     <spool>/refused/<run_id>.json   the collector refused it (a .reason file says why)
     <spool>/damaged/<name>          could not be read back (a .reason file says why)
@@ -22,7 +24,11 @@ from gpubench.errors import DataError, InvalidRecord
 from gpubench.v1 import run_pb2
 
 SPOOL_ENV = "GPUBENCH_SPOOL"
-FOLDERS = ("pending", "sent", "refused", "damaged")
+FOLDERS = ("pending", "unfinished", "sent", "refused", "damaged")
+# A run that ended in one of these measured something (a speed, or that the batch did not
+# fit): it is sent. An interrupted or failed one (an error, a kill) is kept out of the
+# comparisons of everyone's runs unless its owner sends it on purpose.
+FINISHED = (run_pb2.RunStatus.RUN_STATUS_OK, run_pb2.RunStatus.RUN_STATUS_OUT_OF_MEMORY)
 _TMP_PREFIX = ".tmp-"
 _RUN_ID = re.compile(r"^[0-9a-fA-F-]{1,64}$")
 
@@ -33,6 +39,11 @@ def default_spool_dir() -> Path:
         return Path(os.environ[SPOOL_ENV]).expanduser()
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data_home).expanduser() / "gpubench" / "spool"
+
+
+def finished(run: run_pb2.Run) -> bool:
+    """Whether `run` ran to an end worth comparing (FINISHED)."""
+    return run.result.status in FINISHED
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -84,10 +95,12 @@ class Spool:
         return path
 
     def write(self, run: run_pb2.Run) -> Path:
-        """Store a finished run in pending/ (atomically); returns its path."""
+        """Store a run (atomically) in pending/, or in unfinished/ when it did not finish;
+        returns its path."""
         if not _RUN_ID.match(run.run_id):
             raise InvalidRecord("run_id", f"{run.run_id!r} cannot name a spool file")
-        path = self.folder("pending") / f"{run.run_id}.json"
+        folder = "pending" if finished(run) else "unfinished"
+        path = self.folder(folder) / f"{run.run_id}.json"
         try:
             write_atomically(path, record.to_json(run) + "\n")
         except OSError as exc:
@@ -109,6 +122,10 @@ class Spool:
     def pending(self) -> list[SpoolEntry]:
         """Runs waiting to be pushed, oldest first."""
         return self.entries("pending")
+
+    def unfinished(self) -> list[SpoolEntry]:
+        """Interrupted or failed runs, kept unsent, oldest first."""
+        return self.entries("unfinished")
 
     def counts(self) -> dict[str, int]:
         """How many files each folder holds."""
@@ -138,6 +155,11 @@ class Spool:
     def mark_sent(self, entry: SpoolEntry) -> SpoolEntry:
         """The collector acknowledged it: move it to sent/."""
         return self._move(entry, "sent")
+
+    def mark_unfinished(self, entry: SpoolEntry) -> SpoolEntry:
+        """It did not finish (a pending run spooled before unfinished/ existed): move it
+        to unfinished/."""
+        return self._move(entry, "unfinished")
 
     def mark_refused(self, entry: SpoolEntry, reason: str) -> SpoolEntry:
         """The collector refused it for good: move it to refused/ with the reason."""
