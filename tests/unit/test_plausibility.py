@@ -86,19 +86,24 @@ def test_every_verified_figure_is_its_records() -> None:
 
 
 def test_every_verified_run_is_the_fastest_real_run_of_its_configuration() -> None:
+    # Of the EfficientNets and the built-in transformers at their native size (the
+    # EfficientNets' pure-Keras runs are early ones: ceilings.py's `verified_about`).
+    specs = ceilings.specs()
     fastest: dict[tuple, float] = {}
     for _, data in RECORDS:
         run = record.from_dict(data)
         cfg = run.config
         if (run.published or cfg.gpu_count != 1 or run.result.status != 1
-                or cfg.image_size != record.NATIVE_IMAGE_SIZE[cfg.model]):
+                or cfg.model not in (*specs.models, *ceilings.COMPUTE)
+                or plausibility.pixels(cfg) != 1):
             continue
-        key = (record.normalize_gpu_name(run.gpus[0].name), cfg.model,
+        key = (specs.spec_of(record.normalize_gpu_name(run.gpus[0].name)).name, cfg.model,
                record.settings_label(cfg), cfg.precision, record.batch_rule(cfg))
         fastest[key] = max(fastest.get(key, 0), round(plausibility.claimed_rate(run)))
-    table = {("NVIDIA " + v.gpu, v.model, v.settings, v.precision, v.batch_rule):
-             v.images_per_second for v in ceilings.specs().verified}
-    assert table == {key: rate for key, rate in fastest.items() if key[2] != "keras"}
+    table = {(v.gpu, v.model, v.settings, v.precision, v.batch_rule):
+             v.images_per_second for v in specs.verified}
+    assert table == {key: rate for key, rate in fastest.items()
+                     if key[2] != "keras" or key[1] in ceilings.COMPUTE}
 
 
 def test_every_card_has_its_compute_capability_and_source() -> None:
@@ -108,14 +113,19 @@ def test_every_card_has_its_compute_capability_and_source() -> None:
         assert spec.source, spec.name
 
 
-def test_the_ceilings_of_a_t4_running_b0() -> None:
+# The catalogue without its verified runs: a card held to its peaks alone, as a model
+# that no card has verified runs of is.
+PEAKS_ONLY = ceilings.Specs(ceilings.specs().gpus, ceilings.specs().models, ())
+
+
+def test_the_peak_ceilings_of_a_t4_running_b0() -> None:
     # 8.1 TFLOP/s / 2.3 GFLOP = 3,522 img/s; 320 GB/s / (101.8 MB / 2) = 6,287 img/s.
     just_under = make_run(gpu_name="Tesla T4", train_images_per_second=3500.0,
                           epoch2_seconds=1709 / 3500.0 / 0.82)
-    assert plausibility.implausibilities(just_under) == []
+    assert plausibility.implausibilities(just_under, PEAKS_ONLY) == []
     over = make_run(gpu_name="Tesla T4", train_images_per_second=3600.0,
                     epoch2_seconds=1709 / 3600.0 / 0.82)
-    [reason] = plausibility.implausibilities(over)
+    [reason] = plausibility.implausibilities(over, PEAKS_ONLY)
     assert reason.startswith("B0 at 3,600 training images/s is more than 1x Tesla T4 can "
                              "compute (8 TFLOP/s at 2.3 GFLOP an image: at most 3,522 img/s)")
 
@@ -124,15 +134,74 @@ def test_a_smaller_image_is_held_to_a_ceiling_as_much_higher() -> None:
     # At 112 px an image costs a quarter: four times the 224 px ceilings.
     smoke = make_run(gpu_name="Tesla T4", image_size=112, train_images_per_second=12_000.0,
                      epoch2_seconds=1709 / 12_000.0 / 0.82)
-    assert plausibility.implausibilities(smoke) == []
+    assert plausibility.implausibilities(smoke, PEAKS_ONLY) == []
+    expected = ceilings.specs().expectation(ceilings.specs().card("Tesla T4"), "B0", "keras",
+                                            "float32", "given")
+    rate = 4 * expected.ceiling * 0.95
+    assert plausibility.implausibilities(make_run(
+        gpu_name="Tesla T4", image_size=112, train_images_per_second=rate,
+        epoch2_seconds=1709 / rate / 0.82)) == []
 
 
 def test_mixed_precision_may_use_the_tensor_cores() -> None:
     # A T4 has 65 TFLOP/s in fp16 but 8.1 in fp32: 5,000 img/s only under mixed precision.
     fast = dict(train_images_per_second=5000.0, epoch2_seconds=1709 / 5000.0 / 0.82)
-    assert plausibility.implausibilities(make_run(gpu_name="Tesla T4", **fast))
+    assert plausibility.implausibilities(make_run(gpu_name="Tesla T4", **fast), PEAKS_ONLY)
     assert plausibility.implausibilities(
-        make_run(gpu_name="Tesla T4", precision="mixed_float16", **fast)) == []
+        make_run(gpu_name="Tesla T4", precision="mixed_float16", **fast), PEAKS_ONLY) == []
+
+
+def test_a_card_without_verified_runs_is_held_to_the_h200_s_scaled() -> None:
+    # A T4 against the H200's default B0 run (2,760 img/s): the geometric mean of their
+    # bandwidth (320 / 4,800 GB/s) and fp32 (8.1 / 67 TFLOP/s) ratios, 0.0898: 248 img/s
+    # expected, 2.5x that (1.25 for the configuration, 2 for the card) at most.
+    specs = ceilings.specs()
+    expected = specs.expectation(specs.card("Tesla T4"), "B0", "kernels+cuda-graphs",
+                                 "float32", "steps")
+    assert expected.verified.gpu == "H200" and expected.verified.images_per_second == 2760
+    assert expected.scale == pytest.approx(((320 / 4800) * (8.1 / 67)) ** 0.5)
+    assert expected.margin == ceilings.SAME_CONFIGURATION_MARGIN * ceilings.CARD_MARGIN
+    base = record.from_dict(json.loads(
+        (ROOT / "docs/results/runs/h200-b0-default.json").read_text()))
+
+    def on_a_t4(rate: float) -> object:
+        run = type(base)()
+        run.CopyFrom(base)
+        run.gpus[0].name, run.gpus[0].memory_total_bytes = "Tesla T4", 15 << 30
+        run.gpus[0].power_limit_watts = 70.0
+        factor = rate / plausibility.claimed_rate(base)
+        for epoch in run.result.epochs:
+            for name in ("wall_seconds", "train_seconds", "validation_seconds"):
+                setattr(epoch, name, getattr(epoch, name) / factor)
+            epoch.energy_joules = epoch.mean_power_watts = epoch.max_power_watts = 0.0
+        res = run.result
+        res.energy_per_epoch_joules = res.mean_power_watts = res.max_power_watts = 0.0
+        res.epoch2_seconds /= factor
+        res.startup_seconds /= factor
+        res.step_time_median_seconds /= factor
+        res.train_images_per_second *= factor
+        return run
+
+    assert plausibility.implausibilities(on_a_t4(expected.ceiling * 0.98)) == []
+    [reason] = plausibility.implausibilities(on_a_t4(expected.ceiling * 1.02))
+    assert f"more than the {expected.ceiling:,.0f} img/s 1x Tesla T4 may reach: 2.5x the " \
+           f"{expected.rate:,.0f} img/s expected of it, the verified H200 run of " \
+           "kernels+cuda-graphs, float32, batch rule steps (2,760 img/s a GPU, " \
+           "docs/results/h200-default-run/call5-default-b0.json) scaled by 0.0898" in reason
+
+
+def test_the_transformers_scale_with_their_precision_s_compute() -> None:
+    specs = ceilings.specs()
+    lm = specs.expectation(specs.card("A100 SXM4 80GB"), "GPT2-small", "keras",
+                           "mixed_bfloat16", "steps")
+    # No bfloat16 run of the language model is verified: the H200's float32 run, the
+    # fastest of any configuration, scaled by the bf16 tensor cores (312 / 989.4).
+    assert lm.verified.precision == "float32" and lm.verified.gpu == "H200"
+    assert lm.scale == pytest.approx(312 / 989.4)
+    assert lm.margin == ceilings.VERIFIED_MARGIN * ceilings.CARD_MARGIN
+    # A user's own model: no card has verified runs of it, nothing is expected.
+    assert specs.expectation(specs.card("Tesla T4"), "ConvNeXtTiny", "keras", "float32",
+                             "steps") is None
 
 
 def test_two_cards_are_held_to_twice_one() -> None:

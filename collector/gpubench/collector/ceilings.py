@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,20 @@ SAME_PRECISION_MARGIN = 1.5
 # configuration, far wider (torchvision's own B0 trains 5,136 img/s in bfloat16 on the
 # H200, 1.3x gpubench's fastest there, 3,941; float32 may not use the 16-bit units).
 VERIFIED_MARGIN = 4.0
+# A card without verified runs of its own is expected to train as fast as a card with
+# them, scaled by the two cards' figures the way the model's training scales
+# (`card_scale`); real cards land up to 1.81x from that expectation (the largest of the
+# pairs in docs/protocol.md, "Expected of a card": bench/plausibility_margins.py
+# --cards prints them), so a run is held to this many times it, on top of the margin of
+# the verified run's own configuration.
+CARD_MARGIN = 2.0
+# The EfficientNets scale with the geometric mean of the ratios of memory bandwidth and
+# fp32 TFLOP/s (their depthwise convolutions and element-wise work wait on memory, their
+# other convolutions on the cores): every published pair lands within 0.55-1.81x of
+# it, where bandwidth alone spans 0.44-2.27x and fp32 alone 0.29-3.50x. The transformers
+# scale with the compute their precision runs on.
+BANDWIDTH_AND_COMPUTE = ("B0", "B3", "B7")
+COMPUTE = ("ViT-B16", "GPT2-small")
 # The memory a training image holds (the batch search's slope) is written at least once
 # per step; only part of it is assumed, so the bound stays below any real run: half at
 # float32 (XLA or another layout may keep less), a quarter in 16-bit precision.
@@ -71,6 +86,13 @@ class GpuSpec:
     bf16_tflops: float = 0.0  # 0: no bfloat16 unit (before Ampere)
     fp8_tflops: float = 0.0  # 0: no 8-bit float unit (before Ada and Hopper); no run uses it
     note: str = ""  # which variant's figure a column holds, where the card's vary
+
+    def training_tflops(self, precision: str) -> float:
+        """The rate a model's training scales with at this precision: the CUDA cores'
+        fp32 (torch's matmuls run there in float32 by default), under mixed precision
+        the 16-bit tensor cores where the card has them."""
+        sixteen = self.bf16_tflops if precision == "mixed_bfloat16" else self.fp16_tflops
+        return self.fp32_tflops if precision == "float32" else max(self.fp32_tflops, sixteen)
 
     def peak_tflops(self, precision: str) -> float:
         """The highest rate the run's precision may use: float32 runs may use TF32
@@ -110,6 +132,42 @@ class Bound:
     verified: Verified
     margin: float
     alike: str  # which of the run's configuration the verified run shares, in words
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a run of one card, model and configuration is expected to reach (one GPU,
+    the native size): a verified run, of the card or of another scaled to it, and how
+    far past it a real run may go."""
+
+    rate: float  # images (a language model's tokens) a second
+    margin: float
+    verified: Verified
+    alike: str  # which of the run's configuration the verified run shares, in words
+    scale: float = 1.0  # the card's figures over the verified run's card's (card_scale)
+
+    @property
+    def ceiling(self) -> float:
+        """The most a real run of the card may claim: the expectation times its margin."""
+        return self.rate * self.margin
+
+
+def card_scale(model: str, precision: str, card: GpuSpec, reference: GpuSpec) -> float | None:
+    """How much faster `card` trains `model` than `reference` is expected to
+    (BANDWIDTH_AND_COMPUTE, COMPUTE); None for a model of neither."""
+    if model in BANDWIDTH_AND_COMPUTE:  # at any precision: the fit was made so
+        return math.sqrt(card.bandwidth_gb_s / reference.bandwidth_gb_s
+                         * card.fp32_tflops / reference.fp32_tflops)
+    if model in COMPUTE:
+        return card.training_tflops(precision) / reference.training_tflops(precision)
+    return None
+
+
+def scaling_words(model: str) -> str:
+    """How `card_scale` scales a model, in words."""
+    if model in BANDWIDTH_AND_COMPUTE:
+        return "the geometric mean of the cards' memory bandwidth and fp32 TFLOP/s ratios"
+    return "the cards' TFLOP/s ratio at the run's precision"
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,6 +219,33 @@ class Specs:
         return next((Bound(best, margin, words) for best, margin, words in tiers
                      if best is not None), None)
 
+    def expectation(self, spec: GpuSpec, model: str, settings: str, precision: str,
+                    batch_rule: str) -> Expectation | None:
+        """What a run of this card, model and configuration is expected to reach: its
+        own verified run (`bound_of`), else another card's scaled by `card_scale` with
+        CARD_MARGIN on top (the nearest configuration first, then the nearest card);
+        None when no card has a verified run of the model or the model does not scale."""
+        own = self.bound_of(spec, model, settings, precision, batch_rule)
+        if own is not None:
+            return Expectation(own.verified.images_per_second, own.margin, own.verified,
+                               own.alike)
+        found = []
+        for other in dict.fromkeys(v.gpu for v in self.verified if v.model == model):
+            reference = self.card(other)
+            bound = self.bound_of(reference, model, settings, precision, batch_rule)
+            scale = card_scale(model, precision, spec, reference)
+            if bound is not None and scale:
+                found.append((bound.margin, abs(math.log(scale)), bound, scale))
+        if not found:
+            return None
+        _, _, bound, scale = min(found, key=lambda item: item[:2])
+        return Expectation(bound.verified.images_per_second * scale,
+                           bound.margin * CARD_MARGIN, bound.verified, bound.alike, scale)
+
+    def card(self, name: str) -> GpuSpec:
+        """The catalogue's row of that name (a row's `name`, not an NVML name)."""
+        return next(spec for spec in self.gpus if spec.name == name)
+
     def fastest(self, spec: GpuSpec, model: str, **configuration: str) -> Verified | None:
         """The fastest verified run of a card and model whose configuration has the given
         values (settings, precision, batch_rule: each left out matches any); None if none."""
@@ -180,7 +265,7 @@ def read_specs(path: Path = SPECS_FILE) -> Specs:
         raise ValueError(f"{path}: not a GPU table ({exc})") from exc
     names = {g.name for g in gpus}
     for row in verified:
-        if row.gpu not in names or row.model not in models:
+        if row.gpu not in names or (row.model not in models and row.model not in COMPUTE):
             raise ValueError(f"{path}: verified run of {row.gpu} {row.model}: no such GPU or model")
     return Specs(gpus, models, verified)
 

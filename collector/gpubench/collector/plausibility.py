@@ -218,17 +218,27 @@ def _steps(found: list[tuple[str, str]], cfg: run_pb2.Config, res: run_pb2.Resul
 
 
 def claimed_rate(run: run_pb2.Run) -> float:
-    """The most the record claims, in training images per second: its images/s, or its
-    training images over the measured epoch's training (or whole) time; 0 if none."""
+    """The most the record claims, in its unit a second (training images, a language
+    model's tokens): its rate, or its training samples over the measured epoch's
+    training (or whole) time; 0 if none."""
     res, cfg = run.result, run.config
     rates = [res.train_images_per_second]
     epoch = record.measured_epoch(run)
-    if cfg.train_images:
+    each = models.per_sample(models.unit_of(cfg.model, cfg.unit), cfg.input_spec)
+    if cfg.train_images and each:
         if epoch is not None and epoch.train_seconds > 0:
-            rates.append(cfg.train_images / epoch.train_seconds)
+            rates.append(cfg.train_images * each / epoch.train_seconds)
         if res.epoch2_seconds > 0:
-            rates.append(cfg.train_images / res.epoch2_seconds)
+            rates.append(cfg.train_images * each / res.epoch2_seconds)
     return max((r for r in rates if r > 0 and math.isfinite(r)), default=0.0)
+
+
+def pixels(config: run_pb2.Config) -> float:
+    """How many times the pixels of its model's native size the run's images have (a
+    training image's cost scales with them); 1 where the model has no native size."""
+    native = (record.NATIVE_IMAGE_SIZE.get(config.model)
+              or models.STANDARD_IMAGE_SIZE.get(config.model, 0))
+    return (config.image_size / native) ** 2 if native and config.image_size else 1.0
 
 
 def implausibilities(run: run_pb2.Run, specs: ceilings.Specs | None = None) -> list[str]:
@@ -258,6 +268,7 @@ def implausibilities(run: run_pb2.Run, specs: ceilings.Specs | None = None) -> l
     reasons = list(dict.fromkeys(reasons))  # one line for several cards alike
     if run.result.status == run_pb2.RUN_STATUS_OK:
         reasons += _too_fast(run, specs, cards)
+        reasons += _beyond_expectation(run, specs, cards)
         reasons += _energy_beyond_cards(run, [spec for _, spec, _ in cards])
     return reasons
 
@@ -270,20 +281,20 @@ def _too_fast(run: run_pb2.Run, specs: ceilings.Specs,
     rate = claimed_rate(run)
     if cost is None or not native or not cfg.image_size or not rate:
         return []
-    pixels = (cfg.image_size / native) ** 2  # an image's cost scales with its pixels
+    share = pixels(cfg)  # an image's cost scales with its pixels
     what = f"{cfg.model} at {_rate_text(rate)} training images/s"
     names = " + ".join(dict.fromkeys(name for name, _, _ in cards))
     known = all(found for _, _, found in cards)
     whose = f"{len(cards)}x {names}" if known else f"{len(cards)} GPU(s) as fast as any known"
     reasons = []
     flops = sum(spec.peak_tflops(cfg.precision) for _, spec, _ in cards) * 1e12
-    most = flops / (cost.gflop_per_image * 1e9 * pixels)
+    most = flops / (cost.gflop_per_image * 1e9 * share)
     if rate > most:
         reasons.append(f"{what} is more than {whose} can compute ({flops / 1e12:,.0f} TFLOP/s at "
-                       f"{cost.gflop_per_image * pixels:.3g} GFLOP an image: at most "
+                       f"{cost.gflop_per_image * share:.3g} GFLOP an image: at most "
                        f"{_rate_text(most)} img/s)")
     bandwidth = sum(spec.bandwidth_gb_s for _, spec, _ in cards) * 1e9
-    written = cost.mb_per_image * 1e6 * pixels * ceilings.written_share(cfg.precision)
+    written = cost.mb_per_image * 1e6 * share * ceilings.written_share(cfg.precision)
     most = bandwidth / written
     if rate > most:
         reasons.append(f"{what} is more than the memory of {whose} can write ("
@@ -296,23 +307,47 @@ def _too_fast(run: run_pb2.Run, specs: ceilings.Specs,
         best = max((v for v in specs.verified if v.model == cfg.model),
                    key=lambda v: v.images_per_second, default=None)
         if best is not None:
-            most = best.images_per_second * len(cards) / pixels * ceilings.VERIFIED_MARGIN
+            most = best.images_per_second * len(cards) / share * ceilings.VERIFIED_MARGIN
             if rate > most:
                 reasons.append(f"{what} is more than {ceilings.VERIFIED_MARGIN:g}x the fastest "
                                f"verified run of any card ({_rate_text(best.images_per_second)}"
                                f" img/s a GPU, {best.gpu}, {best.record})")
-    if known and len({spec.name for _, spec, _ in cards}) == 1:
-        bound = specs.bound_of(cards[0][1], cfg.model, record.settings_label(cfg),
-                               cfg.precision, record.batch_rule(cfg))
-        if bound is not None:
-            best = bound.verified
-            most = best.images_per_second * len(cards) / pixels * bound.margin
-            if rate > most:
-                reasons.append(f"{what} is more than {bound.margin:g}x the fastest verified "
-                               f"{cards[0][0]} run of {bound.alike} "
-                               f"({_rate_text(best.images_per_second)} img/s a GPU, "
-                               f"{best.record})")
     return reasons
+
+
+def _beyond_expectation(run: run_pb2.Run, specs: ceilings.Specs,
+                        cards: list[tuple[str, ceilings.GpuSpec, bool]]) -> list[str]:
+    """Why the run is faster than its card may be (empty: it is not, or nothing is
+    expected of it): past the margin over the card's verified run of its configuration,
+    or over another card's scaled to it (ceilings.Specs.expectation). Several cards of
+    one kind are held to as many times one; a mix of kinds, to the peaks alone."""
+    cfg = run.config
+    rate = claimed_rate(run)
+    if not rate or not all(found for _, _, found in cards) or \
+            len({spec.name for _, spec, _ in cards}) != 1:
+        return []
+    name, spec, _ = cards[0]
+    expected = specs.expectation(spec, cfg.model, record.settings_label(cfg), cfg.precision,
+                                 record.batch_rule(cfg))
+    if expected is None:
+        return []
+    per_run = len(cards) / pixels(cfg)
+    if rate <= expected.ceiling * per_run:
+        return []
+    tokens = models.unit_of(cfg.model, cfg.unit) == models.TOKENS
+    unit = "tok/s" if tokens else "img/s"
+    what = f"{cfg.model} at {_rate_text(rate)} training {'tokens' if tokens else 'images'}/s"
+    best = expected.verified
+    if best.gpu == spec.name:
+        return [f"{what} is more than {expected.margin:g}x the fastest verified {name} run "
+                f"of {expected.alike} ({_rate_text(best.images_per_second)} {unit} a GPU, "
+                f"{best.record})"]
+    return [f"{what} is more than the {_rate_text(expected.ceiling * per_run)} {unit} "
+            f"{len(cards)}x {name} may reach: {expected.margin:g}x the "
+            f"{_rate_text(expected.rate * per_run)} {unit} expected of it, the verified "
+            f"{best.gpu} run of {expected.alike} ({_rate_text(best.images_per_second)} {unit} "
+            f"a GPU, {best.record}) scaled by {expected.scale:.3g}, "
+            f"{ceilings.scaling_words(cfg.model)}"]
 
 
 def _cpu_too_fast(run: run_pb2.Run, specs: ceilings.Specs) -> list[str]:
