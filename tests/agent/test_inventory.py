@@ -62,3 +62,12 @@ def test_no_driver_is_one_line_and_a_cpu_only_inventory() -> None:
     assert found.no_gpu_reason.endswith("running CPU-only")
     assert "\n" not in found.no_gpu_reason
     assert found.to_dict()["gpus"] == []
+
+
+def test_the_host_line_says_the_memory_a_container_may_use() -> None:
+    from gpubench.agent.inventory import host_line
+
+    host = {"cpu_model": "Xeon", "cpu_cores": 2, "ram_bytes": str(24 << 30), "os": "Linux"}
+    limited = host_line({"host": host, "usable_ram_bytes": 8 << 30})
+    assert "24 GiB RAM (8.0 GiB of it usable here: the cgroup's limit)" in limited
+    assert "usable" not in host_line({"host": host, "usable_ram_bytes": 24 << 30})

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from gpubench.agent.assemble import decide_ending
+from gpubench.agent.inventory import ram_bytes
+from gpubench.agent.memory_cgroup import MemoryCgroup, this_cgroup, usable_memory
 from gpubench.agent.runners.base import WorkloadRequest
 from gpubench.agent.runners.local import LocalRunner
 from gpubench.v1 import run_pb2
@@ -94,12 +97,71 @@ def test_an_oom_exit_code_without_an_event(fake_workload_command, tmp_path) -> N
     assert "ResourceExhaustedError" in end.message
 
 
-def test_a_killed_child_is_an_interrupted_run(fake_workload_command, tmp_path) -> None:
-    events, outcome = run_to_end(fake_workload_command, "sigkill", tmp_path)
+def test_a_child_killed_by_another_is_an_error_not_an_interruption(
+        fake_workload_command, tmp_path) -> None:
+    counter = tmp_path / "memory.events"
+    counter.write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    runner = LocalRunner(fake_workload_command,
+                         env={**os.environ, "FAKE_WORKLOAD_MODE": "sigkill"},
+                         memory=MemoryCgroup(counter, tmp_path / "memory.max"))
+    with runner.start(REQUEST) as workload:
+        events = list(workload.events())
+        outcome = workload.wait()
     assert outcome.signal == 9 and outcome.exit_code is None
     end = ending(events, outcome)
-    assert end.status == run_pb2.RUN_STATUS_INTERRUPTED
-    assert "killed by SIGKILL" in end.message
+    assert end.status == run_pb2.RUN_STATUS_ERROR  # only the agent's own stop interrupts
+    assert "killed by SIGKILL: not by the agent" in end.message
+    assert "out-of-memory killer ended it" not in end.message  # the count did not grow
+
+
+# A workload the kernel kills for memory: the cgroup counts the kill (here the child bumps
+# the count of a file standing for memory.events) just before the SIGKILL lands.
+KILLED_FOR_MEMORY = (
+    "import os, signal, sys\n"
+    "path = sys.argv[1]\n"
+    "open(path, 'w').write('oom 1\\noom_kill 4\\n')\n"
+    "os.kill(os.getpid(), signal.SIGKILL)\n"
+)
+
+
+def test_a_kill_by_the_kernel_for_memory_is_named_with_what_to_try(tmp_path) -> None:
+    counter, limit = tmp_path / "memory.events", tmp_path / "memory.max"
+    counter.write_text("oom 1\noom_kill 3\n")
+    limit.write_text(f"{8 << 30}\n")
+    runner = LocalRunner([sys.executable, "-c", KILLED_FOR_MEMORY, str(counter)],
+                         memory=MemoryCgroup(counter, limit))
+    with runner.start(REQUEST) as workload:
+        events = list(workload.events())
+        outcome = workload.wait()
+    assert outcome.signal == 9 and not outcome.interrupted
+    end = ending(events, outcome)
+    said = " ".join(end.message.split())
+    assert end.status == run_pb2.RUN_STATUS_ERROR, said
+    assert "killed by SIGKILL: the kernel's out-of-memory killer ended it" in said
+    host = ram_bytes()
+    if host > 8 << 30:
+        assert "may use 8.0 GiB of the host's" in said and "(its cgroup's limit)" in said
+    assert "Try a smaller run (--image-size 64" in said and "docker run --memory" in said
+
+
+def test_the_cgroup_is_read_as_v1_or_v2_writes_it(tmp_path) -> None:
+    v2 = tmp_path / "v2"
+    (v2 / "svc").mkdir(parents=True)
+    (v2 / "svc" / "memory.events").write_text("oom 2\noom_kill 2\n")
+    (v2 / "svc" / "memory.max").write_text("max\n")
+    (tmp_path / "cgroup2").write_text("0::/svc\n")
+    found = this_cgroup(tmp_path / "cgroup2", v2)
+    assert found.oom_kills() == 2 and found.limit_bytes() is None
+    v1 = tmp_path / "v1" / "memory" / "box"
+    v1.mkdir(parents=True)
+    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    (tmp_path / "cgroup1").write_text("5:pids:/\n4:memory:/box\n0::/\n")
+    found = this_cgroup(tmp_path / "cgroup1", tmp_path / "v1")
+    assert found.oom_kills() == 5 and found.limit_bytes() is None
+    (v1 / "memory.limit_in_bytes").write_text(f"{8 << 30}\n")
+    assert usable_memory(24 << 30, found) == 8 << 30
+    assert usable_memory(4 << 30, found) == 4 << 30
 
 
 def test_a_missing_program_is_a_clear_error(tmp_path) -> None:

@@ -58,8 +58,8 @@ def decide_ending(
         return Ending(Status.RUN_STATUS_ERROR, message)
     if outcome.exit_code == EXIT_OUT_OF_MEMORY:
         return Ending(Status.RUN_STATUS_OUT_OF_MEMORY, f"the workload ran out of memory{detail}")
-    if outcome.signal is not None:
-        return Ending(Status.RUN_STATUS_INTERRUPTED, f"the workload {outcome.describe()}{detail}")
+    # Killed by a signal the agent did not send (that is `interrupted`): a crash, or the
+    # kernel's out-of-memory killer (the runner names it), never an interruption.
     if outcome.exit_code != 0:
         return Ending(Status.RUN_STATUS_ERROR, f"the workload {outcome.describe()}{detail}")
     if result is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpubench.agent.hostid import HostKey, host_id, host_key
+from gpubench.agent.memory_cgroup import usable_memory
 from gpubench.agent.nvml import Nvml, NvmlUnavailable, open_nvml
 from gpubench.v1 import run_pb2
 from gpubench.versions import VERSION
@@ -110,6 +111,9 @@ class Inventory:
     gpus: list[run_pb2.Gpu] = field(default_factory=list)
     no_gpu_reason: str = ""  # set for a CPU-only host: the one line to show
     missing: dict[str, str] = field(default_factory=dict)  # field -> why NVML could not say
+    # The memory this process may use: a container's or service's cgroup limit where it is
+    # lower than the host's RAM (0: not read).
+    usable_ram_bytes: int = 0
 
     @property
     def cpu_only(self) -> bool:
@@ -131,6 +135,7 @@ class Inventory:
             "cpu_only": self.cpu_only,
             "no_gpu_reason": self.no_gpu_reason,
             "missing": dict(self.missing),
+            "usable_ram_bytes": self.usable_ram_bytes or int(self.host.ram_bytes),
         }
 
 
@@ -143,6 +148,7 @@ def take_inventory(nvml: Nvml | None) -> Inventory:
     """The inventory through an open `nvml`, or a CPU-only one when it is None."""
     key = host_key()
     inventory = Inventory(host=host_record(key))
+    inventory.usable_ram_bytes = usable_memory(inventory.host.ram_bytes)
     if key.unstable:
         inventory.missing["hostname_hash"] = f"differs from run to run: {key.unstable}"
     if nvml is None:
@@ -182,8 +188,11 @@ GPU_COLUMNS = ("index", "name", "memory", "driver", "CUDA", "compute", "ECC", "p
 def host_line(data: dict[str, Any]) -> str:
     """The host of Inventory.to_dict() in one line: CPU, cores, RAM, OS."""
     host = data["host"]
+    ram, usable = int(host["ram_bytes"]), int(data.get("usable_ram_bytes") or 0)
+    limited = (f" ({usable / (1 << 30):.1f} GiB of it usable here: the cgroup's limit)"
+               if 0 < usable < ram else "")
     return (f"{host['cpu_model']}, {host['cpu_cores']} cores, "
-            f"{int(host['ram_bytes']) / (1 << 30):.0f} GiB RAM, {host['os']}")
+            f"{ram / (1 << 30):.0f} GiB RAM{limited}, {host['os']}")
 
 
 def gpu_cells(gpu: dict[str, Any]) -> list[str]:

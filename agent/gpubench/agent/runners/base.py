@@ -80,15 +80,17 @@ class Outcome:
     log_path: Path | None = None
     image: str = ""  # the container image, for the docker runner
     image_digest: str = ""
+    # Why it was killed, where the runner can tell (the kernel's out-of-memory killer).
+    cause: str = ""
 
     def describe(self) -> str:
-        """e.g. 'exited with code 1' or 'was killed by SIGKILL'."""
+        """e.g. 'exited with code 1', or 'was killed by SIGKILL' and its cause."""
         if self.signal is not None:
             try:
                 name = signal.Signals(self.signal).name
             except ValueError:
                 name = f"signal {self.signal}"
-            return f"was killed by {name}"
+            return f"was killed by {name}" + (f": {self.cause}" if self.cause else "")
         return f"exited with code {self.exit_code}"
 
 

@@ -17,6 +17,13 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from gpubench.agent.inventory import ram_bytes
+from gpubench.agent.memory_cgroup import (
+    MemoryCgroup,
+    killed_for_memory,
+    this_cgroup,
+    usable_memory,
+)
 from gpubench.agent.processes import process_tree
 from gpubench.agent.runners.base import (
     Outcome,
@@ -61,10 +68,15 @@ class LocalWorkload(Workload):
         log_path: Path | None,
         env: dict[str, str] | None,
         stop_timeouts: tuple[float, float],
+        memory: MemoryCgroup | None = None,
     ) -> None:
         self._log = OutputLog(log_path)
         self._stop_timeouts = stop_timeouts
         self._interrupted = False
+        # The kernel's count of out-of-memory kills before the child starts: a SIGKILL
+        # the agent did not send, with the count grown, was the kernel's for memory.
+        self._memory = memory or this_cgroup()
+        self._oom_kills = self._memory.oom_kills()
         try:
             self._process = subprocess.Popen(
                 list(command),
@@ -140,7 +152,20 @@ class LocalWorkload(Workload):
             interrupted=self._interrupted,
             output_tail=self._log.tail(),
             log_path=self._log.path,
+            cause=self._why_killed(code),
         )
+
+    def _why_killed(self, code: int) -> str:
+        """The cause of a SIGKILL the agent did not send: the kernel's, for memory, where
+        its count of such kills grew while the workload ran ('' otherwise)."""
+        if code != -signal.SIGKILL or self._interrupted:
+            return ""
+        after = self._memory.oom_kills()
+        if self._oom_kills is None or after is None or after <= self._oom_kills:
+            return ("not by the agent (the kernel's out-of-memory killer is the usual one: "
+                    "`dmesg` says)")
+        host = ram_bytes()
+        return killed_for_memory(usable_memory(host, self._memory), host)
 
     def close(self) -> None:
         # Whatever is left of the group (the child, or trial processes it left behind).
@@ -167,10 +192,12 @@ class LocalRunner(Runner):
         *,
         env: dict[str, str] | None = None,
         stop_timeouts: tuple[float, float] = STOP_TIMEOUTS,
+        memory: MemoryCgroup | None = None,
     ) -> None:
         self.command = list(command) if command else workload_command()
         self.env = env
         self.stop_timeouts = stop_timeouts
+        self.memory = memory  # None: this process's own cgroup
 
     @classmethod
     def from_options(cls, options: RunnerOptions) -> LocalRunner:
@@ -200,4 +227,5 @@ class LocalRunner(Runner):
             log_path=log_path,
             env=env,
             stop_timeouts=self.stop_timeouts,
+            memory=self.memory,
         )
