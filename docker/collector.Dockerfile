@@ -33,13 +33,17 @@ COPY collector /src/collector
 # The version (docker/build.sh passes the checkout's, the git tag's): the build context has
 # no git to read it from. The wheel, the commands' --version and the labels carry it.
 ARG GPUBENCH_VERSION=0.0
+# GPUBENCH_WHEEL: the name of a gpubench wheel in docker/wheels/ to install instead of one
+# built here from the sources (the release installs the very wheel it publishes to PyPI).
+ARG GPUBENCH_WHEEL=
 # The wheel build generates the wire code from protos/ (grpcio-tools, a build requirement);
 # then the grpcio and protobuf that code needs (a base's own may be older).
 RUN --mount=type=secret,id=pipcert --mount=type=cache,id=gpubench-pip,target=/root/.cache/pip \
     --mount=type=bind,source=docker/wheels,target=/wheels \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi; \
-    SETUPTOOLS_SCM_PRETEND_VERSION="${GPUBENCH_VERSION}" \
-        python3 -m pip wheel --no-deps -w /tmp/wheels /src \
+    if [ -n "${GPUBENCH_WHEEL}" ]; then mkdir -p /tmp/wheels && cp "/wheels/${GPUBENCH_WHEEL}" /tmp/wheels/; \
+    else SETUPTOOLS_SCM_PRETEND_VERSION="${GPUBENCH_VERSION}" \
+        python3 -m pip wheel --no-deps -w /tmp/wheels /src; fi \
     && python3 -m pip --python /opt/gpubench/bin/python install --no-deps --no-index \
         /tmp/wheels/*.whl \
     && python3 /src/docker/wire_requirements.py /tmp/wheels/*.whl > /tmp/wire.txt \
