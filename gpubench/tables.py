@@ -226,9 +226,14 @@ def compare_table(frame: pd.DataFrame) -> Table:
         legend.append(LIMIT_LEGEND)
     if baseline:
         legend.append(f"{figures.SPEEDUP}: {figures.SPEEDUP_MEANS} ({baseline})")
+    # Where unlike runs are shown together, a speedup is printed only for a configuration
+    # that ran as the baseline did: any other ratio would time different work.
+    like_baseline = {row["gpu_config"]: row.get("differences") for row in
+                     frame.to_dict("records") if row["is_baseline"]}.get(baseline)
     if mixed:
         legend.append(f"{UNLIKE} unlike runs shown together (--allow-mixed): they differ in "
-                      f"{', '.join(DIMENSION_WORDS[m] for m in mixed)}; not like for like")
+                      f"{', '.join(DIMENSION_WORDS[m] for m in mixed)}; no speedup unless "
+                      "a configuration ran as the baseline did")
         legend += [f"{UNLIKE} {row['gpu_config']}: {row['differences']}"
                    for row in frame.to_dict("records") if row.get("differences")]
     title = compare_title(frame) + (" · UNLIKE RUNS" if mixed else "")
@@ -262,7 +267,8 @@ def compare_table(frame: pd.DataFrame) -> Table:
             _memory(row),
             figures.energy(row["energy_per_epoch_j"]),
             figures.three_digits(row["images_per_joule"]),
-            figures.speedup(row["speedup"]) + (UNLIKE if mixed else ""),
+            (MISSING + UNLIKE if mixed and row.get("differences") != like_baseline
+             else figures.speedup(row["speedup"])),
         )
     return table
 

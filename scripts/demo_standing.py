@@ -7,7 +7,7 @@ import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
-from gpubench import figures, frames, tables
+from gpubench import comparison_key, figures, frames, tables
 
 # Each table fits 80 columns; the legend explains the short headings once.
 LEGEND = ("px: image size; img/ep: training images an epoch; img/s: training images a "
@@ -61,25 +61,31 @@ def standing_tables(frame: pd.DataFrame, *, you: str) -> list[Table | Text]:
 
 
 def _verdict(mine: pd.DataFrame, others: pd.DataFrame) -> str:
-    """One line per measured reference run, fastest first: its speedup over yours (your
-    run the baseline, as `gpubench compare` computes it: your epoch-2 time over its), and
-    what makes it unlike your run, which makes the ratio not like for like. Published
-    figures are not set against it: they are shown apart, as everywhere."""
-    if mine.empty or frames.is_missing(mine.iloc[0]["epoch2_s"]):
+    """One line per measured reference run, fastest first: where it ran as yours did (the
+    whole comparison key alike), how many times your rate (images or tokens a second) it
+    trains at; where it did not, in what it differs, and no ratio: a ratio of unlike runs
+    times different work (a 64 px smoke run against a 224 px one gave 3x to 12x for the
+    same two machines). Published figures are not set against it: shown apart, as
+    everywhere."""
+    if mine.empty or frames.is_missing(mine.iloc[0]["train_images_per_s"]):
         return "your run has no epoch-2 figure to compare (it did not finish)"
     run = mine.iloc[0].to_dict()
-    yours = float(run["epoch2_s"])
-    lines = [f"you: epoch 2 in {figures.seconds(yours)} on {run['gpu_config']}; the "
-             f"measured runs' {figures.SPEEDUP} ({figures.SPEEDUP_MEANS}, your run the "
-             "baseline), fastest first; the published figures are not set against it:"]
-    timed = [row for row in others.to_dict("records") if not frames.is_missing(row["epoch2_s"])]
-    for row in sorted(timed, key=lambda row: float(row["epoch2_s"])):
-        unlike = [what for what, key in (("image size", "image_size"),
-                                         ("images an epoch", "train_images"),
-                                         ("backend", "backend"), ("precision", "precision"))
-                  if row[key] != run[key]]
-        line = (f"{row['label'] or row['submitter']} ({row['gpu_config']}): "
-                f"{figures.SPEEDUP} {figures.speedup(yours / float(row['epoch2_s']))}")
-        lines.append(line + (f", unlike yours in {', '.join(unlike)}: not like for like"
-                             if unlike else ""))
+    unit = str(run.get("unit") or "images")
+    rate = figures.rate_unit(unit)
+    yours = float(run["train_images_per_s"])
+    lines = [f"you: {figures.three_digits(yours)} {rate} in epoch 2 on {run['gpu_config']}. "
+             f"Beside the measured runs, fastest first, a {figures.SPEEDUP} (their {rate} "
+             "over yours) only where a run ran as yours did; the published figures are "
+             "not set against it:"]
+    timed = [row for row in others.to_dict("records")
+             if not frames.is_missing(row["train_images_per_s"])]
+    for row in sorted(timed, key=lambda row: -float(row["train_images_per_s"])):
+        unlike = [dimension.words for dimension in comparison_key.DIMENSIONS
+                  if row[dimension.name] != run[dimension.name]]
+        head = f"{row['label'] or row['submitter']} ({row['gpu_config']}): "
+        if unlike:
+            lines.append(head + f"not like yours in {', '.join(unlike)}: no {figures.SPEEDUP}")
+        else:
+            ratio = float(row["train_images_per_s"]) / yours
+            lines.append(head + f"{figures.SPEEDUP} {figures.speedup(ratio)}")
     return "\n".join(lines)
