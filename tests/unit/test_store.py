@@ -122,16 +122,15 @@ def test_runs_survive_close_and_reopen(tmp_path: Path) -> None:
         store.close()
 
 
-def test_upgrading_a_database_fills_the_group_figures(tmp_path: Path) -> None:
+def test_upgrading_a_database_from_0002_gives_its_figures(tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     store = Store(db)
     store.submit_many([make_run(epoch2_seconds=s) for s in (16.0, 17.0, 19.0)], "lab")
-    # As a database from before the figures existed: no table, no settings, batch rule
-    # or later columns, no record of them (the quarantine of 0006 kept: it is not runs').
+    # As a database from before the figures existed: no settings, batch rule or later
+    # columns, no record of them (the quarantine of 0006 kept: it is not runs').
     undone = [m.name for m in migrations.MIGRATIONS[2:] if m.name != "0006_quarantine"]
     dropped = [c for name in undone for c in COLUMNS_ADDED[name]]
-    for statement in ("DROP TABLE group_figures",
-                      *(f"ALTER TABLE runs DROP COLUMN {c}" for c in dropped)):
+    for statement in (f"ALTER TABLE runs DROP COLUMN {c}" for c in dropped):
         store.database.cursor().execute(statement)
     store.database.cursor().execute(
         "DELETE FROM schema_migrations WHERE list_contains(?, name)", [undone])
@@ -169,10 +168,6 @@ GROUP_BEFORE_0008 = (
 _ADDED = re.compile(r"ALTER TABLE runs ADD COLUMN (\w+)")
 COLUMNS_ADDED = {m.name: tuple(_ADDED.findall(" ".join(m.statements)))
                  for m in migrations.MIGRATIONS}
-# group_figures' last figure column, added by migration 0007.
-LAST_FIGURE = "    max(largest_batch_per_gpu) FILTER (WHERE keep) AS largest_batch_per_gpu_max\n"
-# ... and the one after it, added by migration 0010.
-SUBMITTERS_FIGURE = "    count(DISTINCT submitter) FILTER (WHERE keep) AS submitters\n"
 
 
 def _upgraded(store: Store, first: str) -> list[str]:
@@ -200,15 +195,6 @@ def _as_an_older_collector(
                 run_columns = run_columns.remove(run_columns.get_field_index(name))
     patch.setattr(columns, "RUN_COLUMNS", run_columns)
     patch.setattr(columns, "INSERT_ROWS", columns.insert_rows_sql(run_columns))
-    figures = outliers.FIGURES
-    if "0010_group_submitters" not in {m.name for m in known}:
-        figures = figures.replace(",\n" + SUBMITTERS_FIGURE, "\n")
-        assert figures != outliers.FIGURES
-    if "0007_batch_rule" not in {m.name for m in known}:
-        older = figures.replace(",\n" + LAST_FIGURE, "\n")
-        assert older != figures
-        figures = older
-    patch.setattr(outliers, "FIGURES", figures)
     if "0008_like_for_like_and_flags" not in {m.name for m in known}:
         # No flags nor published runs to leave out, nor columns that say so.
         patch.setattr(outliers, "SCORED_RUNS", "status = 'ok' AND epoch2_seconds IS NOT NULL")
@@ -235,10 +221,7 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         store = Store(db)
         store.submit_many([*full, smoke], "lab")
         assert store.runs.get(smoke.run_id).outlier  # 15 s faster than the full runs' median
-        figures = store.database.cursor().execute(
-            "SELECT with_outliers, runs, outliers_excluded FROM group_figures ORDER BY ALL"
-        ).fetchall()
-        assert figures == [(False, 4, 1), (True, 5, 0)]
+        assert not any(store.runs.get(r.run_id).outlier for r in full)
         store.close()
     store = Store(db)
     try:
@@ -257,10 +240,12 @@ def test_upgrading_from_0003_keys_figures_and_outliers_by_train_images(
         [small] = store.aggregates.compare_groups(CompareQuery(model="B0", train_images=192))
         assert (small.runs, small.epoch2_median_seconds,
                 small.values["train_images"]) == (1, 1.9, (192,))
-        rows = store.database.cursor().execute(
-            "SELECT train_images, with_outliers, runs FROM group_figures ORDER BY ALL"
-        ).fetchall()
-        assert rows == [(192, False, 1), (192, True, 1), (1709, False, 4), (1709, True, 4)]
+        rows = [(g.values["train_images"], outliers_in, g.runs)
+                for outliers_in in (False, True)
+                for g in store.aggregates.compare_groups(
+                    CompareQuery(model="B0", include_outliers=outliers_in))]
+        assert sorted(rows) == [((192,), False, 1), ((192,), True, 1), ((1709,), False, 4),
+                                ((1709,), True, 4)]
     finally:
         store.close()
 
@@ -326,10 +311,9 @@ def test_upgrading_from_0004_fills_settings_from_the_records_and_keys_groups_by_
         groups = store.aggregates.compare_groups(CompareQuery(model="B0"))
         assert sorted(g.values["settings"] for g in groups) == [
             ("jit",), ("keras",), ("kernels",), ("kernels+data-on-device",)]
-        rows = store.database.cursor().execute(
-            "SELECT settings, runs FROM group_figures WHERE NOT with_outliers ORDER BY ALL"
-        ).fetchall()
-        assert rows == [("jit", 1), ("keras", 5), ("kernels", 2), ("kernels+data-on-device", 1)]
+        assert sorted((g.values["settings"], g.runs) for g in groups) == [
+            (("jit",), 1), (("keras",), 5), (("kernels",), 2),
+            (("kernels+data-on-device",), 1)]
         # A run submitted after the upgrade gets its settings from its row.
         later = _kernels_run(4.1)
         store.submit_many([later], "lab")
@@ -410,11 +394,9 @@ def test_upgrading_from_0006_fills_the_batch_rule_from_the_records_and_keys_grou
         groups = store.aggregates.compare_groups(CompareQuery(model="B0"))
         assert sorted(g.values["batch_rule"] for g in groups) == [
             ("",), ("given",), ("largest",), ("steps",)]
-        rows = store.database.cursor().execute(
-            "SELECT batch_rule, runs, largest_batch_per_gpu_max FROM group_figures "
-            "WHERE NOT with_outliers ORDER BY ALL"
-        ).fetchall()
-        assert rows == [("", 1, 0), ("given", 4, 0), ("largest", 2, 208), ("steps", 1, 216)]
+        assert sorted((*g.values["batch_rule"], g.runs, g.largest_batch_per_gpu_max)
+                      for g in groups) == [("", 1, 0), ("given", 4, 0), ("largest", 2, 208),
+                                           ("steps", 1, 216)]
         # Mixed on purpose, the figures come from the runs: the memory answer of them all.
         [both] = store.aggregates.compare_groups(CompareQuery(model="B0", allow_mixed=True))
         assert (both.runs, both.largest_batch_per_gpu_max) == (8, 216)
@@ -504,7 +486,6 @@ def test_upgrading_unflags_the_runs_of_cards_the_catalogue_lists_now(tmp_path: P
                    ["unrecognised GPU 'NVIDIA GeForce RTX 3090': no card in the collector's "
                     "catalogue has this name (gpu_specs.json); its figures are held to the best "
                     "of every card"])
-    cursor.execute("DELETE FROM group_figures")
     cursor.execute("DELETE FROM schema_migrations WHERE name = '0012_gpu_catalogue_cards'")
     store.close()
     store = Store(db)

@@ -1,5 +1,5 @@
-"""Runs aggregated per GPU configuration: Compare's figures (from the per-group figures
-the store keeps, or afresh from the runs), published runs, and the leaderboard.
+"""Runs aggregated per GPU configuration: Compare's figures (per outlier group, or per
+configuration across groups), published runs, and the leaderboard.
 
 Runs on a card not yet in the GPU catalogue (collector.ceilings.not_yet_catalogued),
 flagged for nothing but their GPU's name, are aggregated too, apart: Compare's groups and
@@ -7,7 +7,8 @@ the leaderboard's entries of such cards come marked `uncatalogued`, after the ot
 that a new card's runs are seen at once and never lead the catalogued cards'.
 
 Like every read (collector.queries), these see every run acknowledged before they
-began, its outlier group rescored in the same commit, and never wait for a write.
+began, with the outlier flags computed from those runs (collector.outliers), and never
+wait for a write.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # given by the store
 Connection = duckdb.DuckDBPyConnection
 
 # The columns of a GPU configuration, as SQL, and the dimensions Compare keeps apart
-# (gpubench.comparison_key: each a column of the runs and of group_figures).
+# (gpubench.comparison_key: each a column of the runs and a column of an outlier group).
 _CONFIG = ", ".join(outliers.CONFIG_COLUMNS)
 KEY_COLUMNS = comparison_key.NAMES
 # A flagged run whose every reason is its GPU's name (ceilings.UNRECOGNISED ...): a run
@@ -112,9 +113,9 @@ class Aggregates:
         """Per GPU configuration (name x count x memory limit): the figures Compare
         reports, over OK measured runs (flagged ones only with include_flagged).
 
-        Read from the per-group figures the store keeps. Where a configuration spans
-        several outlier groups (runs of unlike settings) and the caller allows mixing
-        them, or flagged runs are asked for, the medians are computed afresh from the runs.
+        Per outlier group. Where a configuration spans several outlier groups (runs of
+        unlike settings) and the caller allows mixing them, or flagged runs are asked
+        for, the medians are taken across the configuration's runs instead.
         The groups of cards not yet catalogued follow, marked (computed from their runs).
         """
         with self._db.read() as con:
@@ -126,13 +127,16 @@ class Aggregates:
                 return [_group_figures(r) for r in _compare_rows_from_runs(
                     con, query, missing)] + apart
             clauses, params = _compare_filter(query)
+            where = " AND ".join(clauses)
+            kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {outliers.scored(where)}
+                        WHERE {outliers.SCORED_RUNS})"""
+            # Per outlier group (each alike in every dimension), as a group's figures.
             rows = _records(con.execute(
-                f"""
-                SELECT {_CONFIG}, {", ".join(_FIGURE_NAMES)},
-                    {", ".join(f"[{c}] AS {c}" for c in KEY_COLUMNS)}
-                FROM group_figures WHERE with_outliers = ? AND {' AND '.join(clauses)}
-                """,
-                [query.include_outliers, *params],
+                outliers.figures_sql(
+                    kept, ", ".join(outliers.OUTLIER_GROUP),
+                    extra="".join(f", [{c}] AS {c}" for c in KEY_COLUMNS),
+                    having="HAVING count(*) FILTER (WHERE keep) > 0"),
+                [query.include_outliers, *params, *params],
             ))
             configs = {tuple(r[c] for c in outliers.CONFIG_COLUMNS) for r in rows}
             if len(configs) < len(rows) and query.allow_mixed:
@@ -148,15 +152,15 @@ class Aggregates:
             published = f"""(SELECT *, true AS keep FROM runs
                              WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND published
                                AND NOT flagged AND {' AND '.join(clauses)})"""
+            partition = f"{_CONFIG}, {', '.join(KEY_COLUMNS)}"
             rows = _records(con.execute(
-                f"""
-                SELECT {_CONFIG}, {outliers.FIGURES},
-                    {", ".join(f"[{c}] AS {c}" for c in KEY_COLUMNS)},
-                    any_value(record) AS record
-                FROM {outliers.voiced(published, f"{_CONFIG}, {', '.join(KEY_COLUMNS)}")}
-                GROUP BY {_CONFIG}, {", ".join(KEY_COLUMNS)}
-                ORDER BY median(epoch2_seconds), gpu_name
-                """,
+                outliers.figures_sql(
+                    published, partition,
+                    per_voice=", any_value(record) AS record, list(epoch2_seconds) AS times",
+                    extra="".join([*(f", [{c}] AS {c}" for c in KEY_COLUMNS),
+                                   ", any_value(record) AS record",
+                                   ", list_median(flatten(list(times))) AS order_by"]))
+                + " ORDER BY order_by, gpu_name",
                 params,
             ))
         return [_group_figures(r, source=run_pb2.Run.FromString(r["record"]).source)
@@ -200,6 +204,8 @@ class Aggregates:
             if value:
                 clauses.append(f"{name} = ?")
                 params.append(value)
+        # The model's runs with their outlier flags as computed now.
+        source, source_params = outliers.scored("model = ?"), [query.model] * 2
         with self._db.read() as con:
             missing = _uncatalogued_names(con, query.model)
             known, known_params = _flagged_filter(
@@ -208,10 +214,10 @@ class Aggregates:
                 missing, apart=True, include_flagged=query.include_flagged)
             version = query.benchmark_version
             if not version:
-                versions = (_benchmark_versions(con, " AND ".join([*clauses, known]),
-                                                [*params, *known_params])
-                            or _benchmark_versions(con, " AND ".join([*clauses, apart]),
-                                                   [*params, *apart_params]))
+                versions = (_benchmark_versions(con, source, " AND ".join([*clauses, known]),
+                                                [*source_params, *params, *known_params])
+                            or _benchmark_versions(con, source, " AND ".join([*clauses, apart]),
+                                                   [*source_params, *params, *apart_params]))
                 if not versions:
                     return [], ""
                 version = versions[0]
@@ -224,7 +230,7 @@ class Aggregates:
                         min(epoch2_seconds) AS best, median(epoch2_seconds) AS epoch2,
                         median(train_images_per_second) AS rate, max(batch_per_gpu) AS batch,
                         max(largest_batch_per_gpu) AS largest
-                    FROM runs
+                    FROM {source}
                     WHERE {where} AND benchmark_version = ?
                     GROUP BY {_BOARD_KEYS}, submitter)
                 SELECT {_BOARD_KEYS}, sum(runs)::INTEGER AS runs,
@@ -237,7 +243,7 @@ class Aggregates:
                 GROUP BY {_BOARD_KEYS}
                 ORDER BY median(epoch2), min(best), gpu_name, gpu_count
                 """,
-                [*params, version],
+                [*source_params, *params, version],
             ))
             published = _published_medians(con, query.model, version)
         found: list[LeaderboardRow] = []
@@ -313,9 +319,10 @@ def _corroboration(row: dict[str, Any], published: Sequence[tuple[str, float]],
     return corroboration.corroborate(figure, row["submitter_medians"], references)
 
 
-def _benchmark_versions(con: Connection, where: str, params: Sequence[Any]) -> list[str]:
+def _benchmark_versions(con: Connection, source: str, where: str,
+                        params: Sequence[Any]) -> list[str]:
     rows = con.execute(
-        f"SELECT DISTINCT benchmark_version FROM runs WHERE {where}", list(params)
+        f"SELECT DISTINCT benchmark_version FROM {source} WHERE {where}", list(params)
     ).fetchall()
     return sorted((v for (v,) in rows), key=record.version_key, reverse=True)
 
@@ -327,20 +334,22 @@ def _compare_rows_from_runs(con: Connection, query: CompareQuery, missing: list[
     clauses, params = _compare_filter(query)
     flagged, names = _flagged_filter(missing, apart=apart,
                                      include_flagged=query.include_flagged)
-    kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM runs
+    where = " AND ".join(clauses)
+    kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {outliers.scored(where)}
                 WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
-                  AND {flagged} AND {' AND '.join(clauses)})"""
+                  AND {flagged})"""
     # Flagged runs counted in: those flagged for more than the name of a missing card.
     counted = f"flagged AND NOT {_NAME_ONLY}" if apart else "flagged"
+    values = "".join(f", list(DISTINCT {c}) AS {c}" for c in KEY_COLUMNS)
     return _records(con.execute(
-        f"""
-        SELECT {_CONFIG}, {outliers.FIGURES},
-            {", ".join(f"list(DISTINCT {c}) FILTER (WHERE keep) AS {c}" for c in KEY_COLUMNS)},
-            count(*) FILTER (WHERE keep AND {counted}) AS flagged_included
-        FROM {outliers.voiced(kept, _CONFIG)}
-        GROUP BY {_CONFIG}
-        """,
-        [query.include_outliers, *names, *params],
+        outliers.figures_sql(
+            kept, _CONFIG,
+            per_voice=f"{values}, count(*) FILTER (WHERE {counted}) AS flagged_runs",
+            extra="".join([*(f", list_distinct(flatten(list({c}) FILTER (WHERE keep))) AS {c}"
+                             for c in KEY_COLUMNS),
+                           ", coalesce(sum(flagged_runs) FILTER (WHERE keep), 0)::BIGINT"
+                           " AS flagged_included"])),
+        [query.include_outliers, *params, *params, *names],
     ))
 
 
@@ -381,7 +390,7 @@ def _compare_filter(query: CompareQuery) -> tuple[list[str], list[Any]]:
     return clauses, params
 
 
-# The figures of a group as group_figures and outliers.FIGURES name them: GroupFigures'
+# The figures of a group as outliers.FIGURES names them: GroupFigures'
 # fields of the same names.
 _FIGURE_NAMES = outliers.FIGURE_NAMES
 

@@ -6,10 +6,10 @@ names applied so far are recorded in `schema_migrations`, so opening an older
 database upgrades it and opening a current one does nothing. Migrations are
 only ever appended; one already released is never edited.
 
-One table is not migrated: group_figures holds nothing but figures derived from the
-runs. A migration that changes what it is keyed by or holds asks for it
-(`refill_group_figures`), and once every pending migration has run it is made afresh
-in this code's shape (`group_figures_table`, its one definition) and filled.
+Outlier flags and per-group figures are not stored: they are computed where they are
+read (collector.outliers), from the runs. Until 0013 they were, in the table
+group_figures and the runs' columns outlier and outlier_score; 0013 drops the table and
+clears the columns, which stay (false and 0) so that backups of every version load.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import duckdb
 
 from gpubench import comparison_key, record
-from gpubench.collector import columns, outliers, rows
+from gpubench.collector import rows
 from gpubench.collector.database import transaction
 from gpubench.collector.errors import SchemaTooNew
 from gpubench.v1 import run_pb2
@@ -36,9 +36,9 @@ class Migration:
     same transaction, given the DuckDB connection: for columns whose values only the
     stored records hold (SQL cannot read a protobuf).
 
-    `refill_group_figures` asks for group_figures made afresh in today's shape and the
-    outlier flags and per-group figures computed again from the runs, in the same
-    transaction; where several pending migrations ask, only the last of them does it.
+    `refill_group_figures` says that the step changed what the outlier groups are
+    keyed by. It asked for the stored figures to be computed again until 0013; they
+    are computed where read since, and it asks for nothing more.
     """
 
     name: str
@@ -159,38 +159,12 @@ def backfill_flags(con: Any) -> None:
         )
 
 
-# -- group_figures, derived from the runs ---------------------------------------------------
-
-# group_figures' figure columns (collector.outliers.FIGURE_NAMES) with their types.
-_FIGURE_TYPES = {
-    "runs": "INTEGER NOT NULL", "outliers_excluded": "INTEGER NOT NULL",
-    "epoch2_median_seconds": "DOUBLE", "epoch2_min_seconds": "DOUBLE",
-    "epoch2_max_seconds": "DOUBLE", "train_images_per_second_median": "DOUBLE",
-    "max_batch_per_gpu": "INTEGER", "max_global_batch": "INTEGER",
-    "peak_memory_median_bytes": "DOUBLE", "memory_total_bytes": "DOUBLE",
-    "energy_per_epoch_median_joules": "DOUBLE", "images_per_joule_median": "DOUBLE",
-    "largest_batch_per_gpu_max": "INTEGER", "submitters": "INTEGER NOT NULL DEFAULT 0",
-}
-
-
-def group_figures_table() -> str:
-    """CREATE TABLE group_figures in this code's shape: keyed by every column of the
-    outlier groups (collector.outliers.OUTLIER_GROUP: the comparison key among them)
-    and with_outliers, then the figures."""
-    keys = [f"{c} {columns.SQL_TYPES[columns.RUN_COLUMNS.field(c).type]} NOT NULL"
-            for c in outliers.OUTLIER_GROUP]
-    figures = [f"{name} {_FIGURE_TYPES[name]}" for name in outliers.FIGURE_NAMES]
-    primary = ", ".join((*outliers.OUTLIER_GROUP, "with_outliers"))
-    return (f"CREATE TABLE group_figures ({', '.join(keys)}, with_outliers BOOLEAN NOT NULL, "
-            f"{', '.join(figures)}, PRIMARY KEY ({primary}))")
-
-
 # -- a new dimension of the comparison key -------------------------------------------------
 
 def dimension_column(name: str) -> str:
     """The runs column of the comparison key's dimension `name` (a row of
     gpubench.comparison_key.DIMENSIONS), empty until `backfill_dimension(name)` fills
-    it. Use with refill_group_figures=True: the groups are keyed by it too."""
+    it. The outlier groups are keyed by it too (refill_group_figures=True says so)."""
     dimension = comparison_key.BY_NAME[name]
     default = "0" if dimension.numeric else "''"
     return f"ALTER TABLE runs ADD COLUMN {name} {dimension.sql_type} NOT NULL DEFAULT {default}"
@@ -393,6 +367,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         refill_group_figures=True,
         backfill=backfill_flags,
     ),
+    Migration(
+        "0013_outliers_where_read",
+        # The outlier flags and each group's figures are computed where they are read
+        # (collector.outliers): a submission no longer rewrites its group. The stored
+        # copies go; the runs' two columns stay, cleared, for the backups' shape.
+        (
+            "DROP TABLE IF EXISTS group_figures",
+            "UPDATE runs SET outlier = false, outlier_score = 0 "
+            "WHERE outlier OR outlier_score <> 0",
+        ),
+    ),
 )
 
 
@@ -427,17 +412,11 @@ def apply(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             f"{path}: written by a newer collector (migrations {', '.join(newer)}); "
             "upgrade gpubench"
         )
-    steps = pending(applied)
-    refills = [m for m in steps if m.refill_group_figures]
-    for migration in steps:
+    for migration in pending(applied):
         with transaction(con):
             for statement in migration.statements:
                 con.execute(statement)
             if migration.backfill is not None:
                 migration.backfill(con)
-            if refills and migration is refills[-1]:
-                con.execute("DROP TABLE IF EXISTS group_figures")
-                con.execute(group_figures_table())
-                outliers.rescore(con, None)
             con.execute("INSERT INTO schema_migrations VALUES (?, ?)",
                         [migration.name, rows.utc_now()])

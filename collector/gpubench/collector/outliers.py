@@ -1,11 +1,13 @@
-"""Outlier flags and the per-group figures Compare reads, as SQL over the runs table.
+"""Outlier flags and the per-group figures Compare reads, computed where they are read.
 
 Runs are scored within their outlier group (OUTLIER_GROUP: the same GPU configuration
 and everything that changes what was timed) by a robust z-score of their epoch-2 time
 about the median of the group's submitters' medians (one submitter, one voice).
-The store keeps the flags in runs.outlier and runs.outlier_score and each group's
-figures in the table group_figures (`rescore`), for the groups a change touched, in
-the change's own transaction.
+
+Nothing of it is stored: a submission writes its run and nothing else, so its cost does
+not grow with its group. Each read computes the scores of the groups it shows
+(`scored`: a few grouped passes over their runs, tens of milliseconds for 100,000) from
+the runs committed when it began, so it never sees a flag older than its runs.
 
 Runs flagged as implausible (collector.plausibility) and published runs (transcribed,
 not measured) are in no group (SCORED_RUNS): Compare reads them apart, the
@@ -13,10 +15,6 @@ leaderboard leaves them out.
 """
 
 from __future__ import annotations
-
-from typing import Any
-
-import duckdb
 
 from gpubench import comparison_key
 
@@ -29,10 +27,9 @@ OUTLIER_THRESHOLD = 3.5
 OUTLIER_MIN_SHARE = 0.10
 # A GPU configuration: the cards, how many, and a --memory-limit (a smaller card).
 CONFIG_COLUMNS = ("gpu_name", "gpu_count", "memory_limit_bytes")
-# The columns that decide which runs are "the same GPU configuration" for outliers,
-# in the order of group_figures' first columns: the model, the configuration, and
-# every dimension of the comparison key (gpubench.comparison_key: everything that
-# changes what was timed), the benchmark version last, where the migrations put it.
+# The columns that decide which runs are "the same GPU configuration" for outliers:
+# the model, the configuration, and every dimension of the comparison key
+# (gpubench.comparison_key: everything that changes what was timed).
 OUTLIER_GROUP = (
     "model", *CONFIG_COLUMNS,
     *(n for n in comparison_key.NAMES if n != "benchmark_version"), "benchmark_version",
@@ -42,33 +39,37 @@ OUTLIER_GROUP = (
 SCORED_RUNS = ("status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published "
                "AND NOT flagged")
 # The figures whose medians are taken submitter first (one submitter, one voice): each
-# submitter's median of its runs, then the median of those (`voiced` computes the
-# first, as voice_<figure>, on the runs of a relation).
+# submitter's median of its runs, then the median of those.
 VOICED = ("epoch2_seconds", "train_images_per_second", "peak_memory_bytes",
           "memory_total_bytes", "energy_per_epoch_joules", "images_per_joule")
-# The figures of a set of runs (those with `keep` true, from a relation `voiced` made),
-# each named as its GroupFigures field and its group_figures column.
+# Per submitter of a set of runs (those alike in `keep`): what FIGURES combines.
+_VOICE = ", ".join((
+    "count(*) AS n", "min(epoch2_seconds) AS epoch2_min", "max(epoch2_seconds) AS epoch2_max",
+    "max(batch_per_gpu) AS batch", "max(global_batch) AS global_batch",
+    "max(largest_batch_per_gpu) AS largest",
+    *(f"median({c}) AS voice_{c}" for c in VOICED),
+))
+# The figures of a set of runs (those with `keep` true) from its submitters' rows
+# (_VOICE), each named as its GroupFigures field.
 FIGURES = """
-    count(*) FILTER (WHERE keep) AS runs,
-    count(*) FILTER (WHERE NOT keep) AS outliers_excluded,
-    median(voice_epoch2_seconds) FILTER (WHERE keep AND first_voice) AS epoch2_median_seconds,
-    min(epoch2_seconds) FILTER (WHERE keep) AS epoch2_min_seconds,
-    max(epoch2_seconds) FILTER (WHERE keep) AS epoch2_max_seconds,
-    median(voice_train_images_per_second) FILTER (WHERE keep AND first_voice)
+    coalesce(sum(n) FILTER (WHERE keep), 0)::BIGINT AS runs,
+    coalesce(sum(n) FILTER (WHERE NOT keep), 0)::BIGINT AS outliers_excluded,
+    median(voice_epoch2_seconds) FILTER (WHERE keep) AS epoch2_median_seconds,
+    min(epoch2_min) FILTER (WHERE keep) AS epoch2_min_seconds,
+    max(epoch2_max) FILTER (WHERE keep) AS epoch2_max_seconds,
+    median(voice_train_images_per_second) FILTER (WHERE keep)
         AS train_images_per_second_median,
-    max(batch_per_gpu) FILTER (WHERE keep) AS max_batch_per_gpu,
+    max(batch) FILTER (WHERE keep) AS max_batch_per_gpu,
     max(global_batch) FILTER (WHERE keep) AS max_global_batch,
-    median(voice_peak_memory_bytes) FILTER (WHERE keep AND first_voice)
-        AS peak_memory_median_bytes,
-    median(voice_memory_total_bytes) FILTER (WHERE keep AND first_voice) AS memory_total_bytes,
-    median(voice_energy_per_epoch_joules) FILTER (WHERE keep AND first_voice)
+    median(voice_peak_memory_bytes) FILTER (WHERE keep) AS peak_memory_median_bytes,
+    median(voice_memory_total_bytes) FILTER (WHERE keep) AS memory_total_bytes,
+    median(voice_energy_per_epoch_joules) FILTER (WHERE keep)
         AS energy_per_epoch_median_joules,
-    median(voice_images_per_joule) FILTER (WHERE keep AND first_voice)
-        AS images_per_joule_median,
-    max(largest_batch_per_gpu) FILTER (WHERE keep) AS largest_batch_per_gpu_max,
-    count(DISTINCT submitter) FILTER (WHERE keep) AS submitters
+    median(voice_images_per_joule) FILTER (WHERE keep) AS images_per_joule_median,
+    max(largest) FILTER (WHERE keep) AS largest_batch_per_gpu_max,
+    count(*) FILTER (WHERE keep) AS submitters
 """
-# FIGURES' names, in its order: group_figures' columns after with_outliers.
+# FIGURES' names, in its order.
 FIGURE_NAMES = ("runs", "outliers_excluded", "epoch2_median_seconds", "epoch2_min_seconds",
                 "epoch2_max_seconds", "train_images_per_second_median", "max_batch_per_gpu",
                 "max_global_batch", "peak_memory_median_bytes", "memory_total_bytes",
@@ -76,124 +77,82 @@ FIGURE_NAMES = ("runs", "outliers_excluded", "epoch2_median_seconds", "epoch2_mi
                 "largest_batch_per_gpu_max", "submitters")
 
 
-def voiced(relation: str, partition: str) -> str:
-    """The rows of `relation` (which has `keep` and `submitter`) with, per submitter of
-    each set of rows alike in `partition` (SQL columns) and `keep`, the submitter's
-    median of each VOICED figure (voice_<figure>) and `first_voice`, true on one row of
-    each submitter: what FIGURES takes its medians from."""
-    window = f"PARTITION BY {partition}, keep, submitter"
-    medians = ", ".join(f"median({c}) OVER (voices) AS voice_{c}" for c in VOICED)
+def group_id() -> str:
+    """A run's outlier group as one number (SQL), for the joins of the scoring (a join
+    on the group's 17 columns costs three times as much): a 64-bit hash of its columns,
+    so that among a million groups two share one with a chance of about 3 in 10^8."""
+    return f"hash({', '.join(OUTLIER_GROUP)})"
+
+
+def figures_sql(relation: str, partition: str, *, per_voice: str = "", extra: str = "",
+                having: str = "") -> str:
+    """The FIGURES of the rows of `relation` (which has `keep` and `submitter` and the
+    runs' columns), per set of rows alike in `partition` (SQL columns; "" for one set),
+    with their columns first. One submitter, one voice: each submitter's runs are
+    reduced to one row first (_VOICE, and `per_voice`: more of its aggregates, ", ..."),
+    FIGURES and `extra` (", ...") are taken over those rows."""
+    cols = f"{partition}, " if partition else ""
     return f"""
-        (SELECT *, {medians},
-            row_number() OVER (voices ORDER BY run_id) = 1 AS first_voice
-         FROM {relation}
-         WINDOW voices AS ({window}))
+        SELECT {cols}{FIGURES}{extra}
+        FROM (SELECT {cols}keep, submitter, {_VOICE}{per_voice}
+              FROM {relation} GROUP BY ALL)
+        {f"GROUP BY {partition}" if partition else ""}
+        {having}
     """
 
 
-def group_of(row: dict[str, Any]) -> tuple | None:
-    """The outlier group of a runs-table row (collector.rows.run_row); None for a run
-    in none (not OK, published or flagged: see SCORED_RUNS)."""
-    if row["status"] != "ok" or row["published"] or row["flagged"]:
-        return None
-    return tuple(row[column] for column in OUTLIER_GROUP)
-
-
-def _scores_sql(source: str, where: str = "", by: tuple[str, ...] | None = None) -> str:
-    """Per scored run of `source` (matching `where`, " AND ..."): run_id, x (its epoch-2
-    time), med (its group's median) and z (its robust z-score), the runs grouped by
-    the columns `by` (none: `where` picks one group, and the SQL is simpler to run).
+def group_stats_sql(groups: str) -> str:
+    """Per outlier group of the runs matching `groups` (SQL on the runs' columns that
+    takes groups whole: a filter of the group's own columns, say): its id (group_id)
+    and the median (med), median absolute deviation (mad) and mean absolute deviation
+    (meanad) its scores are taken against.
 
     One submitter, one voice: a group's median is the median of its submitters' medians
     of epoch2_seconds, so that a flood of runs from one token cannot move it to its side
-    and make the others' runs outliers. The median absolute deviation (MAD) about that
-    median is taken the same way, submitter first: the median of each submitter's
-    runs' absolute deviations, then across submitters (with one submitter, the runs'
-    MAD); z = 0.6745 * (x - median) / MAD. Where the MAD is 0 (half the runs identical)
-    the mean absolute deviation stands in, scaled to the MAD's consistency constant
-    (Iglewicz and Hoaglin).
+    and make the others' runs outliers. The median absolute deviation about that median
+    is taken the same way, submitter first: the median of each submitter's runs'
+    absolute deviations, then across submitters (with one submitter, the runs' MAD).
     """
-    by = OUTLIER_GROUP if by is None else by
-    cols = "".join(f"{c}, " for c in by)
-    using = f"USING ({', '.join(by)})" if by else "ON true"
-    group_by = f"GROUP BY {', '.join(by)}" if by else ""
     return f"""
-        WITH g AS (SELECT run_id, {cols}submitter, epoch2_seconds AS x FROM {source}
-                   WHERE {SCORED_RUNS}{where}),
-             v AS (SELECT {cols}submitter, median(x) AS voice FROM g GROUP BY ALL),
-             m AS (SELECT {cols}median(voice) AS med FROM v {group_by}),
-             e AS (SELECT {cols}submitter, median(abs(x - med)) AS dev,
+        WITH g AS MATERIALIZED (SELECT {group_id()} AS gid, submitter, epoch2_seconds AS x
+                                FROM runs WHERE {SCORED_RUNS} AND ({groups})),
+             m AS (SELECT gid, median(voice) AS med
+                   FROM (SELECT gid, submitter, median(x) AS voice FROM g GROUP BY ALL)
+                   GROUP BY gid),
+             e AS (SELECT gid, submitter, median(abs(x - med)) AS dev,
                           avg(abs(x - med)) AS meandev
-                   FROM g JOIN m {using} GROUP BY {cols}submitter),
-             d AS (SELECT {cols}median(dev) AS mad, median(meandev) AS meanad
-                   FROM e {group_by})
-        SELECT g.run_id, g.x, m.med,
-            CASE WHEN d.mad > 0 THEN 0.6745 * (g.x - m.med) / d.mad
-                 WHEN d.meanad > 0 THEN (g.x - m.med) / (1.253314 * d.meanad)
-                 ELSE 0 END AS z
-        FROM g JOIN m {using} JOIN d {using}
+                   FROM g JOIN m USING (gid) GROUP BY ALL)
+        SELECT gid, any_value(med) AS med, median(dev) AS mad, median(meandev) AS meanad
+        FROM e JOIN m USING (gid) GROUP BY gid
     """
 
 
-def _is_outlier(scores: str) -> str:
-    """Whether the run of a row of `_scores_sql` (named `scores`) is an outlier: beyond
-    OUTLIER_THRESHOLD and more than OUTLIER_MIN_SHARE from its group's median."""
-    return (f"(abs({scores}.z) > {OUTLIER_THRESHOLD!r}::DOUBLE AND "
-            f"abs({scores}.x - {scores}.med) > {OUTLIER_MIN_SHARE!r}::DOUBLE * {scores}.med)")
+# A run's robust z-score from its group's row of group_stats_sql (named s): z =
+# 0.6745 * (x - median) / MAD; where the MAD is 0 (half the runs identical) the mean
+# absolute deviation stands in, scaled to the MAD's consistency constant (Iglewicz and
+# Hoaglin).
+_Z = """CASE WHEN s.mad > 0 THEN 0.6745 * (r.epoch2_seconds - s.med) / s.mad
+             WHEN s.meanad > 0 THEN (r.epoch2_seconds - s.med) / (1.253314 * s.meanad)
+             ELSE 0 END"""
+# Whether the run is an outlier: beyond OUTLIER_THRESHOLD and more than
+# OUTLIER_MIN_SHARE from its group's median.
+_IS_OUTLIER = (f"(abs({_Z}) > {OUTLIER_THRESHOLD!r}::DOUBLE AND "
+               f"abs(r.epoch2_seconds - s.med) > {OUTLIER_MIN_SHARE!r}::DOUBLE * s.med)")
 
 
-def figures_sql(source: str, where: str = "", by: tuple[str, ...] | None = None) -> str:
-    """group_figures' rows (two a group: with and without its outliers) of the scored
-    runs of `source` matching `where` (" AND ..."), grouped by the columns `by` (none:
-    `where` picks one group; its columns are then left for the caller to add)."""
-    by = OUTLIER_GROUP if by is None else by
-    cols = "".join(f"{c}, " for c in by)
-    kept = f"""(SELECT *, with_outliers OR NOT outlier AS keep
-                FROM {source}, (VALUES (true), (false)) AS v(with_outliers)
-                WHERE {SCORED_RUNS}{where})"""
+def scored(groups: str) -> str:
+    """The runs matching `groups` (as group_stats_sql takes it) as a relation with the
+    runs' columns, `outlier` and `outlier_score` as computed now (false and 0 for a run
+    in no group: see SCORED_RUNS). Its parameters are `groups`' twice."""
     return f"""
-        SELECT {cols}with_outliers, {FIGURES}
-        FROM {voiced(kept, f"{cols}with_outliers")}
-        GROUP BY {cols}with_outliers
-        HAVING count(*) FILTER (WHERE keep) > 0
+        (SELECT r.* EXCLUDE (gid) REPLACE (coalesce({_IS_OUTLIER}, false) AS outlier,
+                                           coalesce({_Z}, 0) AS outlier_score)
+         FROM (SELECT *, {group_id()} AS gid FROM runs WHERE {groups}) r
+         LEFT JOIN ({group_stats_sql(groups)}) s ON s.gid = r.gid AND {SCORED_RUNS})
     """
 
 
-def rescore(con: duckdb.DuckDBPyConnection, groups: set[tuple] | None) -> None:
-    """Recompute the outlier flags and scores of the given outlier groups' runs (None:
-    every group) and their rows of group_figures, in the caller's transaction. Only
-    changed rows of runs are written. A group at a time is a simpler statement than
-    all at once: a submission's rescore (one group) costs half as much."""
-    if groups is None:
-        _rescore_every_group(con)
-        return
-    one = " AND " + " AND ".join(f"{c} IS NOT DISTINCT FROM ?" for c in OUTLIER_GROUP)
-    names = ", ".join(f"? AS {c}" for c in OUTLIER_GROUP)
-    for key in sorted(groups, key=str):
-        _update_scores(con, _scores_sql("runs", one, by=()), list(key))
-        con.execute(f"DELETE FROM group_figures WHERE {one[5:]}", list(key))
-        con.execute(f"INSERT INTO group_figures BY NAME SELECT * FROM (SELECT {names}), "
-                    f"({figures_sql('runs', one, by=())})", [*key, *key])
-
-
-def _update_scores(con: duckdb.DuckDBPyConnection, scores: str, params: list[Any]) -> None:
-    """Write the flags and scores of `scores` (a `_scores_sql`) where they changed."""
-    con.execute(
-        f"""
-        UPDATE runs SET outlier = {_is_outlier("s")}, outlier_score = s.z
-        FROM ({scores}) s
-        WHERE runs.run_id = s.run_id AND (runs.outlier_score IS DISTINCT FROM s.z OR
-            runs.outlier IS DISTINCT FROM {_is_outlier("s")})
-        """,
-        params,
-    )
-
-
-def _rescore_every_group(con: duckdb.DuckDBPyConnection) -> None:
-    _update_scores(con, _scores_sql("runs"), [])
-    # A run that left the groups (flagged on an upgrade) keeps no old outlier flag;
-    # only a full rescore can find one: a run is flagged before it is ever scored.
-    con.execute(f"UPDATE runs SET outlier = false, outlier_score = 0 "
-                f"WHERE (outlier OR outlier_score <> 0) AND NOT ({SCORED_RUNS})")
-    con.execute("DELETE FROM group_figures")
-    con.execute(f"INSERT INTO group_figures BY NAME {figures_sql('runs')}")
+def groups_of_runs() -> str:
+    """`scored`'s `groups` for the groups of some runs: its one parameter is a list of
+    run ids."""
+    return f"{group_id()} IN (SELECT {group_id()} FROM runs WHERE list_contains(?, run_id))"

@@ -1,6 +1,8 @@
 """Reading stored runs: one by run_id, pages of them (ListRuns) with their page tokens,
 counts. Every read sees every run acknowledged before it began (a run is acknowledged
-once its commit has returned) and never waits for a write (DuckDB's MVCC).
+once its commit has returned) and never waits for a write (DuckDB's MVCC). A run's
+outlier flag and score are computed as it is read, from its group's runs
+(collector.outliers).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from datetime import datetime
 from os.path import commonprefix
 from typing import TYPE_CHECKING, Any
 
-from gpubench.collector import ceilings
+from gpubench.collector import ceilings, outliers
 from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2
@@ -66,9 +68,10 @@ class RunReads:
         with self._db.read() as con:
             where = "run_id = ?" if whole else "starts_with(run_id, ?)"
             rows = con.execute(
-                f"SELECT {STORED_COLUMNS} FROM runs WHERE {where} "
-                "ORDER BY run_id LIMIT 4", [prefix]
+                f"SELECT run_id FROM runs WHERE {where} ORDER BY run_id LIMIT 4", [prefix]
             ).fetchall()
+            if len(rows) == 1:
+                rows = _stored_rows(con, [rows[0][0]])
             short = _short_ids(con, [rows[0][0]]) if len(rows) == 1 else {}
         if not rows:
             held = self._held_reason(prefix) if whole else None
@@ -129,10 +132,7 @@ class RunReads:
             if not taken:
                 return [], ""
             ids = [head[0] for head in heads[:taken]]
-            rows = con.execute(
-                f"SELECT {STORED_COLUMNS} FROM runs WHERE run_id IN (SELECT unnest(?))"
-                + order, [ids],
-            ).fetchall()
+            rows = _stored_rows(con, ids, order)
             short = _short_ids(con, ids)
         last = heads[taken - 1]
         token = _encode_page_token(last[1], last[0]) if len(heads) > taken else ""
@@ -153,7 +153,7 @@ class RunReads:
             stored, flagged, outlier, published, held = con.execute(
                 "SELECT count(*), count(*) FILTER (WHERE flagged), count(*) FILTER (WHERE "
                 "outlier), count(*) FILTER (WHERE published), (SELECT count(*) FROM "
-                "quarantine) FROM runs").fetchall()[0]
+                f"quarantine) FROM {outliers.scored('true')}").fetchall()[0]
         return {"runs_stored": stored, "runs_flagged": flagged, "runs_outlier": outlier,
                 "runs_published": published, "runs_quarantined": held}
 
@@ -184,6 +184,15 @@ def _filter_sql(where: RunFilter) -> tuple[list[str], list[Any]]:
         clauses.append("created_at < ?")
         params.append(where.until)
     return clauses, params
+
+
+def _stored_rows(con: Any, run_ids: Sequence[str], order: str = "") -> list[tuple]:
+    """The STORED_COLUMNS of the runs `run_ids`, their outlier flags and scores computed
+    from their groups' runs."""
+    return con.execute(
+        f"SELECT {STORED_COLUMNS} FROM {outliers.scored(outliers.groups_of_runs())} "
+        f"WHERE list_contains(?, run_id){order}", [list(run_ids)] * 3,
+    ).fetchall()
 
 
 def _short_ids(con: Any, run_ids: Sequence[str]) -> dict[str, str]:

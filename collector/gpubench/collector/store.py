@@ -4,11 +4,14 @@ Writes go through the Store's methods; reads through its `runs` (collector.queri
 `aggregates` (collector.aggregates) and `tokens` (collector.tokens), which a token
 change also goes through.
 
-A submission is stored in one DuckDB transaction, its outlier group rescored in it
-(collector.outliers), and acknowledged once the commit has returned: DuckDB syncs its
-write-ahead log at every commit. Writes take the database's write lock, one at a time
-(submissions waiting for it share the next transaction); reads take none (DuckDB's
-MVCC). Opening stores what an earlier version left unstored (collector.leftovers).
+A submission is stored in one DuckDB transaction and acknowledged once the commit has
+returned: DuckDB syncs its write-ahead log at every commit. It writes its run and
+nothing else: the outlier flags and figures are computed where they are read
+(collector.outliers), so its cost does not grow with its group. Writes take the
+database's write lock, one at a time (submissions waiting for it share the next
+transaction, and each is answered when that one has committed); reads take none
+(DuckDB's MVCC). Opening stores what an earlier version left unstored
+(collector.leftovers).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 import duckdb
 
-from gpubench.collector import backup_tables, columns, leftovers, migrations, outliers
+from gpubench.collector import backup_tables, columns, leftovers, migrations
 from gpubench.collector.aggregates import Aggregates
 from gpubench.collector.database import Database, backup_counts, transaction
 from gpubench.collector.durability import Durability, storage_error
@@ -61,9 +64,9 @@ class Store:
         self._closing = threading.Event()
         self._retrying: threading.Thread | None = None
         self._retry_running = False  # set and cleared with the write lock held
-        # Submissions waiting to be stored, and whether one thread is storing them.
-        self._queue_lock = threading.Lock()
-        self._leading = False
+        # Submissions waiting to be stored, and whether a thread is storing some now.
+        self._turn = threading.Condition()
+        self._storing = False
         self._queue: list[tuple[dict[str, Any], Future]] = []
         try:
             # The database's file lock is held now: nothing else reads what was left.
@@ -85,20 +88,29 @@ class Store:
         """Store a validated run durably and return its acknowledgement.
 
         The same run_id with the same content returns the first acknowledgement;
-        with different content it raises RunConflict. The first submission to find none
-        being stored stores every one that waits, in one transaction, until none does:
-        a commit's sync and a group's rescore cost about as much for 16 runs as for one.
+        with different content it raises RunConflict. A submission that finds none being
+        stored stores every one that waits, in one transaction (a commit's sync costs
+        about as much for 16 runs as for one); each is answered once that transaction
+        has committed, and the next waiting submission stores the runs that came since.
         """
-        waiting = (run_row(run, submitter), Future())
-        with self._queue_lock:
+        waiting: tuple[dict[str, Any], Future] = (run_row(run, submitter), Future())
+        with self._turn:
             self._queue.append(waiting)
-            leads, self._leading = not self._leading, True
-        while leads:  # stores what waits, batch after batch, until nothing does
-            with self._queue_lock:
-                batch, self._queue = self._queue, []
-                leads = self._leading = bool(batch)
-            if batch:
+            while self._storing and not waiting[1].done():
+                self._turn.wait()
+            batch: list[tuple[dict[str, Any], Future]] = []
+            if not waiting[1].done():  # its turn: it stores what waits, itself among them
+                batch, self._queue, self._storing = self._queue, [], True
+        if batch:
+            try:
                 self._store_batch(batch)
+            finally:
+                for _, future in batch:  # (only an interruption leaves one unanswered)
+                    if not future.done():
+                        future.set_exception(ShuttingDown("the collector stopped storing"))
+                with self._turn:
+                    self._storing = False
+                    self._turn.notify_all()
         try:
             result = waiting[1].result()
         except Exception as exc:
@@ -133,25 +145,21 @@ class Store:
         return self.store_rows([run_row(run, submitter) for run in runs])
 
     def store_rows(self, rows: Sequence[dict[str, Any]]) -> list[Ack | Exception]:
-        """Insert rows made by `run_row` (received_at set where None) and rescore the
-        outlier groups they join, in one transaction; per row its Ack, or the
+        """Insert rows made by `run_row` (received_at set where None), in one
+        transaction; per row its Ack, or the
         RunConflict or InvalidRecord that refused it. Raises StorageFull or
         StorageUnavailable (nothing stored) when the storage fails."""
         with self._writing(f"storing runs in {self.path}") as con:
             return _insert(con, rows)
 
     def delete(self, run_id: str) -> str:
-        """Delete a run (and rescore its group); returns its submitter. NotFound if absent."""
-        cols = ", ".join(outliers.OUTLIER_GROUP)
+        """Delete a run; returns its submitter. NotFound if absent."""
         with self._writing(f"deleting a run from {self.path}") as con:
-            rows = con.execute(
-                f"SELECT submitter, status, {cols} FROM runs WHERE run_id = ?", [run_id]
-            ).fetchall()
+            rows = con.execute("SELECT submitter FROM runs WHERE run_id = ?",
+                               [run_id]).fetchall()
             if not rows:
                 raise NotFound(f"run_id {run_id}: no such run")
             con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
-            if rows[0][1] == "ok":  # (a group a flagged run is not in: nothing changes)
-                outliers.rescore(con, {tuple(rows[0][2:])})
             return rows[0][0]
 
     def export_to(self, folder: Path, tables: Sequence[str]) -> dict[str, int]:
@@ -168,14 +176,13 @@ class Store:
 
     def load_backup(self, files: dict[str, Path]) -> dict[str, int]:
         """Load a backup's tables (table -> its Parquet file) into this store, new and
-        empty, and score the outliers, in one transaction; how many runs, tokens and
+        empty, in one transaction; how many runs, tokens and
         quarantined runs it holds then. Raises backup_tables.DamagedBackup naming what
         is wrong."""
         with self.database.write_lock:
             con = self.database.cursor()
             with transaction(con):
                 backup_tables.load(con, files)
-                outliers.rescore(con, None)
             return backup_counts(con)
 
     @contextlib.contextmanager
@@ -238,9 +245,9 @@ class Store:
 
 def _insert(con: duckdb.DuckDBPyConnection, rows: Sequence[dict[str, Any]]
             ) -> list[Ack | Exception]:
-    """Insert the rows not stored yet and rescore their groups, in the caller's
-    transaction; per row its Ack or the refusal (Store.store_rows). A run_id stored
-    already (or held from an earlier version) with the same content gets its first Ack."""
+    """Insert the rows not stored yet, in the caller's transaction; per row its Ack or
+    the refusal (Store.store_rows). A run_id stored already (or held from an earlier
+    version) with the same content gets its first Ack."""
     ids = list(dict.fromkeys(row["run_id"] for row in rows))
     if len(ids) == 1:  # a point lookup uses the primary key's index
         where, params = "run_id = ?", ids
@@ -275,7 +282,6 @@ def _insert(con: duckdb.DuckDBPyConnection, rows: Sequence[dict[str, Any]]
                 f"(sha256 {ack.content_sha256[:12]}...); a new run needs a new run_id"))
     if fresh:
         con.execute(columns.INSERT_ROWS, columns.column_lists(fresh))
-        outliers.rescore(con, {g for g in map(outliers.group_of, fresh) if g is not None})
     return results
 
 
