@@ -123,8 +123,19 @@ def is_published(path: Path) -> bool:
 
 
 def reset() -> None:
-    """Remove what the previous demo left (only the demo's own files), and say so."""
+    """Remove what the previous demo left (only the demo's own files), and say so; not
+    while a collector (the one "what now" suggests starting) still serves its database:
+    it would go on serving the deleted file and refuse the new demo's token."""
+    from gpubench.collector.database import database_in_use
+
     DEMO.mkdir(parents=True, exist_ok=True)
+    db = DEMO / "collector.duckdb"
+    if db.exists() and database_in_use(db):
+        raise StepFailed(
+            "starting afresh", 1,
+            f"{shown(db)} is in use by another process (the collector started after the "
+            "last demo?): stop it (Ctrl-C in its terminal), then run `make demo` again; "
+            "nothing was removed")
     found = [DEMO / name for name in STATE if (DEMO / name).exists()]
     for path in found:
         if path.is_dir():
@@ -144,9 +155,11 @@ def main() -> int:
     try:
         return demo()
     except StepFailed as failed:
+        from gpubench.errors import wrap_message
+
         said = f": {failed.said}" if failed.said else " (its error is above)"
-        print(f"\ndemo: {failed.what} failed with exit code {failed.code}{said}",
-              file=sys.stderr, flush=True)
+        print("\n" + wrap_message("demo: ", f"{failed.what} failed with exit code "
+                                 f"{failed.code}{said}"), file=sys.stderr, flush=True)
         return failed.code or 1
     except KeyboardInterrupt:
         print("\ndemo: interrupted", file=sys.stderr, flush=True)

@@ -144,7 +144,42 @@ def test_a_failed_step_says_what_failed_and_why(tmp_path: Path) -> None:
     broken.write_text('{"published": false, "run_id": "not a uuid"}')
     done = make(repo, "demo", demo_env(tmp_path))
     assert done.returncode != 0
-    assert "demo: importing the reference runs failed with exit code 6" in done.stderr
+    assert "demo: importing the reference runs failed with exit code 6" in " ".join(
+        done.stderr.split())
     assert "h200-b0-quick.json" in done.stderr  # the collector's own error, above it
     assert "Traceback" not in done.stderr and "CalledProcessError" not in done.stderr
     assert "what now" not in done.stdout and "setting up" not in done.stdout
+
+
+def test_a_demo_does_not_start_afresh_while_a_collector_serves_its_database(
+        tmp_path: Path) -> None:
+    """`make demo` again while the collector its "what now" suggested still serves
+    .demo/collector.duckdb: it stops with what to do, and removes nothing (before, it
+    deleted the database under the collector and exited 0)."""
+    demo_dir = tmp_path / "demo"
+    db = demo_dir / "collector.duckdb"
+    demo_dir.mkdir()
+    Store(db).close()
+    (demo_dir / "token").write_text("gpb_the-previous-demos\n")
+    bin_dir = Path(sys.executable).parent
+    env = {**demo_env(tmp_path), "GPUBENCH_DEMO_DIR": str(demo_dir)}
+    server = subprocess.Popen([str(bin_dir / "gpubench-collector"), "serve", "--db", str(db),
+                               "--port", "0"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    try:
+        # Serving: the collector says so, on its first line, once its database is open.
+        assert server.stdout is not None
+        assert "collector serving on" in server.stdout.readline()
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py")], env=env,
+                              cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "demo: starting afresh failed with exit code 1" in said, said
+    assert "collector.duckdb is in use by another process" in said
+    assert "stop it (Ctrl-C in its terminal), then run `make demo` again" in said
+    assert db.exists() and (demo_dir / "token").exists()
+    assert not [line for line in (done.stdout + done.stderr).splitlines() if len(line) > 80]
