@@ -103,6 +103,13 @@ TORCH_WHEELS = (
 )
 TENSORFLOW_IMAGE = Build("tensorflow", "2.21.0", "12.5.1",
                          ("sm_60", "sm_70", "sm_80", "sm_89", "compute_90"))
+# The torch workload images (docker/build.sh, the release), by the tag's variant, in the
+# order the agent tries them: the default's CUDA 12.6 build (compute capability 5.0 to
+# 9.0), then CUDA 12.9's for Blackwell (7.5 to 12.x: B200, RTX 50, RTX PRO 6000).
+WORKLOAD_REPOSITORY = "gpubench-workload"
+TORCH_IMAGES = (("", TORCH_WHEELS[1]), ("cu129", TORCH_WHEELS[2]))
+# The tag variants of the workload image that are not the default torch build.
+IMAGE_VARIANTS = ("cu129", "tensorflow")
 # What to know of a backend's GPU path, said with the choice: TensorFlow's has not been
 # run by this project itself (so that nobody takes the build check for a measurement);
 # JAX's spends minutes of epoch 1 compiling (measured: docs/results/h200-jax.md).
@@ -242,12 +249,77 @@ def _how(build: Build, gpus: Sequence[Gpu]) -> str:
     return how
 
 
+# --- the workload image ---------------------------------------------------------------
+
+
+def _workload_parts(image: str) -> tuple[str, str, str] | None:
+    """(repository, the tag without its variant: 'latest' or a version, the variant: ''
+    for the default torch build) of a workload image; None for any other image (another
+    repository, or one named by digest)."""
+    repository, _, tag = image.rpartition(":")
+    if not repository or "/" in tag:  # no tag, or a registry's port
+        repository, tag = image, "latest"
+    if "@" in image or repository.rsplit("/", 1)[-1] != WORKLOAD_REPOSITORY:
+        return None
+    for variant in IMAGE_VARIANTS:
+        if tag == variant:
+            return repository, "latest", variant
+        if tag.endswith(f"-{variant}"):
+            return repository, tag[:-len(variant) - 1], variant
+    return repository, tag, ""
+
+
+def image_variant(image: str, variant: str) -> str | None:
+    """The workload image `image` (any of its variants) with the tag of `variant`:
+    ('gpubench-workload:latest', 'cu129') -> gpubench-workload:cu129,
+    ('REGISTRY/gpubench-workload:0.2.0-tensorflow', '') -> REGISTRY/gpubench-workload:0.2.0.
+    None for any other image."""
+    parts = _workload_parts(image)
+    if parts is None:
+        return None
+    repository, version, _ = parts
+    if not variant:
+        return f"{repository}:{version}"
+    return f"{repository}:{variant if version == 'latest' else f'{version}-{variant}'}"
+
+
+def torch_image_for(image: str, gpus: Sequence[Gpu]) -> tuple[str, str]:
+    """The torch workload image to run on `gpus`, by their compute capability, and the
+    line that says which and why: `image` where its build runs on them, else its
+    variant whose build does (`image` itself, with no line, when `image` is not a default
+    torch workload image; and where no variant runs, for the check to say why)."""
+    parts = _workload_parts(image)
+    if not gpus or parts is None or parts[2]:
+        return image, ""
+    cc = ", ".join(dict.fromkeys(g.compute_capability for g in gpus))
+    for variant, build in TORCH_IMAGES:
+        if problems_on_all(build, gpus):
+            continue
+        chosen = str(image_variant(image, variant))
+        line = (f"workload image {chosen}: torch for CUDA {build.cuda}, with kernels for "
+                f"the {_names(gpus)} (compute capability {cc})")
+        if variant:
+            default = TORCH_IMAGES[0][1]
+            line += (f"; {image}'s CUDA {default.cuda} build has kernels up to "
+                     f"{default.archs[-1]} only")
+        return chosen, line
+    return image, ""
+
+
 # --- the advice -----------------------------------------------------------------------
 
 
-def advice(gpus: Sequence[Gpu], runner: str = "local") -> str:
-    """What to install so that the benchmark runs on these GPUs (one sentence)."""
+def advice(gpus: Sequence[Gpu], runner: str = "local", image: str = "") -> str:
+    """What to install so that the benchmark runs on these GPUs (one sentence); `image`
+    is the workload image of a docker run."""
     options = []
+    if runner == "docker":
+        for variant, build in TORCH_IMAGES:
+            other = image_variant(image, variant)
+            if other is not None and other != image and not problems_on_all(build, gpus):
+                options.append(f"run the workload image {other} (--image {other}: torch "
+                               f"for CUDA {build.cuda})")
+                break
     torch = next((w for w in TORCH_WHEELS if not problems_on_all(w, gpus)), None)
     if torch is not None:
         install = f"pip install torch --index-url {TORCH_INDEX}/{torch.version}"
@@ -287,12 +359,13 @@ def installed_before(installed: Mapping[str, Build], name: str) -> list[str]:
 
 def choose(gpus: Sequence[Gpu], builds: Sequence[Build], *, asked: str | None = None,
            asked_by: str = "--backend", where: str = "in the workload's Python",
-           runner: str = "local") -> Choice:
+           runner: str = "local", image: str = "") -> Choice:
     """The backend to run on `gpus`: `asked` if it can, else the first of PREFERENCE that
     can; raises Incompatible (exit code 2) with the reasons and what to install.
 
     `asked_by` names where the request came from (--backend, KERAS_BACKEND=...), `where`
-    where the builds live, `runner` the runner that will start the workload.
+    where the builds live, `runner` the runner that will start the workload and `image`
+    its workload image (docker), for the advice to name the one that runs.
     """
     if not gpus:
         raise ValueError("choose() is for GPU runs: a CPU-only run needs no check")
@@ -302,11 +375,11 @@ def choose(gpus: Sequence[Gpu], builds: Sequence[Build], *, asked: str | None = 
         build = installed.get(asked)
         if build is None:
             raise Incompatible(f"{asked_by} {asked}: {asked} is not installed {where}. "
-                               f"{advice(gpus, runner)}")
+                               f"{advice(gpus, runner, image)}")
         found = problems_on_all(build, gpus)
         if found:
             raise Incompatible(f"{asked_by} {asked} cannot run on {on}: {'; '.join(found)}. "
-                               f"{advice(gpus, runner)}")
+                               f"{advice(gpus, runner, image)}")
         return Choice(asked, build, _said(asked, f"backend {asked} ({asked_by}): {build.label} "
                                                 f"runs on {on} ({_how(build, gpus)})"))
     passed: list[str] = []
@@ -324,9 +397,9 @@ def choose(gpus: Sequence[Gpu], builds: Sequence[Build], *, asked: str | None = 
         return Choice(name, build, _said(name, line))
     if not installed:
         raise Incompatible(f"none of {', '.join(PREFERENCE)} is installed {where}. "
-                           f"{advice(gpus, runner)}")
+                           f"{advice(gpus, runner, image)}")
     raise Incompatible(f"no backend installed {where} runs on {on}: {'; '.join(passed)}. "
-                       f"{advice(gpus, runner)}")
+                       f"{advice(gpus, runner, image)}")
 
 
 def _said(backend: str, line: str) -> str:

@@ -72,6 +72,9 @@ def set_up(display: RunDisplay, *, gpus: int | None, runner: str, options: Runne
         line = chosen.prepare()
         if line:
             display.note(line)
+        line = chosen.fit_to(run_gpus(inventory, count))
+        if line:
+            display.note(line)
         backend = check_builds(chosen, inventory, count, backend, display, skip_compat)
     except BaseException:
         if nvml is not None:
@@ -127,6 +130,12 @@ def gpu_count(gpus: int | None, inventory: Inventory, display: RunDisplay) -> in
     return count
 
 
+def run_gpus(inventory: Inventory, gpu_count: int) -> list[compat.Gpu]:
+    """The facts of the GPUs the run uses, as the compatibility check takes them."""
+    return [compat.Gpu(gpu.name, gpu.compute_capability, gpu.driver_version,
+                       gpu.cuda_version) for gpu in inventory.gpus[:gpu_count]]
+
+
 def check_builds(runner: Runner, inventory: Inventory, gpu_count: int, backend: str | None,
                  display: RunDisplay, skip: bool) -> str | None:
     """The backend to run: the workload's framework builds checked against the GPUs the
@@ -152,10 +161,9 @@ def check_builds(runner: Runner, inventory: Inventory, gpu_count: int, backend: 
         display.note(f"the workload could not say what it was built for ({exc}); its "
                      "builds are not checked against the GPU", style="yellow")
         return backend
-    gpus = [compat.Gpu(gpu.name, gpu.compute_capability, gpu.driver_version,
-                       gpu.cuda_version) for gpu in inventory.gpus[:gpu_count]]
-    choice = compat.choose(gpus, builds, asked=asked, asked_by=asked_by, where=runner.where,
-                           runner=runner.name)
+    choice = compat.choose(run_gpus(inventory, gpu_count), builds, asked=asked,
+                           asked_by=asked_by, where=runner.where, runner=runner.name,
+                           image=runner.image)
     display.note(choice.line)
     return choice.backend
 

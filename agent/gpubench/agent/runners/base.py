@@ -12,7 +12,7 @@ import abc
 import collections
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -212,6 +212,14 @@ class Runner(abc.ABC):
     def where(self) -> str:
         """Where the workload and its framework builds are, in words for the console:
         'in the image gpubench-workload:latest', "in the workload's Python (...)"."""
+
+    image: str = ""  # the workload image, for a runner that runs one
+
+    def fit_to(self, gpus: Sequence[Any]) -> str | None:
+        """Fit the workload to the run's GPUs (compat.Gpu) before it is probed (the
+        docker runner: the workload image's tag by their compute capability); the line
+        the console shows about it, or None."""
+        return None
 
     def prepare(self) -> str | None:
         """Settle, once and before anything runs, what the runner needs (the docker

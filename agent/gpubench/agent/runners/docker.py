@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,25 @@ from gpubench.agent.runners.host_paths import host_path
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import Event
 from gpubench.settings import WORKLOAD_MODULE
-from gpubench.versions import DISTRIBUTION
+from gpubench.versions import DISTRIBUTION, VERSION
 
-DEFAULT_IMAGE = "gpubench-workload:latest"
+# Where the release publishes the images (docs/release.md; its dist job checks that this
+# is the repository's own registry): a released agent starts the workload image of its
+# own version from there, a development copy the local build's (docker/build.sh).
+REGISTRY = "ghcr.io/gpubench"
+LOCAL_IMAGE = f"{compat.WORKLOAD_REPOSITORY}:latest"
+RELEASE_VERSION = re.compile(r"\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?")
+
+
+def default_image(version: str = VERSION) -> str:
+    """The workload image an agent of `version` starts when none is given: the published
+    one of a release version, else the local build."""
+    if RELEASE_VERSION.fullmatch(version):
+        return f"{REGISTRY}/{compat.WORKLOAD_REPOSITORY}:{version}"
+    return LOCAL_IMAGE
+
+
+DEFAULT_IMAGE = default_image()
 WORKLOAD_COMMAND = ("python3", "-m", WORKLOAD_MODULE)
 DATA_MOUNT = "/data"
 MODEL_MOUNT = "/model"  # the folder of a --model file
@@ -276,6 +293,13 @@ class DockerRunner(Runner):
     def where(self) -> str:
         return f"in the image {self.image}"
 
+    def fit_to(self, gpus: Sequence[compat.Gpu]) -> str | None:
+        """The default torch workload image's tag by the GPUs' compute capability
+        (compat.torch_image_for): its CUDA 12.9 variant where only that one has kernels
+        for them (Blackwell). Any other image is run as given."""
+        self.image, line = compat.torch_image_for(self.image, gpus)
+        return line or None
+
     def prepare(self) -> str | None:
         access = self.gpu_access()
         return None if access is None else \
@@ -445,8 +469,10 @@ class DockerRunner(Runner):
         return volumes, args
 
     def _missing_image(self) -> str:
-        return (f"image {self.image}: not on this host (build it with docker/build.sh "
-                "workload, or docker pull it)")
+        variant = next((v for v in compat.IMAGE_VARIANTS
+                        if self.image.endswith((f":{v}", f"-{v}"))), "")
+        return (f"image {self.image}: not on this host (docker pull {self.image}, or build "
+                f"it: docker/build.sh workload{f'-{variant}' if variant else ''})")
 
     def _client(self) -> Any:
         try:
