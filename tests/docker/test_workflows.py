@@ -67,6 +67,15 @@ def test_pypi_only_after_the_images_and_the_tags_last() -> None:
     assert "cancel-in-progress: false" in between(RELEASE, "concurrency:", "jobs:")
 
 
+def test_the_release_checks_the_registry_the_agent_starts_images_from() -> None:
+    from gpubench.agent.runners import docker
+
+    # The dist job's sed reads REGISTRY from the source as this does.
+    source = Path(docker.__file__).read_text()
+    assert re.findall(r'^REGISTRY = "(.*)"$', source, re.M) == [docker.REGISTRY]
+    assert "agent/gpubench/agent/runners/docker.py" in job(RELEASE, "dist")
+
+
 def test_tools_and_cosign_are_pinned() -> None:
     dist = job(RELEASE, "dist")
     for tool in ("build", "twine", "setuptools-scm", "setuptools", "wheel", "grpcio-tools"):
