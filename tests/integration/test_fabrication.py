@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from gpubench import record
+from gpubench.collector import ceilings
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import run_pb2
 
@@ -78,7 +79,8 @@ def test_every_fabricated_case_is_flagged_and_leads_nothing(live: Submitters) ->
 
 @pytest.mark.parametrize(("name", "card"), [
     ("NVIDIA-H200", "H200"), ("NVIDIA H2OO", "H200"), ("NVIDlA H200", "H200"),
-    ("nvidia h200", "H200"), ("NVIDIA H200 Ultra", "H200"), ("Tesla T4 PCIe", "Tesla T4"),
+    ("nvidia h200", "H200"), ("NVIDIA H200X", "H200"), ("Tesla T4i", "Tesla T4"),
+    ("NVIDIA H300", "H100"), ("NVIDIA GeForce RTX 4O9O", "GeForce RTX 4090"),
 ])
 def test_a_look_alike_is_flagged_naming_the_card_it_imitates(live: Submitters, name: str,
                                                             card: str) -> None:
@@ -90,12 +92,31 @@ def test_a_look_alike_is_flagged_naming_the_card_it_imitates(live: Submitters, n
         stored.flag_reasons[0]
 
 
-def test_a_made_up_name_is_unrecognised(live: Submitters) -> None:
-    run = fabrication.scaled(1.0, gpu_name="NVIDIA H300")
+@pytest.mark.parametrize("name", ["NVIDIA Rubin R100", "NVIDIA H200 Ultra",
+                                  "Tesla T4 PCIe"])
+def test_a_name_like_no_card_s_is_not_yet_in_the_catalogue(live: Submitters,
+                                                          name: str) -> None:
+    # Whole skeletons are compared: a catalogued name inside another is no look-alike.
+    run = fabrication.scaled(1.0, gpu_name=name)
     live.submit(run, live.stranger)
     [reason] = live.stored(run).flag_reasons
-    assert reason.startswith("unrecognised GPU 'NVIDIA H300': no card in the collector's "
-                             "catalogue has this name")
+    assert reason.startswith(f"unrecognised GPU {name!r}: not yet in the catalogue")
+
+
+@pytest.mark.parametrize(("name", "card"), [
+    ("NVIDIA A100-SXM-80GB", "A100 SXM 80GB"), ("NVIDIA A100-SXM-64GB", "A100 SXM 64GB"),
+    ("NVIDIA A100-SXM4-80GB MIG 1g.10gb", "A100 SXM4 80GB"),
+    ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", "H100"),
+    ("NVIDIA A100-PCIE-40GB MIG 1c.2g.10gb", "A100 PCIe 40GB"),
+])
+def test_real_names_and_mig_devices_are_their_cards(live: Submitters, name: str,
+                                                    card: str) -> None:
+    assert ceilings.specs().spec_of(name).name == card
+    run = fabrication.scaled(0.3, gpu_name=name, memory_bytes=10 << 30)
+    live.submit(run, live.stranger)
+    stored = live.stored(run)
+    assert not stored.gpu_unrecognised, stored.flag_reasons
+    assert not [r for r in stored.flag_reasons if r.startswith(ceilings.UNRECOGNISED)]
 
 
 def test_a_float32_run_is_held_to_the_float32_runs(live: Submitters) -> None:

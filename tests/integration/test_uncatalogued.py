@@ -23,7 +23,7 @@ from gpubench.collector import ceilings
 from gpubench.v1 import collector_pb2 as pb
 
 T4 = "Tesla T4"
-NEW = "NVIDIA GeForce RTX 6090"  # a card the catalogue does not list (yet)
+NEW = "NVIDIA Rubin R100"  # a card the catalogue does not list (yet), like none it does
 KERAS_GIVEN = {"settings": "keras", "batch_rule": "given"}
 T4_SECONDS = (17.0, 17.4, 16.8)
 NEW_SECONDS = (3.0, 3.2)

@@ -24,19 +24,20 @@ GENERATIONS = {
     "Pascal": ({"6.0", "6.1"}, (40, 800), (0.5, 13)),
     "Volta": ({"7.0"}, (600, 1200), (13, 17)),
     "Turing": ({"7.5"}, (60, 700), (1, 17)),
-    "Ampere": ({"8.0", "8.6"}, (90, 2100), (2, 41)),
-    "Ada Lovelace": ({"8.9"}, (180, 1100), (10, 92)),
-    "Hopper": ({"9.0"}, (1900, 5000), (45, 70)),
-    "Blackwell": ({"10.0", "10.3", "12.0"}, (300, 8200), (10, 130)),
+    "Ampere": ({"8.0", "8.6", "8.7"}, (90, 2100), (2, 41)),
+    "Ada Lovelace": ({"8.9"}, (100, 1100), (5, 92)),
+    "Hopper": ({"9.0"}, (1900, 5000), (40, 70)),
+    "Blackwell": ({"10.0", "10.3", "11.0", "12.0", "12.1"}, (200, 8200), (5, 130)),
 }
 # The generations with tensor cores for TF32 and bfloat16, and with 8-bit floats.
 TF32_AND_BF16 = {"Ampere", "Ada Lovelace", "Hopper", "Blackwell"}
 FP8 = {"Ada Lovelace", "Hopper", "Blackwell"}
-# Turing cards without tensor cores (GTX 16, T400-T1000): fp16 at twice fp32 on the cores.
-NO_TENSOR_CORES = re.compile(r"GeForce GTX 16|^T\d00")
+# Turing cards without tensor cores (GTX 16, MX 450 and 550, T400-T1000 and the Quadro T
+# laptops): fp16 at twice fp32 on the cores.
+NO_TENSOR_CORES = re.compile(r"GeForce GTX 16|GeForce MX[45]50|^T\d00|^Quadro T\d000")
 # The memory sizes cards are sold with (GB, as the datasheet writes it).
-SOLD_SIZES = {2, 3, 4, 5, 6, 8, 11, 12, 16, 20, 24, 32, 40, 48, 80, 94, 96, 141, 144, 180, 186,
-              288}
+SOLD_SIZES = {2, 3, 4, 5, 6, 8, 11, 12, 16, 20, 24, 32, 40, 48, 64, 72, 80, 94, 96, 128, 141,
+              144, 180, 186, 288}
 # What NVML reports as the total memory of some cards (nvidia-smi --query-gpu=memory.total,
 # MiB): the tests' factory cards, and others the project has seen. A row's memory is the
 # largest size sold; NVML keeps some back, so that size reports up to 7% less, never more.
@@ -67,6 +68,19 @@ ASKED_FOR = [
     "NVIDIA A100-PCIE-40GB", "NVIDIA A800-SXM4-80GB", "NVIDIA H100 SXM5 80GB", "NVIDIA H800",
     "NVIDIA GH200 144G HBM3e", "NVIDIA GB200", "NVIDIA B300", "Tesla V100S-PCIE-32GB",
     "Tesla V100-SXM3-32GB", "Tesla P100-SXM2-16GB", "Tesla K80",
+    # ... and the names of cards added since, as NVML gives them.
+    "NVIDIA A100-SXM-80GB", "NVIDIA A100-SXM-64GB", "NVIDIA PG509-210", "NVIDIA H20",
+    "NVIDIA L20", "NVIDIA L2", "NVIDIA A800-PCIE-40GB", "NVIDIA GB10", "Orin (nvgpu)",
+    "NVIDIA Thor", "NVIDIA RTX PRO 5000 Blackwell", "NVIDIA RTX PRO 4500 Blackwell",
+    "NVIDIA RTX PRO 4000 Blackwell", "NVIDIA RTX PRO 2000 Blackwell",
+    "NVIDIA GeForce RTX 3050 6GB Laptop GPU", "NVIDIA GeForce RTX 3050 4GB Laptop GPU",
+    "NVIDIA GeForce RTX 3050 A Laptop GPU", "NVIDIA GeForce RTX 2050", "NVIDIA GeForce MX150",
+    "NVIDIA GeForce MX250", "NVIDIA GeForce MX330", "NVIDIA GeForce MX350",
+    "NVIDIA GeForce MX450", "NVIDIA GeForce MX550", "NVIDIA GeForce MX570",
+    "NVIDIA GeForce GTX 1630", "Quadro T1000 with Max-Q Design", "Quadro T2000 with Max-Q Design",
+    "Quadro RTX 5000 with Max-Q Design", "NVIDIA RTX A500 Laptop GPU",
+    "NVIDIA RTX 500 Ada Generation Laptop GPU", "NVIDIA RTX 1000 Ada Generation Laptop GPU",
+    "NVIDIA GeForce RTX 5090 D v2",
 ]
 
 
@@ -111,7 +125,7 @@ def test_each_rows_precisions_are_its_generations(row: ceilings.GpuSpec) -> None
             else ratio <= 1 / 32
     elif NO_TENSOR_CORES.search(row.name):
         assert row.fp16_tflops == pytest.approx(2 * row.fp32_tflops, rel=0.05)
-    else:  # tensor cores: fp16 at 2x (the L40) to 32x fp32 (the B200)
+    else:  # tensor cores: fp16 at 2x (the L40) to 32x fp32 (Jetson Thor)
         assert 2 * row.fp32_tflops * 0.99 <= row.fp16_tflops <= 32 * row.fp32_tflops
 
 
@@ -156,3 +170,51 @@ def test_a_missing_card_is_still_none() -> None:
     for name in ("NVIDIA H300", "Quantum GPU 9000", "nvidia h200",
                  "NVIDIA GeForce RTX 4070 laptop gpu"):
         assert SPECS.spec_of(name) is None, name
+
+
+# Figures once wrong, each as its sheet gives it: the A10G's 80 SMs, the laptop cards that
+# share a desktop card's name (held to the higher of the two), the Max-Q card's own sheet.
+@pytest.mark.parametrize(("name", "fp32"), [
+    ("NVIDIA A10G", 35.0), ("NVIDIA GeForce GTX 1070", 6.74), ("NVIDIA GeForce GTX 1650", 3.19),
+    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", 110),
+])
+def test_corrected_figures(name: str, fp32: float) -> None:
+    assert SPECS.spec_of(name).fp32_tflops == fp32
+
+
+@pytest.mark.parametrize(("name", "card"), [
+    ("NVIDIA A100-SXM4-80GB MIG 1g.10gb", "A100 SXM4 80GB"),
+    ("NVIDIA A100-SXM4-40GB MIG 7g.40gb", "A100 SXM4 40GB"),
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me", "H100"),
+    ("NVIDIA A30 MIG 1c.2g.12gb", "A30"),
+])
+def test_a_mig_device_is_its_card(name: str, card: str) -> None:
+    assert SPECS.spec_of(name).name == card
+    assert ceilings.imitated(SPECS, name) is None
+
+
+@pytest.mark.parametrize(("name", "card"), [
+    ("NVIDIA H2OO", "H200"), ("nvidia h200", "H200"), ("NVIDIA-H200", "H200"),
+    ("NVIDIA H200X", "H200"), ("NVIDIA GeForce RTX 4O9O", "GeForce RTX 4090"),
+    ("Tesla T4i", "Tesla T4"),
+])
+def test_a_look_alike_is_at_most_two_edits_from_a_whole_name(name: str, card: str) -> None:
+    assert ceilings.imitated(SPECS, name).name == card
+    assert not ceilings.not_yet_catalogued(SPECS, name)
+
+
+@pytest.mark.parametrize("name", [
+    "NVIDIA A100-SXM-80GB", "NVIDIA A100-SXM-64GB", "NVIDIA H20", "NVIDIA L20", "NVIDIA L2",
+    "NVIDIA GB10", "NVIDIA RTX PRO 4000 Blackwell",
+])
+def test_real_names_once_taken_for_look_alikes_are_cards(name: str) -> None:
+    assert SPECS.spec_of(name) is not None, name
+
+
+@pytest.mark.parametrize("name", [
+    "NVIDIA Rubin R100", "NVIDIA H200 Ultra", "Tesla T4 PCIe", "Quantum GPU 9000",
+    "NVIDIA A10 Super Accelerator",
+])
+def test_a_catalogued_name_inside_another_is_no_look_alike(name: str) -> None:
+    assert ceilings.imitated(SPECS, name) is None
+    assert ceilings.not_yet_catalogued(SPECS, name)

@@ -3,20 +3,24 @@
 The figures are data (gpu_specs.json beside this module, the GPU catalogue): each known
 GPU's names, architecture, peak TFLOP/s per precision, memory bandwidth, memory, power
 limit and compute capability with the datasheet they come from, each model's FLOPs and
-memory per training image, and the fastest run the project verified of a GPU in each
-configuration. A run faster than one of these ceilings is implausible
-(collector.plausibility flags it); so is a run on a GPU whose name the catalogue does not
-know.
+memory per training image, and the fastest run the project verified of a card in each
+configuration. What a run of a card is expected to reach comes from those verified runs:
+the card's own, else another card's scaled by the two cards' figures the way the model
+scales (`Specs.expectation`). A run faster than its expectation by more than its margin,
+or than the card's peaks, is implausible (collector.plausibility flags it); so is a run
+on a GPU whose name the catalogue does not know. Adding a card's verified runs is a
+change of data alone: rows of `verified`, with their records.
 
 A run's GPU name is either a catalogued card's (the names NVML gives it, matched
-exactly) or unrecognised. An unrecognised name is flagged; where it looks like a
-catalogued card's ("NVIDIA-H200", "NVIDIA H2OO", "NVIDlA H200", "nvidia h200", "NVIDIA
-H200 Ultra") the reason names the card it imitates, so that a reader sees the imitation
-at once. One whose skeleton (below) is no catalogued name's may be a card the catalogue
-does not list yet: its runs, flagged for nothing else, are shown apart as "not yet in
-the catalogue" (collector.aggregates), never ranked with the catalogued cards'. Names
-are compared by their skeleton: case folded, the characters people and fonts confuse
-mapped to one (O and 0; l, I, i, | and 1), everything but letters and digits left out.
+exactly; a MIG device's name is its card's with the profile after "MIG") or
+unrecognised. An unrecognised name is flagged; where it looks like a catalogued card's
+(its skeleton, below, at most LOOK_ALIKE_EDITS from a catalogued name's: "NVIDIA-H200",
+"NVIDIA H2OO", "NVIDlA H200", "nvidia h200", "NVIDIA H300") the reason names the card it
+imitates, so that a reader sees the imitation at once. Any other may be a card the
+catalogue does not list yet: its runs, flagged for nothing else, are shown apart as "not
+yet in the catalogue" (collector.aggregates), never ranked with the catalogued cards'.
+A skeleton is the name with case folded, the characters people and fonts confuse mapped
+to one (O and 0; l, I, i, | and 1), everything but letters and digits left out.
 Pure Python, no database.
 """
 
@@ -195,11 +199,14 @@ class Specs:
         )
 
     def spec_of(self, gpu_name: str) -> GpuSpec | None:
-        """The known GPU of that (normalised) name, or None. Case counts: NVML writes a
-        card's name one way, and "nvidia h200" is a look-alike, not an H200."""
+        """The known GPU of that (normalised) name, or None; a MIG device's (MIG_NAME)
+        is its card's. Case counts: NVML writes a card's name one way, and "nvidia h200"
+        is a look-alike, not an H200."""
         if gpu_name not in self._found:
+            mig = MIG_NAME.fullmatch(gpu_name)
+            card = mig.group("card") if mig else gpu_name
             self._found[gpu_name] = next(
-                (spec for spec in self.gpus if re.fullmatch(spec.pattern, gpu_name)), None)
+                (spec for spec in self.gpus if re.fullmatch(spec.pattern, card)), None)
         return self._found[gpu_name]
 
     def bound_of(self, spec: GpuSpec, model: str, settings: str, precision: str,
@@ -296,6 +303,13 @@ def written_share(precision: str) -> float:
 # What a flag reason for a name the catalogue does not know begins with (the site and the
 # CLI tell such runs apart by it).
 UNRECOGNISED = "unrecognised GPU"
+# Two skeletons this many edits apart or fewer are one name written two ways
+# ("NVIDIA H2O0", "NVIDIA H200X", "NVIDIA H300"); a name further from every catalogued
+# one (a catalogued name inside a longer one: "NVIDIA H200 Ultra") is another card.
+LOOK_ALIKE_EDITS = 2
+# How NVML names a MIG device: its card's name, "MIG" and the profile ("1g.10gb",
+# "1c.2g.20gb", "1g.10gb+me"). It is a slice of that card: held to the card's figures.
+MIG_NAME = re.compile(r"(?P<card>.+) MIG (\d+c\.)?\d+g\.\d+gb(\+me)?")
 # Characters that look alike in the fonts GPU names are read in, each to one stand-in.
 _CONFUSABLE = str.maketrans({"o": "0", "l": "1", "i": "1", "|": "1", "!": "1"})
 
@@ -307,21 +321,37 @@ def skeleton(name: str) -> str:
     return "".join(ch for ch in folded if ch.isalnum())
 
 
+@functools.lru_cache(maxsize=4096)  # every listing asks again of each stored name
 def imitated(specs: Specs, name: str) -> GpuSpec | None:
     """The catalogued card an unrecognised name looks like: the one whose catalogue name
-    or NVML name has the longest skeleton found in the name's skeleton; None if none is."""
+    or NVML name has the nearest skeleton, at most LOOK_ALIKE_EDITS apart (the same
+    skeleton first); None if none is that near."""
     shape = skeleton(name)
-    found = [(len(known), spec) for known, spec in _catalogued(specs).items() if known in shape]
-    return max(found, key=lambda pair: pair[0])[1] if found else None
+    near = [(_edits(shape, known), spec) for known, spec in _catalogued(specs).items()
+            if abs(len(known) - len(shape)) <= LOOK_ALIKE_EDITS]
+    near = [(edits, spec) for edits, spec in near if edits <= LOOK_ALIKE_EDITS]
+    return min(near, key=lambda pair: pair[0])[1] if near else None
+
+
+def _edits(one: str, other: str) -> int:
+    """How many characters must be inserted, deleted or changed to make one text the
+    other (Levenshtein's distance)."""
+    before = list(range(len(other) + 1))
+    for i, a in enumerate(one, 1):
+        now = [i]
+        for j, b in enumerate(other, 1):
+            now.append(min(before[j] + 1, now[j - 1] + 1, before[j - 1] + (a != b)))
+        before = now
+    return before[-1]
 
 
 def not_yet_catalogued(specs: Specs, name: str) -> bool:
     """Whether a run's GPU name (several cards' joined with " + ") holds a card the
-    catalogue does not list yet: a name no row gives, and none of its unknown names a
-    catalogued NVML name written differently (same skeleton: "nvidia h200", "NVIDIA
-    H2OO"). A CPU run's (empty) name holds no card."""
+    catalogue does not list yet: a name no row gives, and none of its unknown names one
+    that looks like a catalogued name (`imitated`: "nvidia h200", "NVIDIA H2OO"). A CPU
+    run's (empty) name holds no card."""
     unknown = [part for part in name.split(" + ") if part and specs.spec_of(part) is None]
-    return bool(unknown) and all(skeleton(part) not in _catalogued(specs) for part in unknown)
+    return bool(unknown) and all(imitated(specs, part) is None for part in unknown)
 
 
 @functools.lru_cache(maxsize=4)
@@ -340,7 +370,8 @@ def unrecognised_reason(specs: Specs, name: str) -> str:
     imitates where it looks like one."""
     card = imitated(specs, name)
     if card is None:
-        return (f"{UNRECOGNISED} {name!r}: no card in the collector's catalogue has this "
-                "name (gpu_specs.json); its figures are held to the best of every card")
+        return (f"{UNRECOGNISED} {name!r}: not yet in the catalogue (gpu_specs.json): its "
+                "runs are shown apart until the card is added; its figures are held to "
+                "the best of every card")
     return (f"{UNRECOGNISED} {name!r}: looks like the catalogued {card.name} but is not a "
             f"name NVML gives it (pattern {card.pattern!r})")
