@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Build the images: gpubench-agent, gpubench-workload (Keras on torch, the default the
-# agent starts), gpubench-workload:tensorflow (Keras on TensorFlow), gpubench-collector and
-# gpubench-edge (HAProxy in front of a public collector, docker/edge/).
+# Build the images: gpubench-agent, gpubench-workload (Keras on torch for CUDA 12.6, the
+# default the agent starts), gpubench-workload:cu129 (torch for CUDA 12.9, which the agent
+# starts on Blackwell cards), gpubench-workload:tensorflow (Keras on TensorFlow),
+# gpubench-collector and gpubench-edge (HAProxy in front of a public collector, docker/edge/).
 #
-#   docker/build.sh [OPTIONS] [agent|workload|workload-tensorflow|collector|edge ...]
+#   docker/build.sh [OPTIONS] [agent|workload|workload-cu129|workload-tensorflow|collector|edge ...]
 #
 #   --local-base  build FROM the local base image (docker/base-image.sh makes it; for
 #                 machines with no registry), with CPU builds of the frameworks:
@@ -15,15 +16,15 @@
 #   --wheels DIR  offer the wheels in DIR to pip inside the builds (linked into
 #                 docker/wheels/, which is part of the build context)
 #   --no-index    pip takes the wheels alone and asks no package index
-#   --tag TAG     image tag (default: latest; the TensorFlow workload is tagged
-#                 `tensorflow`, or TAG-tensorflow)
+#   --tag TAG     image tag (default: latest; the other workloads are tagged `cu129` and
+#                 `tensorflow`, or TAG-cu129 and TAG-tensorflow)
 #   --version V   the version the images' code and labels carry (default: the
 #                 checkout's, from its git tag, as its wheel's: setuptools-scm, asked
 #                 through $GPUBENCH_PYTHON, .venv/bin/python or python3, the first that
 #                 has it; 0.0, unknown, where none has)
 #
-# Default: agent, workload, workload-tensorflow, collector and edge, FROM the public images
-# named in each Dockerfile (the torch workload's CUDA 12.6 build from PyTorch's index).
+# Default: every image, FROM the public images named in each Dockerfile (the torch
+# workloads' CUDA 12.6 and 12.9 builds from PyTorch's index).
 # Environment: GPUBENCH_PIP_CERT (a CA bundle handed to pip inside the builds as a BuildKit
 # secret; default: the system's bundle if present), GPUBENCH_BUILD_NETWORK (the build
 # steps' network: `host` where the engine has no default bridge, dockerd --bridge=none).
@@ -42,6 +43,7 @@ TORCH=torch==2.13.0
 TENSORFLOW=tensorflow==2.21.0
 TENSORFLOW_CPU=tensorflow-cpu==2.21.0
 TENSORFLOW_BASE=tensorflow/tensorflow:2.21.0-gpu
+CU129_INDEX=https://download.pytorch.org/whl/cu129
 WHEELS=docker/wheels
 tag=latest
 local_base=
@@ -50,7 +52,7 @@ wheels=
 no_index=
 version=
 images=()
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --local-base) local_base=1 ;;
@@ -59,13 +61,13 @@ while (($#)); do
         --no-index) no_index=1 ;;
         --tag) tag=${2:?--tag needs a tag}; shift ;;
         --version) version=${2:?--version needs a version}; shift ;;
-        agent | workload | workload-tensorflow | collector | edge) images+=("$1") ;;
+        agent | workload | workload-cu129 | workload-tensorflow | collector | edge) images+=("$1") ;;
         -h | --help) usage; exit 0 ;;
         *) echo "build: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-((${#images[@]})) || images=(agent workload workload-tensorflow collector edge)
+((${#images[@]})) || images=(agent workload workload-cu129 workload-tensorflow collector edge)
 if [[ -n $local_base && -n $base ]]; then
     echo "build: --local-base and --base: choose one" >&2; exit 2
 fi
@@ -110,7 +112,7 @@ if [[ -n $local_base ]]; then
     tensorflow=$TENSORFLOW_CPU
     # PyTorch's own CPU index is out of reach where no registry is; this machine's pip
     # offers what it has (a CPU build where it has one) for the base's Python.
-    if ! ls "$WHEELS"/torch-2.13.0*.whl >/dev/null 2>&1 && [[ " ${images[*]} " == *" workload "* ]]; then
+    if ! ls "$WHEELS"/torch-2.13.0*.whl >/dev/null 2>&1 && [[ " ${images[*]} " =~ " workload"(-cu129)?" " ]]; then
         python=$($DOCKER run --rm "$base" python3 -c \
             'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
         echo "build: fetching $TORCH for the local base's Python $python with this machine's pip" >&2
@@ -131,6 +133,13 @@ for name in "${images[@]}"; do
             # The base's own torch where it has one; otherwise the CUDA 12.6 build, or a
             # CPU build (the local base).
             [[ -n $local_base ]] && args+=(--build-arg FRAMEWORK_INDEX=)
+            ;;
+        workload-cu129)
+            image=gpubench-workload:$([[ $tag == latest ]] && echo cu129 || echo "$tag-cu129")
+            dockerfile=docker/workload.Dockerfile
+            [[ -n $base ]] && args+=(--build-arg "BASE_IMAGE=$base")
+            # As the release builds it; the local base's is the CPU build, as the default's.
+            args+=(--build-arg "FRAMEWORK_INDEX=$([[ -n $local_base ]] || echo "$CU129_INDEX")")
             ;;
         workload-tensorflow)
             image=gpubench-workload:$([[ $tag == latest ]] && echo tensorflow || echo "$tag-tensorflow")

@@ -4,14 +4,19 @@
 #   docker run <GPU flags> -e GPUBENCH_TOKEN gpubench-workload --collector HOST:50051
 # runs the benchmark in-process (the local runner) and pushes the run.
 #
-# Two builds of it (docker/build.sh makes both):
+# Three builds of it (docker/build.sh makes them all):
 #   gpubench-workload:latest      Keras on PyTorch (the default): FROM python:3.12-slim with
 #                                 torch's CUDA 12.6 build, whose kernels run on compute
 #                                 capability 5.0 to 9.0 (GTX 1070, T4, RTX 6000 Ada, H200)
+#   gpubench-workload:cu129       the same with torch's CUDA 12.9 build: compute capability
+#                                 7.5 to 12.x, Blackwell included (B200, RTX 50, RTX PRO
+#                                 6000); the agent starts it where the default cannot run
 #   gpubench-workload:tensorflow  Keras on TensorFlow, the article's framework: FROM the
 #                                 official TensorFlow GPU image, whose TensorFlow is kept
 #
 #   docker build -f docker/workload.Dockerfile -t gpubench-workload .
+#   docker build -f docker/workload.Dockerfile -t gpubench-workload:cu129 \
+#       --build-arg FRAMEWORK_INDEX=https://download.pytorch.org/whl/cu129 .
 #   docker build -f docker/workload.Dockerfile -t gpubench-workload:tensorflow \
 #       --build-arg BASE_IMAGE=tensorflow/tensorflow:2.21.0-gpu \
 #       --build-arg FRAMEWORK=tensorflow --build-arg FRAMEWORK_PACKAGE=tensorflow==2.21.0 \
