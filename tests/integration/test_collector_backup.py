@@ -174,15 +174,22 @@ def test_restore_refuses_an_existing_database_and_an_unfinished_backup(tmp_path:
     store.submit_many([make_run() for _ in range(3)], "lab")
     store.close()
     folder = tmp_path / "backup"
-    assert "backed up 3 run(s), 1 token(s)" in cli("backup", str(folder), "--db", str(db)).stderr
+    first = cli("backup", str(folder), "--db", str(db)).stderr
+    assert "backed up 3 run(s), 1 token(s)" in first
+    assert "signed with a new backup key" in first
+    # Each line within 80 columns however long the paths (words are never broken).
+    assert all(len(line) <= 80 or " " not in line.strip() for line in first.splitlines()), \
+        first
 
     again = cli("backup", str(folder), "--db", str(db), check=False)
     assert again.returncode == 6 and "not an empty folder" in again.stderr
     key = str(key_path(db))
     over = cli("restore", str(folder), "--db", str(db), "--key", key, check=False)
     assert over.returncode == 6 and "--force" in over.stderr
-    assert "restored 3 run(s)" in cli("restore", str(folder), "--db", str(db), "--key", key,
-                                      "--force").stderr
+    restored = cli("restore", str(folder), "--db", str(db), "--key", key, "--force").stderr
+    assert "restored 3 run(s)" in restored
+    assert all(len(line) <= 80 or " " not in line.strip() for line in restored.splitlines()), \
+        restored
 
     (folder / "gpubench-backup.json").unlink()
     unfinished = cli("restore", str(folder), "--db", str(tmp_path / "new.duckdb"), "--key", key,

@@ -134,12 +134,17 @@ def cases(scene: Scene) -> list[Case]:
              ExitCode.FAILURE, "gpubench-collector: ",
              (f"--port {scene.taken_port}: 127.0.0.1:{scene.taken_port} is in use",
               "choose another port with --port (0: any free port)"), first=True),
-        Case("a token made in the default database",
+        Case("a token in a default database that is not there",
              ["gpubench-collector", "token", "create", "alice"],
-             ExitCode.OK, "created token ",
-             (f"created token 'alice' in the database {scene.tmp}/data/gpubench/"
-              "collector.duckdb (the default; --db or $GPUBENCH_COLLECTOR_DB names another)",
-              "it works at a collector serving that file"),
+             ExitCode.USAGE, "gpubench-collector: ",
+             (f"no collector database at {scene.tmp}/data/gpubench/collector.duckdb (the "
+              "default): give --db FILE, the file `gpubench-collector serve --db` serves, "
+              "or set $GPUBENCH_COLLECTOR_DB", "(`serve` makes a new database)"),
+             env={"XDG_DATA_HOME": str(scene.tmp / "data")}),
+        Case("a backup of a default database that is not there",
+             ["gpubench-collector", "backup", str(scene.tmp / "backup")],
+             ExitCode.USAGE, "gpubench-collector: ",
+             ("no collector database at", "(the default): give --db FILE"),
              env={"XDG_DATA_HOME": str(scene.tmp / "data")}),
         Case("a token made through the collector serving the database",
              ["gpubench-collector", "token", "create", "bob", "--db", str(scene.served_db)],

@@ -43,6 +43,22 @@ DB_OPTION = click.option(
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # The modules of the web extra (pyproject.toml) the results site imports.
 WEB_MODULES = ("starlette", "uvicorn", "jinja2", "markupsafe", "prometheus_client")
+# The modules of the collector extra the other commands import (the database's).
+COLLECTOR_MODULES = ("duckdb", "pyarrow", "grpc_health", "grpc_reflection",
+                     "prometheus_client")
+
+
+def existing_database(db_path: Path) -> Path:
+    """`db_path`, refused where it is the default and no database is there: a token or a
+    backup of a new, empty database in the home folder is never what was meant (the
+    collector's database is the file `serve --db` names)."""
+    source = click.get_current_context().get_parameter_source("db_path")
+    if source == click.core.ParameterSource.DEFAULT and not db_path.exists():
+        raise GpubenchError(
+            f"no collector database at {db_path} (the default): give --db FILE, the file "
+            "`gpubench-collector serve --db` serves, or set $GPUBENCH_COLLECTOR_DB "
+            "(`serve` makes a new database)", exit_code=ExitCode.USAGE)
+    return db_path
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -249,6 +265,7 @@ def token() -> None:
 @click.option("--admin", is_flag=True, help="May administer tokens and delete anyone's runs.")
 def token_create(db_path: Path, name: str, admin: bool) -> None:
     """Create token NAME and print its secret (shown this once; only a hash is kept)."""
+    existing_database(db_path)
     with _token_book(db_path) as book:
         row, secret = book.create(name, admin=admin)  # type: ignore[attr-defined]
     kind = "admin token" if row.admin else "token"
@@ -262,6 +279,7 @@ def token_create(db_path: Path, name: str, admin: bool) -> None:
 @DB_OPTION
 def token_list(db_path: Path) -> None:
     """List tokens: name, admin, created, last used, revoked."""
+    existing_database(db_path)
     with _token_book(db_path) as book:
         rows = book.list()  # type: ignore[attr-defined]
     _note(f"{len(rows)} token(s) in {_which_database(db_path, book)}")
@@ -282,6 +300,7 @@ def token_list(db_path: Path) -> None:
 @click.argument("name")
 def token_revoke(db_path: Path, name: str) -> None:
     """Revoke token NAME: calls with it are refused from now on."""
+    existing_database(db_path)
     with _token_book(db_path) as book:
         row = book.revoke(name)  # type: ignore[attr-defined]
     _note(f"revoked token {row.name!r} in {_which_database(db_path, book)}")
@@ -333,6 +352,7 @@ def backup_command(db_path: Path, folder: Path) -> None:
     from gpubench.collector.local_admin import LiveCollector
 
     folder = folder.resolve()  # the serving collector's working folder may differ
+    existing_database(db_path)
     if not db_path.exists():
         raise GpubenchError(f"{db_path}: no such database", exit_code=ExitCode.BAD_DATA)
     had_key = backup.key_path(db_path).exists()
@@ -341,12 +361,12 @@ def backup_command(db_path: Path, folder: Path) -> None:
         taken = target.backup(folder) if isinstance(target, LiveCollector) \
             else backup.take(target, folder)  # type: ignore[arg-type]
     runs, tokens, held = taken.runs, taken.tokens, taken.quarantined
-    err.print(f"backed up {runs} run(s), {tokens} token(s) and {held} quarantined "
-              f"run(s) into {folder}")
+    _note(f"backed up {runs} run(s), {tokens} token(s) and {held} quarantined "
+          f"run(s) into {folder}")
     key = backup.key_path(db_path)
     if not had_key:
-        err.print(f"signed with a new backup key, {key}: keep a copy of it apart from the "
-                  "backups; `restore --key` needs it")
+        _note(f"signed with a new backup key, {key}: keep a copy of it apart from the "
+              "backups; `restore --key` needs it")
 
 
 @cli.command("restore")
@@ -370,9 +390,9 @@ def restore_command(folder: Path, db_path: Path, key: Path, force: bool) -> None
     from gpubench.collector import backup
 
     manifest = backup.restore(folder, db_path, key=key, replace=force)
-    err.print(f"restored {manifest.runs} run(s), {manifest.tokens} token(s) and "
-              f"{manifest.quarantined} quarantined run(s) into {db_path} (backup of "
-              f"{manifest.created_at})")
+    _note(f"restored {manifest.runs} run(s), {manifest.tokens} token(s) and "
+          f"{manifest.quarantined} quarantined run(s) into {db_path} (backup of "
+          f"{manifest.created_at})")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -382,6 +402,14 @@ def main(argv: list[str] | None = None) -> None:
     except GpubenchError as exc:
         err.print(wrap_message("gpubench-collector: ", str(exc)))
         sys.exit(exc.exit_code)
+    except ModuleNotFoundError as exc:
+        # Installed without the collector extra (README's agent install, say).
+        if (exc.name or "").partition(".")[0] not in COLLECTOR_MODULES:
+            raise
+        err.print(wrap_message("gpubench-collector: ", (
+            f"the collector needs the collector extra, which is not installed (no module "
+            f"{exc.name!r}): pip install '{DISTRIBUTION}[collector]'")))
+        sys.exit(ExitCode.USAGE)
     except click.exceptions.Abort:
         err.print("gpubench-collector: interrupted")
         sys.exit(ExitCode.INTERRUPTED)
