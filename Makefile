@@ -71,9 +71,10 @@ test-e2e: proto
 # why.
 TOOLS := .tools
 # $(call fetch,PACKAGE,the tests that need it): fetch PACKAGE, or say what is skipped.
+# Each line it prints fits 80 columns: PACKAGE and the tests' words are kept short.
 fetch = echo "fetching Debian's $(1) into $(TOOLS)/$(1) for $(2)"; mkdir -p $(dir $(LOG)); \
   bash tests/fetch_debian.sh $(TOOLS) $(1) >>$(LOG) 2>&1 \
-    || echo "could not fetch $(1) (see $(LOG)): $(2) will be skipped"
+    || { echo "could not fetch $(1) (see $(LOG)):"; echo "  $(2) will be skipped"; }
 
 # promtool (from the prometheus package) checks docs/monitoring's alert rules and dashboard
 # queries (tests/integration/test_monitoring.py); no Prometheus server is run.
@@ -81,7 +82,7 @@ PROMTOOL := $(TOOLS)/prometheus/usr/bin/promtool
 .PHONY: promtool
 promtool:
 	@command -v promtool >/dev/null 2>&1 || test -x $(PROMTOOL) || { \
-	  $(call fetch,prometheus,the monitoring test's promtool checks); }
+	  $(call fetch,prometheus,the promtool checks); }
 
 # Headless Chromium drives the results site's browser test (tests/web/test_browser.py);
 # about 190 MB to fetch.

@@ -20,7 +20,10 @@ tools=${1:?$usage}
 package=${2:?$usage}
 mkdir -p "$tools"
 tools=$(cd "$tools" && pwd)
-here=(-o "Dir::State::Lists=$tools/apt/lists" -o "Dir::Cache=$tools/apt/cache")
+# apt's logs too (`install -s` rewrites /var/log/apt/eipp.log.xz): nothing outside $tools.
+here=(-o "Dir::State::Lists=$tools/apt/lists" -o "Dir::Cache=$tools/apt/cache"
+      -o "Dir::Log=$tools/apt/log")
+mkdir -p "$tools/apt/log"
 target=$tools/$package
 debs=$tools/$package-debs
 trap 'rm -rf "$debs" "$target.partial"' EXIT  # the downloads, and half a package
