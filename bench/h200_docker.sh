@@ -15,6 +15,12 @@
 #   quick-container    docker/README.md's gpu-agent-devices block with --quick
 #   default-host       the default run in-process (B0, B3, B7, searched batches)
 #   default-container  docker/README.md's gpu-agent-devices block as written
+#   custom-model-container
+#                      docker/README.md's gpu-agent-model block as written (with --batch
+#                      64, given rather than searched): a small .keras file made on the
+#                      host in /tmp/stranger/models (the block's ~/models, HOME set to
+#                      /tmp/stranger), which the agent container sees at /models; checks
+#                      exit 0 and the run's record on the spool volume
 #   gpu-tests          tests/gpu/test_gpu_containers.py (README's command with --quick,
 #                      docker stop mid-epoch, --gpu-access toolkit without a toolkit: exit 2)
 #   sizes              the images' sizes
@@ -106,6 +112,56 @@ container_run() {  # container_run NAME [FLAGS...]: the README's block, flags ap
   TOKEN=$(cat "$WORK/token") GPUBENCH_TOKEN=$(cat "$WORK/token") timed "$name" bash -euo pipefail -c "$script"
 }
 
+STRANGER=/tmp/stranger  # HOME for the gpu-agent-model block: its ~/models on this host
+custom_model_run() {  # the gpu-agent-model block, the model's folder mounted elsewhere
+  mkdir -p "$STRANGER/models"
+  # A small CNN of the user's own (its architecture is all that counts), saved by Keras on
+  # the machine's torch.
+  KERAS_BACKEND=torch timed custom-model-keras python3 - "$STRANGER/models/my.keras" <<'PY' || return 1
+import sys
+
+import keras
+from keras import layers
+
+inputs = keras.Input((128, 128, 3))
+x = layers.Rescaling(1 / 255)(inputs)
+for width in (32, 64, 128):
+    x = layers.Conv2D(width, 3, strides=2, padding="same", activation="relu")(x)
+    x = layers.BatchNormalization()(x)
+x = layers.GlobalAveragePooling2D()(x)
+keras.Model(inputs, layers.Dense(3)(x), name="small_cnn").save(sys.argv[1])
+PY
+  local script; script=$(readme_block gpu-agent-model) || return 1
+  script="$script --label 'h200 custom-model-container' --batch 64"
+  HOME=$STRANGER GPUBENCH_TOKEN=$(cat "$WORK/token") \
+    timed custom-model-container bash -euo pipefail -c "$script" || return 1
+  # The record, as the agent container left it on the spool volume.
+  docker run --rm -v gpubench-spool:/spool --entrypoint sh gpubench-agent -c \
+    'cat /spool/pending/*.json /spool/sent/*.json 2>/dev/null; true' \
+    | python3 -c '
+import json, sys
+decoder, text, found = json.JSONDecoder(), sys.stdin.read(), []
+at = 0
+while at < len(text):
+    if text[at].isspace():
+        at += 1
+        continue
+    run, at = decoder.raw_decode(text, at)
+    if run.get("label") == "h200 custom-model-container":
+        found.append(run)
+for run in found:
+    result = run.get("result", {})
+    print("record:", run["config"].get("model"), result.get("status"),
+          "epoch 2", result.get("epoch2_seconds"), "s,",
+          result.get("train_images_per_second"), "img/s")
+sys.exit(0 if found and all(r.get("result", {}).get("status") == "RUN_STATUS_OK"
+                            for r in found) else 1)
+' | tee -a "$WORK/commands.txt"
+  local code=${PIPESTATUS[1]}
+  echo "   record check: exit $code" | tee -a "$WORK/commands.txt"
+  return "$code"
+}
+
 host_run() {  # host_run NAME [FLAGS...]: the same run in-process (this checkout)
   local name=$1; shift
   timed "$name" agent_host run --offline --spool "$WORK/spool" --label "h200 $name" \
@@ -128,6 +184,7 @@ for step in "$@"; do
     quick-container) container_run quick-container --quick ;;
     default-host) host_run default-host ;;
     default-container) container_run default-container ;;
+    custom-model-container) custom_model_run || echo "custom-model-container failed" ;;
     gpu-tests) timed gpu-tests python3 -m pytest -q -p no:cacheprovider --rootdir "$ROOT" \
                  -c "$ROOT/pyproject.toml" -m gpu "$ROOT/tests/gpu/test_gpu_containers.py" ;;
     sizes) {  # each image's size, and what it adds to the base it was built FROM

@@ -43,6 +43,8 @@ NOT_RUN = {
                  "(test_readme_blocks.py)",
     "gpu-agent-devices": "needs an NVIDIA GPU: bench/h200_docker.sh runs it as written on "
                          "a GPU machine without the toolkit (tests/gpu/test_gpu_containers.py)",
+    "gpu-agent-model": "needs an NVIDIA GPU: bench/h200_docker.sh custom-model-container "
+                       "runs it as written, the model's folder mounted at another path",
 }
 
 
