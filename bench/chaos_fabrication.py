@@ -124,6 +124,7 @@ _GISTS = (
     (r"looks like the catalogued (.+?) but", "look-alike of {0}"),
     (r"^unrecognised GPU", "unrecognised GPU name"),
     (r"more than ([\d.]+)x the fastest verified", "over {0}x the verified run"),
+    (r"may reach: ([\d.]+)x the", "over {0}x its expectation"),
     (r"on the CPU is more than", "past the CPU cores' FLOP/s"),
     (r"can compute", "past the card's FLOP/s"),
     (r"can write", "past the card's bandwidth"),

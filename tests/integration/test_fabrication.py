@@ -5,18 +5,25 @@ real run stays unflagged."""
 
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
 from typing import Any
 
 import fabrication
 import grpc
+import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 from gpubench import record
+from gpubench.cli import cli
 from gpubench.collector import ceilings
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import run_pb2
 
 H200 = "NVIDIA H200"
+REFERENCE_RUNS = Path(__file__).resolve().parents[2] / "docs" / "results" / "runs"
 
 
 class Submitters:
@@ -148,3 +155,81 @@ def test_a_blank_gpu_name_is_refused_naming_the_field(live: Submitters, name: st
 def test_cpu_is_only_a_run_with_no_gpu() -> None:
     assert record.gpu_config_name("", 0) == "CPU"
     assert record.gpu_config_name(H200, 1) == "1x NVIDIA H200"
+
+
+def test_made_up_runs_at_3x_expected_on_every_kind_of_card_never_lead(
+        live: Submitters) -> None:
+    real = fabrication.real_run()
+    live.submit(real)
+    made_up = {name: fabrication.on_card(name, 3.0) for name in fabrication.SPREAD}
+    for run in made_up.values():
+        live.submit(run, live.stranger)
+    for name, run in made_up.items():
+        stored = live.stored(run)
+        assert stored.flagged and not stored.gpu_unrecognised, name
+        # The reason says what was expected, the ceiling and the verified run behind it.
+        [why] = [r for r in stored.flag_reasons if "expected of it" in r or
+                 "fastest verified" in r]
+        assert "h200-default-run/call5-default-b0.json" in why or \
+            "fastest verified" in why, why
+    board = live.leaderboard()
+    assert [(e.rank, e.gpu_name) for e in board.entries] == [(1, H200)]
+    assert [g.gpu_name for g in live.compare().groups] == [H200]
+    assert [(e.gpu_name, e.runs) for e in live.leaderboard(include_flagged=True).entries
+            if e.gpu_name != H200] == [(name, 1) for name in _by_speed(made_up)]
+
+
+def _by_speed(runs: dict[str, run_pb2.Run]) -> list[str]:
+    """The cards of the runs, the fastest (the shortest epoch 2) first."""
+    return sorted(runs, key=lambda name: runs[name].result.epoch2_seconds)
+
+
+def test_the_cli_and_the_downloads_rank_no_made_up_run(live: Submitters) -> None:
+    live.submit(fabrication.real_run())
+    for name in fabrication.SPREAD:
+        live.submit(fabrication.on_card(name, 3.0), live.stranger)
+    options = ["--collector", live.collector.address, "--token",
+               live.collector.admin_token, "--width", "200"]
+    runner = CliRunner()
+    shown = runner.invoke(cli, [*options, "leaderboard", "--model", "B0"],
+                          catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    assert H200 in shown.stdout
+    assert not [name for name in fabrication.SPREAD if name in shown.stdout]
+    csv = pd.read_csv(io.StringIO(runner.invoke(
+        cli, [*options, "leaderboard", "--model", "B0", "--format", "csv"]).stdout))
+    assert csv["gpu_name"].tolist() == [H200]
+    csv = pd.read_csv(io.StringIO(runner.invoke(
+        cli, [*options, "compare", "--model", "B0", "--format", "csv"]).stdout))
+    assert csv["gpu_name"].tolist() == [H200]
+
+
+def test_a_plausible_run_on_a_fast_new_card_is_ranked(live: Submitters) -> None:
+    # A B200 has no verified run: 1.2x what the H200's default run scales to is within
+    # what real cards reach of their expectation, and it leads.
+    live.submit(fabrication.real_run())
+    b200 = fabrication.on_card("NVIDIA B200", 1.2)
+    live.submit(b200, live.stranger)
+    stored = live.stored(b200)
+    assert not stored.flagged, stored.flag_reasons
+    assert [(e.rank, e.gpu_name) for e in live.leaderboard().entries] == [
+        (1, "NVIDIA B200"), (2, H200)]
+
+
+def test_the_reference_records_are_ranked_unflagged(live: Submitters) -> None:
+    measured = [path for path in sorted(REFERENCE_RUNS.glob("*.json"))
+                if not json.loads(path.read_text()).get("published")]
+    assert measured
+    runs = []
+    for path in measured:
+        data = json.loads(path.read_text())
+        run = record.from_dict(data[0] if isinstance(data, list) else data)
+        live.submit(run)
+        runs.append(run)
+    for path, run in zip(measured, runs, strict=True):
+        stored = live.stored(run)
+        assert not stored.flagged, (path.name, list(stored.flag_reasons))
+    ranked = {(e.gpu_name, e.rank) for model in ("B0", "B3", "B7")
+              for e in live.stub.Leaderboard(pb.LeaderboardRequest(model=model),
+                                             metadata=live.md).entries}
+    assert {live.stored(run).run.gpus[0].name for run in runs} <= {g for g, _ in ranked}

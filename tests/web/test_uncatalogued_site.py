@@ -16,7 +16,7 @@ from live_site import LiveSite, _start, alike_run
 from gpubench import figures
 
 T4 = "Tesla T4"
-NEW = "NVIDIA GeForce RTX 6090"  # a card the catalogue does not list (yet)
+NEW = "NVIDIA Rubin R100"  # a card the catalogue does not list (yet), like none it does
 
 
 @pytest.fixture(scope="module")
