@@ -258,6 +258,7 @@ class Result(Event):
     pipeline_mode: str = ""  # the pipeline as it ran
     cuda_graphs: bool = False  # whether graphs ran (asked-for graphs may not)
     jit_compile: bool = False  # whether Keras compiled the step
+    math_mode: str = ""  # how float32 convolutions and matrix products ran (settings)
 
 
 @dataclass(frozen=True, kw_only=True)

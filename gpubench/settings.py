@@ -24,6 +24,16 @@ from gpubench.errors import ExitCode, GpubenchError
 # The protocol's values.
 MODELS = models.EFFICIENTNETS
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+# How a GPU computes float32 convolutions and matrix products (Config.math_mode;
+# docs/protocol.md, "Precision"): "tf32" rounds their inputs to TF32 on the tensor cores
+# (JAX's and TensorFlow's default, and torch's for convolutions), "float32" computes them
+# in full float32. One default on every backend, so that a float32 run means one thing.
+MATH_TF32, MATH_FLOAT32 = "tf32", "float32"
+MATH_MODES = (MATH_TF32, MATH_FLOAT32)
+# What a run read back where convolutions and matrix products differ (torch's own
+# defaults: TF32 convolutions, float32 matrix products); never asked for.
+MATH_TF32_CONVOLUTIONS, MATH_TF32_MATMULS = "tf32-convolutions", "tf32-matmuls"
+RECORDED_MATH_MODES = (*MATH_MODES, MATH_TF32_CONVOLUTIONS, MATH_TF32_MATMULS)
 BACKENDS = ("tensorflow", "torch", "jax")
 PIPELINES = ("cached", "seed")
 NATIVE_IMAGE_SIZE = {"B0": 224, "B3": 300, "B7": 600}
@@ -148,6 +158,13 @@ class RunSettings:
         agent=AGENT_BOTH, agent_default="float32",
         help="Training precision: float32 is the protocol's; mixed_* keep float32 weights "
              "and compute in 16 bits.")
+    math_mode: str = _setting(
+        MATH_TF32, flag="--math-mode", kind="choice", choices=MATH_MODES, commands=TRIAL,
+        agent=AGENT_BOTH, agent_default=MATH_TF32,
+        help="How a GPU computes float32 convolutions and matrix products: tf32 (TF32 "
+             "tensor cores: JAX's and TensorFlow's default, torch's for convolutions) or "
+             "float32 (full float32). The record names the mode that ran; runs compare "
+             "only with runs of the same.")
     gpus: int = _setting(
         1, flag="--gpus", kind="int", minimum=0, commands=TRIAL, agent=AGENT_BOTH,
         agent_default="1, or 0 without a GPU",
@@ -197,8 +214,8 @@ class RunSettings:
         agent=AGENT_RUN, agent_default="on with jax",
         help="Compile the training step (XLA on TensorFlow and JAX, torch.compile on "
              "torch); the protocol's TensorFlow did not. JAX on a GPU needs it.")
-    # Replay each step as a CUDA graph (None: on where it applies: torch on one GPU,
-    # float32 or mixed_bfloat16, no jit_compile).
+    # Replay each step as a CUDA graph (None: on where it applies: a standard workload,
+    # torch on one GPU, float32 or mixed_bfloat16, no jit_compile).
     cuda_graphs: bool | None = _setting(
         None, flag="--cuda-graphs", off_flag="--no-cuda-graphs", commands=TRIAL,
         agent=AGENT_RUN, agent_default="on where it applies",
@@ -286,10 +303,11 @@ class RunSettings:
 
     def _check_own_paths(self) -> None:
         """Any model but the EfficientNets trains on Keras's own code path: the
-        EfficientNets' torch kernels, CUDA graphs and starting weights do not apply."""
+        EfficientNets' torch kernels, data kept on the device and starting weights do not
+        apply (CUDA graphs do: graphs_apply)."""
         if models.is_efficientnet(self.model):
             return
-        for name in (*TORCH_KERNELS, "cuda_graphs", "data_on_device"):
+        for name in (*TORCH_KERNELS, "data_on_device"):
             if getattr(self, name):
                 raise BadSettings(f"{SETTINGS[name].flag} applies to the EfficientNets "
                                   f"(B0, B3, B7) only; {self.model} trains on Keras's own "
@@ -365,11 +383,22 @@ def parse_size(text: str) -> int:
 
 
 def graphs_apply(settings: RunSettings) -> bool:
-    """Whether --cuda-graphs is on by default: torch on one GPU, without jit_compile and
-    mixed_float16 (whose loss scaling reads a flag back to the host every step)."""
-    return (models.is_efficientnet(settings.model) and settings.backend == "torch"
+    """Whether --cuda-graphs is on by default: for the standard workloads (the
+    EfficientNets and the built-in transformers, whose steps are known to replay), on
+    torch on one GPU, without jit_compile and mixed_float16 (whose loss scaling reads a
+    flag back to the host every step). Another model's steps replay only when asked for
+    (--cuda-graphs): one that reads a value back to the host cannot be captured."""
+    return (models.is_standard(settings.model) and settings.backend == "torch"
             and settings.gpus == 1 and not settings.jit_compile
             and settings.precision != "mixed_float16" and not settings.replicas_on_cpu)
+
+
+def math_mode_name(convolutions_tf32: bool, matmuls_tf32: bool) -> str:
+    """The record's name of a math mode (Config.math_mode) from whether float32
+    convolutions and matrix products use TF32."""
+    if convolutions_tf32 == matmuls_tf32:
+        return MATH_TF32 if matmuls_tf32 else MATH_FLOAT32
+    return MATH_TF32_CONVOLUTIONS if convolutions_tf32 else MATH_TF32_MATMULS
 
 
 def environment_backend() -> str | None:

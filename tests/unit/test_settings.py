@@ -114,7 +114,8 @@ def test_settings_and_search_import_no_framework() -> None:
 
 # A value other than the default for every setting, valid together (torch, one GPU).
 CHANGED = {
-    "model": "B3", "batch": 64, "precision": "mixed_bfloat16", "gpus": 1, "backend": "torch",
+    "model": "B3", "batch": 64, "precision": "mixed_bfloat16", "math_mode": "float32",
+    "gpus": 1, "backend": "torch",
     "data": "/data/rps", "epochs": 3, "image_size": 64, "limit_images": 100,
     "pipeline": "cached", "weights": "imagenet", "seed": 7, "jit_compile": False,
     "cuda_graphs": False, "data_on_device": True, "batched_augmentation": False,
@@ -150,8 +151,8 @@ def test_the_workload_reads_back_what_the_arguments_give(command: str) -> None:
 
 def test_a_trial_takes_what_shapes_the_network_and_its_step() -> None:
     assert set(options.taken_by("trial")) == {
-        "model", "precision", "gpus", "backend", "image_size", "seed", "jit_compile",
-        "cuda_graphs", "batched_augmentation", "fused_batchnorm", "channels_first",
+        "model", "precision", "math_mode", "gpus", "backend", "image_size", "seed",
+        "jit_compile", "cuda_graphs", "batched_augmentation", "fused_batchnorm", "channels_first",
         "trial_steps", "memory_limit_bytes", "trial_address_space"}
     # None is the workload's default: not passed.
     assert options.arguments("trial", {"model": "B0", "image_size": None}) == ["--model", "B0"]

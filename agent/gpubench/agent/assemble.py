@@ -338,6 +338,9 @@ class RunBuilder:
             # What ran, which may not be as asked.
             config.cuda_graphs = self.result.cuda_graphs
             config.jit_compile = self.result.jit_compile
+        # The math mode the framework reported at the end; what was asked where it never did.
+        config.math_mode = ((self.result.math_mode if self.result is not None else "")
+                            or str(request.setting("math_mode") or ""))
 
     def _dataset(self, config: run_pb2.Config, started: Started) -> None:
         dataset = started.dataset

@@ -16,26 +16,28 @@ from gpubench.settings import RunSettings
 
 def prepare_network(settings: RunSettings, *, weights: str = "none",
                     classes: int = 3) -> tuple[Any, Any]:
-    """The protocol's model as `settings` compute it: precision and image layout set,
-    built, compiled, torch's kernels in place and its steps as they will run
+    """The protocol's model as `settings` compute it: math mode, precision and image
+    layout set, built, compiled, torch's kernels in place and its steps as they will run
     (Framework.prepare_steps). Returns the model and the CUDA graphs' statistics
     (None when the steps run eagerly)."""
     from gpubench.agent.workload import model as net
 
+    framework = frameworks.get(settings.backend)
+    framework.set_math_mode(settings.math_mode)
     if not models.is_efficientnet(settings.model):
         network = _prepare_other(settings)
-        frameworks.get(settings.backend).prepare_steps(network, gpus=settings.gpus,
-                                                        cuda_graphs=False)
-        return network, None
+        graphs = framework.prepare_steps(network, gpus=settings.gpus,
+                                         cuda_graphs=bool(settings.cuda_graphs))
+        return network, graphs
     net.set_precision(settings.precision)
     assert settings.channels_first is not None  # settled by RunSettings.__post_init__
     net.set_data_format(settings.channels_first)
     network = net.build(settings.model, settings.size, weights, classes=classes)
     if settings.jit_compile:
-        frameworks.get(settings.backend).allow_compiling(network)
+        framework.allow_compiling(network)
     net.compile_for_training(network, jit_compile=bool(settings.jit_compile))
     _fast_kernels(settings, network)
-    graphs = frameworks.get(settings.backend).prepare_steps(
+    graphs = framework.prepare_steps(
         network, gpus=settings.gpus, cuda_graphs=bool(settings.cuda_graphs))
     return network, graphs
 

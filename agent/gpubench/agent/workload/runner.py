@@ -447,6 +447,7 @@ def train(
         cuda_graphs=graphs is not None,
         # Keras compiles the step only where every layer allows it (it warns otherwise).
         jit_compile=bool(network.jit_compile),
+        math_mode=frameworks.get(settings.backend).math_mode(),
     ))
     return EXIT_OK
 

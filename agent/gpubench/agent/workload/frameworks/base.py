@@ -65,6 +65,16 @@ class Framework(ABC):
         host never runs ahead of the device)."""
         return None  # nothing to do by default
 
+    @abstractmethod
+    def set_math_mode(self, mode: str) -> None:
+        """Compute float32 convolutions and matrix products as `mode` says
+        (gpubench.settings.MATH_MODES: "tf32" or "float32")."""
+
+    @abstractmethod
+    def math_mode(self) -> str:
+        """The math mode in effect, as the framework reports it
+        (gpubench.settings.math_mode_name)."""
+
     # --- memory --------------------------------------------------------------------
 
     @abstractmethod

@@ -18,6 +18,10 @@ from gpubench.agent.workload.frameworks.base import (
     cudnn_version_text,
 )
 from gpubench.agent.workload.frameworks.types import GpuMemory, MemoryReport
+from gpubench.settings import MATH_FLOAT32, MATH_TF32, math_mode_name
+
+# JAX's names of the math modes (jax_default_matmul_precision).
+_JAX_PRECISION = {MATH_TF32: "tensorfloat32", MATH_FLOAT32: "float32"}
 
 
 class Jax(Framework):
@@ -49,6 +53,19 @@ class Jax(Framework):
         except (ImportError, AttributeError, RuntimeError):
             pass
         return found
+
+    def set_math_mode(self, mode: str) -> None:
+        """jax_default_matmul_precision, which XLA applies to convolutions too."""
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", _JAX_PRECISION[mode])
+
+    def math_mode(self) -> str:
+        import jax
+
+        # Unset (None), JAX lets XLA use TF32 for float32 on a GPU that has it.
+        tf32 = jax.config.jax_default_matmul_precision not in ("float32", "highest")
+        return math_mode_name(tf32, tf32)
 
     def synchronize(self) -> None:
         import jax

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from gpubench.agent.workload.frameworks.base import Framework
 from gpubench.agent.workload.frameworks.types import GpuMemory, MemoryReport
+from gpubench.settings import MATH_TF32, math_mode_name
 
 MIB = 1 << 20
 # What a card's CUDA context and libraries take before the first allocation, where the
@@ -34,6 +35,18 @@ class TensorFlow(Framework):
 
         for gpu in tf.config.list_physical_devices("GPU"):
             tf.config.experimental.set_memory_growth(gpu, True)
+
+    def set_math_mode(self, mode: str) -> None:
+        """TensorFlow's TF32 switch, one for convolutions and matrix products."""
+        import tensorflow as tf
+
+        tf.config.experimental.enable_tensor_float_32_execution(mode == MATH_TF32)
+
+    def math_mode(self) -> str:
+        import tensorflow as tf
+
+        tf32 = bool(tf.config.experimental.tensor_float_32_execution_enabled())
+        return math_mode_name(tf32, tf32)
 
     def gpu_count(self) -> int:
         import tensorflow as tf

@@ -20,6 +20,7 @@ import numpy as np
 from gpubench.agent.workload.frameworks.base import Framework, cudnn_version_text
 from gpubench.agent.workload.frameworks.types import GpuMemory, MemoryReport, TrialMemory
 from gpubench.errors import GpubenchError
+from gpubench.settings import MATH_TF32, math_mode_name
 
 
 class Torch(Framework):
@@ -53,6 +54,21 @@ class Torch(Framework):
 
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+
+    def set_math_mode(self, mode: str) -> None:
+        """TF32 for both or for neither: torch's own default is TF32 convolutions and
+        float32 matrix products, which neither JAX nor TensorFlow computes."""
+        import torch
+
+        tf32 = mode == MATH_TF32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+
+    def math_mode(self) -> str:
+        import torch
+
+        return math_mode_name(bool(torch.backends.cudnn.allow_tf32),
+                              bool(torch.backends.cuda.matmul.allow_tf32))
 
     # --- memory --------------------------------------------------------------------
 
