@@ -8,6 +8,10 @@ of TensorFlow through tensorflow-text, and nothing may be downloaded at run time
   vocabulary, learned positions and a head untied from the embedding (163M
   parameters). Both output logits.
 
+The heads compute in the run's precision, as every other layer: Keras's losses read
+the logits in float32, so the loss is float32 either way, and a float32 head would
+make a quarter of the language model's multiply-adds run at float32's rate.
+
 Imports Keras: import this module only after the backend has been selected.
 """
 
@@ -77,7 +81,7 @@ def vit_b16(image_size: int = models.VIT_IMAGE_SIZE, classes: int = 3, *,
         x = _block(x, width, heads, causal=False, index=index)
     x = layers.LayerNormalization(epsilon=1e-6, name="norm")(x)
     x = FirstToken(name="class_token")(x)
-    outputs = layers.Dense(classes, dtype="float32", name="logits")(x)
+    outputs = layers.Dense(classes, name="logits")(x)
     return keras.Model(inputs, outputs, name="vit_b16")
 
 
@@ -103,5 +107,5 @@ def gpt2_small(sequence: int = models.LM_TOKENS, vocabulary: int = models.LM_VOC
     for index in range(depth):
         x = _block(x, width, heads, causal=True, index=index)
     x = layers.LayerNormalization(epsilon=1e-5, name="norm")(x)
-    outputs = layers.Dense(vocabulary, dtype="float32", name="logits")(x)
+    outputs = layers.Dense(vocabulary, name="logits")(x)
     return keras.Model(inputs, outputs, name="gpt2_small")
