@@ -3,8 +3,10 @@ check, and the ceilings and tolerances catch what they say they catch."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -264,3 +266,25 @@ def test_a_language_model_s_rate_counts_its_tokens() -> None:
     assert "sequences of 1024 tokens" in found["run.result.train_images_per_second"]
     # A tokens spec that says no length is refused, naming the field.
     assert "run.config.input_spec" in dict(plausibility.inconsistencies(run(39_742.0, "tokens")))
+
+
+def _margins_bench():
+    """bench/plausibility_margins.py, where the pairs of cards measured alike are."""
+    spec = importlib.util.spec_from_file_location(
+        "plausibility_margins", ROOT / "bench" / "plausibility_margins.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_card_margin_holds_every_pair_of_cards_measured_alike() -> None:
+    bench = _margins_bench()
+    rows = bench.landings()
+    assert len(rows) >= 20
+    landed = [found["mix"] for _, _, found in rows]
+    # Every real card within the margin of what the scaling expects of it, and the
+    # scaling the closest of the three to what they did.
+    assert max(landed) <= ceilings.CARD_MARGIN
+    spread = {rule: max(max(f[rule], 1 / f[rule]) for _, _, f in rows) for rule in bench.RULES}
+    assert spread["mix"] == min(spread.values())

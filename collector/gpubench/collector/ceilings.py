@@ -52,16 +52,16 @@ SAME_PRECISION_MARGIN = 1.5
 VERIFIED_MARGIN = 4.0
 # A card without verified runs of its own is expected to train as fast as a card with
 # them, scaled by the two cards' figures the way the model's training scales
-# (`card_scale`); real cards land up to 1.81x from that expectation (the largest of the
-# pairs in docs/protocol.md, "Expected of a card": bench/plausibility_margins.py
+# (`card_scale`); real cards land up to 1.78x above that expectation (the largest of
+# the pairs in docs/protocol.md, "Expected of a card": bench/plausibility_margins.py
 # --cards prints them), so a run is held to this many times it, on top of the margin of
 # the verified run's own configuration.
 CARD_MARGIN = 2.0
 # The EfficientNets scale with the geometric mean of the ratios of memory bandwidth and
 # fp32 TFLOP/s (their depthwise convolutions and element-wise work wait on memory, their
-# other convolutions on the cores): every published pair lands within 0.55-1.81x of
-# it, where bandwidth alone spans 0.44-2.27x and fp32 alone 0.29-3.50x. The transformers
-# scale with the compute their precision runs on.
+# other convolutions on the cores): every pair lands within 0.56-1.78x of it, where
+# bandwidth alone spans 0.44-2.27x and fp32 alone 0.30-3.38x. The transformers scale
+# with the compute their precision runs on.
 BANDWIDTH_AND_COMPUTE = ("B0", "B3", "B7")
 COMPUTE = ("ViT-B16", "GPT2-small")
 # The memory a training image holds (the batch search's slope) is written at least once
