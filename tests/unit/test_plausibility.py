@@ -201,6 +201,10 @@ def test_the_transformers_scale_with_their_precision_s_compute() -> None:
     assert lm.verified.precision == "float32" and lm.verified.gpu == "H200"
     assert lm.scale == pytest.approx(312 / 989.4)
     assert lm.margin == ceilings.VERIFIED_MARGIN * ceilings.CARD_MARGIN
+    # A card without bfloat16 units trains it on its fp32 cores: held to their ratio.
+    old = specs.expectation(specs.card("GeForce GTX 1070"), "GPT2-small", "keras",
+                            "mixed_bfloat16", "steps")
+    assert old.scale == pytest.approx(6.74 / 67)
     # A user's own model: no card has verified runs of it, nothing is expected.
     assert specs.expectation(specs.card("Tesla T4"), "ConvNeXtTiny", "keras", "float32",
                              "steps") is None
@@ -268,14 +272,27 @@ def test_a_language_model_s_rate_counts_its_tokens() -> None:
     assert "run.config.input_spec" in dict(plausibility.inconsistencies(run(39_742.0, "tokens")))
 
 
-def _margins_bench():
-    """bench/plausibility_margins.py, where the pairs of cards measured alike are."""
-    spec = importlib.util.spec_from_file_location(
-        "plausibility_margins", ROOT / "bench" / "plausibility_margins.py")
+def _bench(name: str):
+    """bench/NAME.py as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def _margins_bench():
+    """bench/plausibility_margins.py, where the pairs of cards measured alike are."""
+    return _bench("plausibility_margins")
+
+
+def test_the_table_of_expectations_is_current() -> None:
+    bench = _bench("expectations_table")
+    assert bench.TABLE.read_text() == bench.table(), \
+        "docs/results/expectations.md: run .venv/bin/python bench/expectations_table.py"
+    rows = [line for line in bench.TABLE.read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| card")]
+    assert len(rows) == len(ceilings.specs().gpus)
 
 
 def test_the_card_margin_holds_every_pair_of_cards_measured_alike() -> None:

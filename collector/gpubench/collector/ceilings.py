@@ -61,7 +61,7 @@ CARD_MARGIN = 2.0
 # fp32 TFLOP/s (their depthwise convolutions and element-wise work wait on memory, their
 # other convolutions on the cores): every pair lands within 0.56-1.78x of it, where
 # bandwidth alone spans 0.44-2.27x and fp32 alone 0.30-3.38x. The transformers scale
-# with the compute their precision runs on.
+# with the compute their precision may run on (their matrix products).
 BANDWIDTH_AND_COMPUTE = ("B0", "B3", "B7")
 COMPUTE = ("ViT-B16", "GPT2-small")
 # The memory a training image holds (the batch search's slope) is written at least once
@@ -90,13 +90,6 @@ class GpuSpec:
     bf16_tflops: float = 0.0  # 0: no bfloat16 unit (before Ampere)
     fp8_tflops: float = 0.0  # 0: no 8-bit float unit (before Ada and Hopper); no run uses it
     note: str = ""  # which variant's figure a column holds, where the card's vary
-
-    def training_tflops(self, precision: str) -> float:
-        """The rate a model's training scales with at this precision: the CUDA cores'
-        fp32 (torch's matmuls run there in float32 by default), under mixed precision
-        the 16-bit tensor cores where the card has them."""
-        sixteen = self.bf16_tflops if precision == "mixed_bfloat16" else self.fp16_tflops
-        return self.fp32_tflops if precision == "float32" else max(self.fp32_tflops, sixteen)
 
     def peak_tflops(self, precision: str) -> float:
         """The highest rate the run's precision may use: float32 runs may use TF32
@@ -163,7 +156,12 @@ def card_scale(model: str, precision: str, card: GpuSpec, reference: GpuSpec) ->
         return math.sqrt(card.bandwidth_gb_s / reference.bandwidth_gb_s
                          * card.fp32_tflops / reference.fp32_tflops)
     if model in COMPUTE:
-        return card.training_tflops(precision) / reference.training_tflops(precision)
+        # The most the card gains on any unit the precision may use (a card without
+        # 16-bit tensor cores trains a mixed-precision model on its fp32 cores).
+        units = ("fp32_tflops", "tf32_tflops") if precision == "float32" else (
+            "fp32_tflops", "bf16_tflops" if precision == "mixed_bfloat16" else "fp16_tflops")
+        return max(getattr(card, unit) / getattr(reference, unit) for unit in units
+                   if getattr(card, unit) and getattr(reference, unit))
     return None
 
 
@@ -171,7 +169,7 @@ def scaling_words(model: str) -> str:
     """How `card_scale` scales a model, in words."""
     if model in BANDWIDTH_AND_COMPUTE:
         return "the geometric mean of the cards' memory bandwidth and fp32 TFLOP/s ratios"
-    return "the cards' TFLOP/s ratio at the run's precision"
+    return "the cards' highest TFLOP/s ratio of the units the run's precision may use"
 
 
 @dataclass(frozen=True, eq=False)
