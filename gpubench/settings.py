@@ -153,11 +153,15 @@ class RunSettings:
              "steps an epoch; 'largest': time the largest that fits; N: time N (a run that "
              "runs out of memory then ends so).")
     batch_rule: str = RULE_STEPS  # set with batch by --batch; "given" whenever batch is set
+    # None: the model's own (default_precision), settled in __post_init__.
     precision: str = _setting(
-        "float32", flag="--precision", kind="choice", choices=PRECISIONS, commands=TRIAL,
-        agent=AGENT_BOTH, agent_default="float32",
-        help="Training precision: float32 is the protocol's; mixed_* keep float32 weights "
-             "and compute in 16 bits.")
+        None, flag="--precision", kind="choice", choices=PRECISIONS, commands=TRIAL,
+        agent=AGENT_BOTH,
+        agent_default=f"float32; mixed_bfloat16 for {models.VIT} and {models.LM}",
+        help="Training precision: float32 is the protocol's (the EfficientNets' and any "
+             "other model's default); mixed_* keep float32 weights and compute in 16 bits "
+             f"(mixed_bfloat16: the default for {models.VIT} and {models.LM}, as "
+             "transformers are trained).")
     math_mode: str = _setting(
         MATH_TF32, flag="--math-mode", kind="choice", choices=MATH_MODES, commands=TRIAL,
         agent=AGENT_BOTH, agent_default=MATH_TF32,
@@ -270,6 +274,8 @@ class RunSettings:
         help="torch: data-parallel over this many CPU processes (tests of --gpus N).")
 
     def __post_init__(self) -> None:
+        if self.precision is None:  # frozen: settle the default once, here
+            object.__setattr__(self, "precision", default_precision(self.model))
         for name, setting in SETTINGS.items():
             _check(setting, getattr(self, name))
         try:
@@ -391,6 +397,14 @@ def graphs_apply(settings: RunSettings) -> bool:
     return (models.is_standard(settings.model) and settings.backend == "torch"
             and settings.gpus == 1 and not settings.jit_compile
             and settings.precision != "mixed_float16" and not settings.replicas_on_cpu)
+
+
+def default_precision(model: str) -> str:
+    """The precision `model` is timed in unless --precision says: mixed_bfloat16 for the
+    built-in transformers, which are trained so in practice (bf16 tensor cores, float32
+    weights and loss); the protocol's float32 for the EfficientNets and any other model
+    (a user's own model is timed as it is unless they ask)."""
+    return "mixed_bfloat16" if model in models.TRANSFORMERS else "float32"
 
 
 def math_mode_name(convolutions_tf32: bool, matmuls_tf32: bool) -> str:

@@ -27,7 +27,12 @@ from gpubench.events import (
     WarningEvent,
     plain_text,
 )
-from gpubench.settings import EXIT_OUT_OF_MEMORY, MEASURED_EPOCH, switches
+from gpubench.settings import (
+    EXIT_OUT_OF_MEMORY,
+    MEASURED_EPOCH,
+    default_precision,
+    switches,
+)
 from gpubench.v1 import run_pb2
 
 ERROR_TAIL_LINES = 12
@@ -298,7 +303,8 @@ class RunBuilder:
         else:
             config.model = (request.model if models.is_standard(request.model) else
                             models.record_name(Path(request.model.split(":")[0]).stem))
-            config.precision = str(request.setting("precision") or "float32")
+            config.precision = str(request.setting("precision")
+                                   or default_precision(config.model))
             gpu_count = request.setting("gpus")
             config.gpu_count = int(len(self.gpu_indices) if gpu_count is None else gpu_count)
             config.image_size = int(request.setting("image_size")
