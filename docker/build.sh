@@ -16,6 +16,9 @@
 #   --wheels DIR  offer the wheels in DIR to pip inside the builds (linked into
 #                 docker/wheels/, which is part of the build context)
 #   --no-index    pip takes the wheels alone and asks no package index
+#   --wheel FILE  install this gpubench wheel (a release's: dist/*.whl) in the images
+#                 instead of one built from the sources, as the release does; the
+#                 version is the wheel's
 #   --tag TAG     image tag (default: latest; the other workloads are tagged `cu129` and
 #                 `tensorflow`, or TAG-cu129 and TAG-tensorflow)
 #   --version V   the version the images' code and labels carry (default: the
@@ -50,15 +53,17 @@ local_base=
 base=
 wheels=
 no_index=
+wheel=
 version=
 images=()
-usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --local-base) local_base=1 ;;
         --base) base=${2:?--base needs an image}; shift ;;
         --wheels) wheels=${2:?--wheels needs a folder}; shift ;;
         --no-index) no_index=1 ;;
+        --wheel) wheel=${2:?--wheel needs a file}; shift ;;
         --tag) tag=${2:?--tag needs a tag}; shift ;;
         --version) version=${2:?--version needs a version}; shift ;;
         agent | workload | workload-cu129 | workload-tensorflow | collector | edge) images+=("$1") ;;
@@ -85,6 +90,12 @@ checkout_version() {
          "it), or give --version" >&2
     echo 0.0
 }
+if [[ -n $wheel ]]; then
+    [[ -f $wheel && $wheel == *.whl ]] || { echo "build: --wheel $wheel: no such wheel" >&2; exit 2; }
+    # gpubench_keras-0.2.0-py3-none-any.whl: the version is the wheel's.
+    version=$(basename "$wheel" | cut -d- -f2)
+    ln -f "$wheel" "$WHEELS/" 2>/dev/null || cp -f "$wheel" "$WHEELS/"
+fi
 [[ -n $version ]] || version=$(checkout_version)
 
 UNPULLED='load metadata for|failed to (do request|resolve|authorize|fetch)|pull access denied|dial tcp|no such host|i/o timeout|TLS handshake timeout'
@@ -95,6 +106,7 @@ common=(--progress=plain ${GPUBENCH_BUILD_NETWORK:+--network "$GPUBENCH_BUILD_NE
 cert=${GPUBENCH_PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 [[ -s $cert ]] && common+=(--secret "id=pipcert,src=$cert")
 [[ -n $no_index ]] && common+=(--build-arg PIP_NO_INDEX=1)
+[[ -n $wheel ]] && common+=(--build-arg "GPUBENCH_WHEEL=$(basename "$wheel")")
 # The labels' values (the Dockerfiles name them).
 common+=(--build-arg "GPUBENCH_VERSION=$version"
          --build-arg "GPUBENCH_REVISION=$(git rev-parse HEAD 2>/dev/null || true)"

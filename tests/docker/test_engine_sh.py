@@ -6,7 +6,7 @@ so that any apt-get it tried would fail (exit 78) rather than pass unseen. GitHu
 ubuntu-24.04 runner has Docker CE: the client at /usr/bin/docker, dockerd at
 /usr/bin/dockerd (not Debian's /usr/sbin), the engine running. The container is given
 that layout from this machine's own engine: its client and its dockerd at those paths,
-its socket, and its debootstrap and docker-compose (installed here by engine.sh).
+its socket, and its debootstrap and Compose (installed here by engine.sh).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ pytestmark = pytest.mark.docker
 
 ENGINE_SH = REPO / "docker" / "engine.sh"
 TOOLS = ("/usr/sbin/debootstrap", "/usr/share/debootstrap")
+# Where Docker CE's packages put Compose v2 (`docker compose`).
+COMPOSE_PLUGINS = ("/usr/libexec/docker/cli-plugins/docker-compose",
+                   "/usr/local/lib/docker/cli-plugins/docker-compose")
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +42,13 @@ def engine_sh(base: str, *mounts: tuple[str, str], wait_s: int = 60):
 
 
 def tools() -> list[tuple[str, str]]:
-    """debootstrap and docker-compose as this machine has them, at the same paths."""
-    compose = shutil.which("docker-compose")
+    """debootstrap, and docker-compose or Compose v2's client plugin, as this machine has
+    them (engine.sh installed what was missing), at the same paths."""
+    compose = shutil.which("docker-compose") or next(
+        (path for path in COMPOSE_PLUGINS if Path(path).exists()), None)
     if compose is None or not Path(TOOLS[0]).exists():
-        pytest.skip("this machine has no debootstrap or docker-compose (engine.sh installs "
-                    "them)")
+        pytest.skip("this machine has no debootstrap, or no docker-compose nor compose "
+                    "plugin (engine.sh installs them)")
     return [(path, path) for path in (*TOOLS, compose)]
 
 

@@ -1,0 +1,64 @@
+"""The images install a given wheel, as the release installs the one it uploads to PyPI
+(GPUBENCH_WHEEL; docker/build.sh --wheel), and an agent of a release version starts the
+published workload image of its own version.
+
+A wheel of this tree is built under a release version no checkout has (the tag's
+version, as setuptools-scm reads it, through SETUPTOOLS_SCM_PRETEND_VERSION), and the
+agent image built FROM the local base with it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from dockerhost import DOCKER, REPO, run
+
+from gpubench.agent.runners.docker import REGISTRY
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
+
+VERSION = "9.8.7"  # a release version, never a checkout's
+TAG = "release-wheel-test"
+
+
+@pytest.fixture(scope="module")
+def agent_image(docker_engine: str, tmp_path_factory: pytest.TempPathFactory):
+    """gpubench-agent:TAG, built with a wheel of version VERSION; removed after."""
+    out = tmp_path_factory.mktemp("dist")
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)],
+        timeout=600, env={"SETUPTOOLS_SCM_PRETEND_VERSION": VERSION})
+    [wheel] = out.glob("*.whl")
+    assert wheel.name.startswith(f"gpubench_keras-{VERSION}-")
+    run(["docker/build.sh", "--local-base", "--wheel", str(wheel), "--tag", TAG, "agent"],
+        timeout=1800)
+    image = f"gpubench-agent:{TAG}"
+    yield image
+    run([DOCKER, "image", "rm", "-f", image], timeout=60, check=False)
+    Path(REPO / "docker" / "wheels" / wheel.name).unlink(missing_ok=True)
+
+
+def in_image(image: str, *command: str) -> str:
+    return run([DOCKER, "run", "--rm", "--entrypoint", command[0], image, *command[1:]],
+               timeout=120).stdout.strip()
+
+
+def test_the_image_runs_the_wheel_it_was_given(agent_image: str) -> None:
+    assert in_image(agent_image, "gpubench-agent", "--version") == \
+        f"gpubench-agent, version {VERSION}"
+    label = run([DOCKER, "image", "inspect", "--format",
+                 '{{index .Config.Labels "org.opencontainers.image.version"}}', agent_image],
+                timeout=30).stdout.strip()
+    assert label == VERSION
+
+
+def test_a_released_agent_starts_the_published_workload_of_its_version(
+        agent_image: str) -> None:
+    said = in_image(agent_image, "python", "-c",
+                    "from gpubench.agent.runners.docker import DEFAULT_IMAGE; "
+                    "print(DEFAULT_IMAGE)")
+    assert said == f"{REGISTRY}/gpubench-workload:{VERSION}"
+    # Where no --image is given: the agent's own --help shows the default it starts.
+    help_text = " ".join(in_image(agent_image, "gpubench-agent", "run", "--help").split())
+    assert f"[default: {REGISTRY}/gpubench-workload:{VERSION}]" in help_text
