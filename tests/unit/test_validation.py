@@ -6,6 +6,7 @@ import math
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from factories import make_run
 from google.protobuf.descriptor import FieldDescriptor
 
+from gpubench import comparison_key
 from gpubench.collector import validation
 from gpubench.collector.validation import InvalidRun
 from gpubench.v1 import run_pb2
@@ -92,6 +94,13 @@ RULES = [
     ("newer schema", _set("schema_version", SCHEMA_VERSION + 1), "run.schema_version", "newer"),
     ("no benchmark version", _set("benchmark_version", ""), "run.benchmark_version", "missing"),
     ("long label", _set("label", "x" * 201), "run.label", "longer than 200"),
+    # The weights are a dimension of the comparison: shown and named as names are.
+    ("weights with a right-to-left override", _set("config.weights", "imagenet\u202e"),
+     "run.config.weights", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+    ("weights with a zero-width space", _set("config.weights", "image\u200bnet"),
+     "run.config.weights", "U+200B ZERO WIDTH SPACE"),
+    ("weights with a newline", _set("config.weights", "imagenet\nB0 5.0 s"),
+     "run.config.weights", "U+000A"),
     ("no created_at", _clear("created_at"), "run.created_at", "missing"),
     ("unknown model", _set("config.model", "B9"), "run.config.model", "unknown 'B9'"),
     ("no model", _set("config.model", ""), "run.config.model", "missing"),
@@ -428,3 +437,19 @@ def test_a_model_other_than_the_efficientnets_comes_with_its_fingerprint() -> No
     b0 = make_run()
     b0.config.model_fingerprint = "0f" * 32  # B0 is told by its name alone
     assert [name for name, _ in validation.problems(b0)] == ["run.config.model_fingerprint"]
+
+
+def test_every_text_dimension_of_the_comparison_obeys_the_names_rules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A dimension added later, read from a field with no rule of its own: refused too.
+    mode = replace(comparison_key.DIMENSIONS[-1], name="mode", words="mode", numeric=False,
+                   of=lambda run: run.result.error_message)
+    monkeypatch.setattr(comparison_key, "DIMENSIONS", (*comparison_key.DIMENSIONS, mode))
+    run = make_run()
+    run.result.error_message = "fast\u2066 mode"
+    assert validation.problems(run) == [
+        ("run (its mode, a dimension of the comparison)",
+         "contains a control or bidirectional character (U+2066 LEFT-TO-RIGHT ISOLATE)")]
+    run.result.error_message = "fast mode"
+    assert validation.problems(run) == []

@@ -12,9 +12,10 @@ one table of ranges), each enum to its known values, each text to MESSAGE
 characters at most. A field added to run.proto is never left unbounded.
 
 Names shown to people (GPU and CPU names, the OS, labels, data sets, a published
-run's source) may not hold control or bidirectional characters, which can make one
-name look like another; a GPU name must be ASCII once Unicode-normalised, as NVML
-writes them. A record that contradicts itself (collector.plausibility) is refused too.
+run's source, and every text dimension of the comparison: the weights, ...) may not
+hold control or bidirectional characters, which can make one name look like another;
+a GPU name must be ASCII once Unicode-normalised, as NVML writes them. A record that
+contradicts itself (collector.plausibility) is refused too.
 
 Before any of that, the record's size and its fields (collector.wire): a run over
 MAX_RUN_BYTES serialised is refused, and so is one holding fields its schema does not
@@ -39,7 +40,7 @@ from datetime import datetime, timedelta, timezone
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from gpubench import models, record
+from gpubench import comparison_key, models, record
 from gpubench.collector import plausibility, wire
 from gpubench.errors import InvalidRecord
 from gpubench.settings import BATCH_RULES
@@ -258,6 +259,8 @@ def problems(
     _software(c, run.software)
     _config(c, run)
     _result(c, run, gpu_memory)
+    if not c.problems:  # a field already refused would only be named twice
+        _safe_dimensions(c, run)
     failed = {name for name, _ in c.problems}
     _bounds(c, run, RUN_BOUNDS, "run", failed)
     if not c.problems:  # figures already refused would only be named twice
@@ -292,6 +295,19 @@ def _safe_name(c: _Checker, name: str, value: str) -> None:
     found = unsafe_character(value)
     if found:
         c.fail(name, f"contains a control or bidirectional character ({found})")
+
+
+def _safe_dimensions(c: _Checker, run: run_pb2.Run) -> None:
+    """Every text dimension of the comparison key (gpubench.comparison_key: what Compare
+    keeps apart, shows and names in its refusals) obeys the names' rules, whichever
+    fields it is read from: a dimension added later cannot carry a control or
+    bidirectional character to a terminal."""
+    for dimension in comparison_key.DIMENSIONS:
+        value = dimension.of(run)
+        found = unsafe_character(value) if isinstance(value, str) else ""
+        if found:
+            c.fail(f"run (its {dimension.words}, a dimension of the comparison)",
+                   f"contains a control or bidirectional character ({found})")
 
 
 def _gpu_name(c: _Checker, name: str, value: str) -> None:
@@ -444,6 +460,7 @@ def _config(c: _Checker, run: run_pb2.Run) -> None:
     _safe_name(c, "run.config.dataset_name", cfg.dataset_name)
     c.text("run.config.dataset_fingerprint", cfg.dataset_fingerprint, SHORT)
     c.text("run.config.weights", cfg.weights, NAME)
+    _safe_name(c, "run.config.weights", cfg.weights)
     if cfg.train_images > cfg.image_count > 0:
         c.fail(
             "run.config.train_images",
