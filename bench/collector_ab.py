@@ -83,6 +83,26 @@ def env_for(site: Path | None) -> dict[str, str]:
     return env
 
 
+def start_collector(site: Path | None, db: Path, workdir: Path
+                    ) -> tuple[subprocess.Popen, str]:
+    """`gpubench-collector serve` of a side on `db` (no rate limit), and its address
+    once it listens."""
+    cli = [sys.executable, "-m", "gpubench.collector.cli"]
+    server = subprocess.Popen([*cli, "serve", "--db", str(db), "--port", "0", "--rate-limit",
+                               "0"], env=env_for(site), cwd=workdir, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    line = ""
+    deadline = time.monotonic() + 600  # a large database's first opening migrates it
+    while time.monotonic() < deadline and not re.search(r" on (\S+:\d+) ", line):
+        if select.select([server.stdout], [], [], 0.5)[0]:
+            line = server.stdout.readline()
+    found = re.search(r" on (\S+:\d+) ", line)
+    if not found:
+        server.kill()
+        raise SystemExit(f"the collector did not start: {line!r}")
+    return server, found.group(1)
+
+
 def measure(site: Path | None, args: argparse.Namespace, workdir: Path) -> dict:
     """One measurement of a side: (submissions/s, p50 and p99 latency in ms)."""
     env = env_for(site)
@@ -91,19 +111,8 @@ def measure(site: Path | None, args: argparse.Namespace, workdir: Path) -> dict:
     token = subprocess.run([*cli, "token", "create", "bench", "--admin", "--db", str(db)],
                            env=env, cwd=workdir, capture_output=True, text=True, check=True,
                            timeout=120).stdout.strip()
-    server = subprocess.Popen([*cli, "serve", "--db", str(db), "--port", "0", "--rate-limit",
-                               "0"], env=env, cwd=workdir, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True)
+    server, address = start_collector(site, db, workdir)
     try:
-        line = ""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not re.search(r" on (\S+:\d+) ", line):
-            if select.select([server.stdout], [], [], 0.5)[0]:
-                line = server.stdout.readline()
-        found = re.search(r" on (\S+:\d+) ", line)
-        if not found:
-            raise SystemExit(f"the collector did not start: {line!r}")
-        address = found.group(1)
         threads = args.clients // CLIENT_PROCESSES
         each = args.submissions // args.clients
         clients = [subprocess.Popen(

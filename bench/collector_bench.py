@@ -9,10 +9,10 @@ Prints, in one run:
    separate connection with its own token, in separate processes, as agents are), and
    the collector's CPU per submission;
 2. the store's ceiling without gRPC: one run at a time, and 16 threads submitting
-   (each submission one DuckDB commit, its outlier group rescored in it); the
+   (each submission one DuckDB commit); the
    gRPC/ceiling ratio;
 3. Compare p50/p99 latency over gRPC with --runs runs stored (bulk-loaded from an
-   Arrow table, outliers scored); --skip-compare leaves it out.
+   Arrow table; the outliers are scored as Compare reads); --skip-compare leaves it out.
 Targets: >= 100 submissions/s with 16 clients; Compare p99 < 50 ms at 1M runs.
 bench/collector_ab.py compares the submissions with another revision in one run.
 """
@@ -42,7 +42,6 @@ sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test
 from factories import CARDS, make_run  # noqa: E402
 
 from gpubench import record  # noqa: E402
-from gpubench.collector import outliers  # noqa: E402
 from gpubench.collector.auth import TokenBook  # noqa: E402
 from gpubench.collector.columns import RUN_COLUMNS  # noqa: E402
 from gpubench.collector.rows import run_row  # noqa: E402
@@ -185,7 +184,7 @@ def submissions_over_grpc(
 
 
 def store_one_commit_per_run(workdir: Path, n: int) -> float:
-    """Runs/s storing one run at a time: a DuckDB commit each, its group rescored in it."""
+    """Runs/s storing one run at a time: a DuckDB commit each."""
     store = Store(workdir / "store-single.duckdb")
     runs = [make_run() for _ in range(n)]
     try:
@@ -323,7 +322,7 @@ def synthetic_runs(n: int, seed: int = 7) -> pa.Table:
     return pa.table(arrays, schema=RUN_COLUMNS)
 
 
-# The shapes Compare is meant to answer fast: served from the per-group figures.
+# The shapes Compare is meant to answer fast: per outlier group.
 COMPARE_REQUESTS = {
     "pinned (model, backend, precision, size, version)": dict(
         model="B0", backend="tensorflow", precision="float32", image_size=224,
@@ -339,7 +338,7 @@ COMPARE_REQUESTS = {
         benchmark_version="1", include_outliers=True,
     ),
 }
-# Mixing unlike runs on purpose: the medians are computed afresh from every run.
+# Mixing unlike runs on purpose: the medians are taken across the groups.
 MIXED_REQUESTS = {
     "model only, allow_mixed (computed from the runs)": dict(model="B0", allow_mixed=True),
 }
@@ -364,12 +363,7 @@ def compare_latency(workdir: Path, runs: int, queries: int) -> dict[str, tuple[f
                 con.execute("INSERT INTO runs BY NAME SELECT * FROM loading")
                 con.unregister("loading")
             loaded = time.perf_counter() - begin
-            begin = time.perf_counter()
-            outliers.rescore(con, None)
-        print(
-            f"  loaded {store.runs.count():,} runs in {loaded:.1f} s, "
-            f"scored outliers in {time.perf_counter() - begin:.1f} s"
-        )
+        print(f"  loaded {store.runs.count():,} runs in {loaded:.1f} s")
         tokens = TokenBook(store)
         server, port = create_server(store, tokens=tokens, rate_limit=0)
         server.start()

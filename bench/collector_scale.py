@@ -1,0 +1,379 @@
+"""The collector at community scale, an older revision beside this tree in one run.
+
+    .venv/bin/python bench/collector_scale.py --runs 100000
+    .venv/bin/python bench/collector_scale.py --runs 100000 1000000 --base 8a0f634
+
+For each --runs N, a database is prefilled with N plausible runs: BIG_SHARE of them in
+one comparison group (1x NVIDIA H200, B0, the default run, as a popular card's would
+be), the rest spread over cards, models, counts, backends and precisions
+(collector_bench.synthetic_runs), from SUBMITTERS submitters. Each side (the base
+revision, exported with `git archive` and installed into a folder; this tree) fills
+its own copy with its own code (an older side scores its outliers as it stores them).
+
+Then, in rounds that alternate which side goes first, a fresh copy of the side's
+database is served by `gpubench-collector serve` and --clients connections (4 client
+processes) submit --submissions runs, every call timed: once into the big group and
+once into a group that has no runs yet. Printed per measurement: acknowledgements a
+second, p50, p99 and the slowest answer, and the collector's CPU per acknowledgement.
+After the submissions, each read is timed over gRPC on the same collector (the median
+and slowest of READS calls). Last, each side's medians and the ratio new/old.
+On a shared machine the absolute figures move with the load; the ratios of one
+interleaved run are what compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from collector_ab import CLIENT_PROCESSES, env_for, install_base, start_collector  # noqa: E402
+
+# The share of the runs in the one big group, and how many tokens submitted them.
+BIG_SHARE = 0.8
+SUBMITTERS = 300
+# What each target's submissions are: into the big group, or a group with no runs
+# (the prefill leaves every run of this card and model out).
+TARGETS = {
+    "big group": {"gpu_name": "NVIDIA H200", "model": "B0"},
+    "new group": {"gpu_name": "NVIDIA RTX 6000 Ada Generation", "model": "B3"},
+}
+# How many times each read is timed (after one call that warms it).
+READS = 10
+# Rows generated and written at a time.
+CHUNK = 100_000
+
+
+# -- the prefilled runs -----------------------------------------------------------------
+
+
+def write_runs(path: Path, n: int) -> None:
+    """`n` plausible runs as a Parquet file of this tree's runs columns."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from collector_bench import synthetic_runs
+    from factories import make_run
+
+    from gpubench.collector.columns import RUN_COLUMNS
+    from gpubench.collector.rows import run_row
+
+    big_run = make_run(**TARGETS["big group"])
+    big = run_row(big_run, "")
+    big["record"] = big_run.SerializeToString()
+    new = TARGETS["new group"]
+    with pq.ParquetWriter(path, RUN_COLUMNS) as out:
+        for offset in range(0, n, CHUNK):
+            size = min(CHUNK, n - offset)
+            table = synthetic_runs(size, seed=offset + 1)
+            rng = np.random.default_rng(offset + 2)
+            in_big = rng.random(size) < BIG_SHARE
+            noise = rng.lognormal(0.0, 0.04, size)
+            noise[rng.random(size) < 0.01] *= rng.uniform(1.5, 3.0)  # a busy machine's
+            columns = {}
+            for name in RUN_COLUMNS.names:
+                values = table.column(name).to_pylist()
+                if name in big and name not in ("run_id", "received_at", "created_at",
+                                                 "content_sha256", "submitter"):
+                    values = [big[name] if b else v for b, v in zip(in_big, values,
+                                                                     strict=True)]
+                columns[name] = values
+            columns["epoch2_seconds"] = [
+                big["epoch2_seconds"] * x if b else v
+                for b, x, v in zip(in_big, noise, columns["epoch2_seconds"], strict=True)]
+            columns["submitter"] = [f"lab-{i}" for i in rng.integers(0, SUBMITTERS, size)]
+            keep = [not (g == new["gpu_name"] and m == new["model"])
+                    for g, m in zip(columns["gpu_name"], columns["model"], strict=True)]
+            arrays = [pa.array([v for v, k in zip(columns[name], keep, strict=True) if k],
+                               RUN_COLUMNS.field(name).type) for name in RUN_COLUMNS.names]
+            out.write_table(pa.Table.from_arrays(arrays, schema=RUN_COLUMNS))
+
+
+def prefill(parquet: str, db: str) -> None:
+    """Fill a new database at `db` with the runs of `parquet`, with this process's
+    collector code (a side's): the columns its runs table has, and the outlier scores
+    where it stores them."""
+    from gpubench.collector import outliers
+    from gpubench.collector.store import Store
+
+    store = Store(db)
+    try:
+        with store.database.write_lock:
+            con = store.database.cursor()
+            have = [c for (c,) in con.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_name = 'runs'").fetchall()]
+            wanted = [c for c in have
+                      if c in {n for (n,) in con.execute(
+                          f"SELECT name FROM parquet_schema('{parquet}')").fetchall()}]
+            con.execute(f"INSERT INTO runs ({', '.join(wanted)}) SELECT {', '.join(wanted)} "
+                        f"FROM read_parquet('{parquet}')")
+            if hasattr(outliers, "rescore"):  # a side that stores its scores
+                outliers.rescore(con, None)
+    finally:
+        store.close()
+
+
+# -- one side's collector, submissions and reads ------------------------------------------
+
+
+def client(address: str, token: str, threads: int, each: int, target: str) -> None:
+    """One client process: `threads` channels submitting `each` runs apiece into
+    `target`; prints every call's latency (s) as one JSON line."""
+    import grpc
+    from factories import make_run
+
+    from gpubench.v1 import collector_pb2 as pb
+    from gpubench.v1 import collector_pb2_grpc
+
+    metadata = (("authorization", f"Bearer {token}"),)
+    latencies: list[float] = []
+    lock = threading.Lock()
+    requests = [[pb.SubmitRunRequest(run=make_run(**TARGETS[target])) for _ in range(each)]
+                for _ in range(threads)]
+
+    def work(mine: list) -> None:
+        channel = grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+        stub = collector_pb2_grpc.CollectorStub(channel)
+        took = []
+        for request in mine:
+            began = time.perf_counter()
+            stub.SubmitRun(request, metadata=metadata, timeout=60)
+            took.append(time.perf_counter() - began)
+        channel.close()
+        with lock:
+            latencies.extend(took)
+
+    workers = [threading.Thread(target=work, args=(r,)) for r in requests]
+    print("ready", flush=True)
+    sys.stdin.readline()  # go
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    print(json.dumps(latencies), flush=True)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def submissions(address: str, token: str, pid: int, args: argparse.Namespace,
+                target: str) -> dict:
+    """Time --submissions SubmitRun calls into `target` from --clients connections."""
+    threads = args.clients // CLIENT_PROCESSES
+    each = args.submissions // args.clients
+    clients = [subprocess.Popen(
+        [sys.executable, __file__, "--client", address, token, str(threads), str(each), target],
+        env=env_for(None), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(CLIENT_PROCESSES)]
+    for c in clients:
+        assert c.stdout.readline().strip() == "ready"
+    cpu = _cpu_seconds(pid)
+    began = time.perf_counter()
+    for c in clients:
+        c.stdin.write("go\n")
+        c.stdin.flush()
+    latencies = sorted(x for c in clients for x in json.loads(c.stdout.readline()))
+    elapsed = time.perf_counter() - began
+    cpu = _cpu_seconds(pid) - cpu
+    for c in clients:
+        c.wait(30)
+    return {"per_second": len(latencies) / elapsed,
+            "p50_ms": latencies[len(latencies) // 2] * 1000,
+            "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+            "max_ms": latencies[-1] * 1000,
+            "cpu_ms": cpu / len(latencies) * 1000}
+
+
+def reads(address: str, token: str) -> dict[str, tuple[float, float]]:
+    """Each read's median and slowest time (ms) over READS calls."""
+    import grpc
+
+    from gpubench.v1 import collector_pb2 as pb
+    from gpubench.v1 import collector_pb2_grpc
+
+    channel = grpc.insecure_channel(address)
+    stub = collector_pb2_grpc.CollectorStub(channel)
+    metadata = (("authorization", f"Bearer {token}"),)
+    first = stub.ListRuns(pb.ListRunsRequest(page_size=50), metadata=metadata, timeout=60)
+    calls = {
+        "Compare, the big group's": lambda: stub.Compare(pb.CompareRequest(
+            model="B0", backend="tensorflow", precision="float32", image_size=224,
+            benchmark_version="1"), metadata=metadata, timeout=60),
+        "Compare, 3 cards, a baseline": lambda: stub.Compare(pb.CompareRequest(
+            model="B0", backend="tensorflow", precision="float32", image_size=224,
+            benchmark_version="1", baseline_gpu="Tesla T4",
+            gpu_names=["Tesla T4", "NVIDIA H200", "NVIDIA L4"]), metadata=metadata, timeout=60),
+        "Leaderboard B0": lambda: stub.Leaderboard(pb.LeaderboardRequest(model="B0"),
+                                                   metadata=metadata, timeout=60),
+        "ListRuns, first 50": lambda: stub.ListRuns(pb.ListRunsRequest(page_size=50),
+                                                    metadata=metadata, timeout=60),
+        "ListRuns, next 50": lambda: stub.ListRuns(pb.ListRunsRequest(
+            page_size=50, page_token=first.next_page_token), metadata=metadata, timeout=60),
+        "ListRuns, 50 on H200": lambda: stub.ListRuns(pb.ListRunsRequest(
+            page_size=50, gpu_name="NVIDIA H200"), metadata=metadata, timeout=60),
+        # (by its short id: a prefilled run's record is its template's, of another id)
+        "GetRun": lambda: stub.GetRun(pb.GetRunRequest(run_id=first.runs[0].short_id),
+                                      metadata=metadata, timeout=60),
+        "Stats": lambda: stub.Stats(pb.StatsRequest(), metadata=metadata, timeout=60),
+    }
+    found = {}
+    for name, call in calls.items():
+        call()
+        times = []
+        for _ in range(READS):
+            began = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - began) * 1000)
+        found[name] = (statistics.median(times), max(times))
+    channel.close()
+    return found
+
+
+def measure(site: Path | None, db: Path, token: str, args: argparse.Namespace,
+            workdir: Path, *, with_reads: bool) -> dict:
+    """One side on a fresh copy of its prefilled database: each target's submissions
+    (a copy each), and then the reads."""
+    found: dict = {}
+    for target in TARGETS:
+        copy = Path(tempfile.mkdtemp(prefix="scale-", dir=workdir)) / "c.duckdb"
+        shutil.copy(db, copy)
+        server, address = start_collector(site, copy, workdir)
+        try:
+            found[target] = submissions(address, token, server.pid, args, target)
+            if with_reads and target == "big group":
+                found["reads"] = reads(address, token)
+        finally:
+            server.terminate()
+            server.wait(120)
+            shutil.rmtree(copy.parent)
+    return found
+
+
+def side_database(site: Path | None, parquet: Path, folder: Path) -> tuple[Path, str]:
+    """A side's prefilled database and an admin token of it."""
+    folder.mkdir()
+    db = folder / "c.duckdb"
+    env = env_for(site)
+    subprocess.run([sys.executable, __file__, "--prefill", str(parquet), str(db)], env=env,
+                   check=True, cwd=folder, timeout=3600)
+    token = subprocess.run([sys.executable, "-m", "gpubench.collector.cli", "token", "create",
+                            "bench", "--admin", "--db", str(db)], env=env, cwd=folder,
+                           capture_output=True, text=True, check=True,
+                           timeout=600).stdout.strip()
+    return db, token
+
+
+def _line(label: str, f: dict) -> str:
+    return (f"{label}: {f['per_second']:6.0f} acks/s, p50 {f['p50_ms']:.0f} ms, p99 "
+            f"{f['p99_ms']:.0f} ms, slowest {f['max_ms']:.0f} ms, CPU {f['cpu_ms']:.2f} ms/ack")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, nargs="+", default=[100_000],
+                        help="stored runs to measure at (default 100000)")
+    parser.add_argument("--base", default="8a0f634", help="the old code's revision")
+    parser.add_argument("--rounds", type=int, default=2, help="old/new pairs (default 2)")
+    parser.add_argument("--submissions", type=int, default=2000,
+                        help="runs submitted per measurement (default 2000)")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--new-only", action="store_true", help="measure this tree alone")
+    parser.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--prefill", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.client:
+        address, token, threads, each, target = args.client
+        client(address, token, int(threads), int(each), target)
+        return
+    if args.prefill:
+        prefill(*args.prefill)
+        return
+    folder = Path(tempfile.mkdtemp(prefix="collector-scale-"))
+    try:
+        run(args, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, folder: Path) -> None:
+    """Every measurement, printed as it comes, then the medians and ratios."""
+    def git(*words: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *words], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    base, head = git("rev-parse", "--short", args.base), git("describe", "--always", "--dirty")
+    print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; {args.clients} clients, "
+          f"{args.submissions} submissions a measurement, {args.rounds} rounds; "
+          f"old {base}, new this tree ({head})", flush=True)
+    sides = {"new": None} if args.new_only else {"old": install_base(base, folder), "new": None}
+    for n in args.runs:
+        parquet = folder / f"runs-{n}.parquet"
+        began = time.perf_counter()
+        write_runs(parquet, n)
+        prefilled = {}
+        for label, site in sides.items():
+            prefilled[label] = side_database(site, parquet, folder / f"{label}-{n}")
+        print(f"{n:,} runs stored ({BIG_SHARE:.0%} in the big group, {SUBMITTERS} "
+              f"submitters), prefilled in {time.perf_counter() - began:.0f} s", flush=True)
+        figures: dict[str, list[dict]] = {label: [] for label in sides}
+        for round_ in range(args.rounds):
+            order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+            for label in order:
+                db, token = prefilled[label]
+                found = measure(sides[label], db, token, args, folder,
+                                with_reads=True)
+                figures[label].append(found)
+                for target in TARGETS:
+                    print("  " + _line(f"round {round_ + 1} {label}, {target}", found[target]),
+                          flush=True)
+        report(n, figures)
+
+
+def report(n: int, figures: dict[str, list[dict]]) -> None:
+    """Each side's medians over the rounds, and new/old."""
+    medians: dict[str, dict] = {}
+    for label, rounds in figures.items():
+        medians[label] = {
+            target: {m: statistics.median(r[target][m] for r in rounds)
+                     for m in rounds[0][target]} for target in TARGETS}
+        medians[label]["reads"] = {
+            name: (statistics.median(r["reads"][name][0] for r in rounds),
+                   max(r["reads"][name][1] for r in rounds))
+            for name in rounds[0]["reads"]}
+    print(f"at {n:,} runs, medians of the rounds:")
+    for label, m in medians.items():
+        for target in TARGETS:
+            print("  " + _line(f"{label}, {target}", m[target]))
+    new = medians["new"]
+    print(f"  new, big group / new group: acks/s "
+          f"{new['big group']['per_second'] / new['new group']['per_second']:.2f}")
+    if "old" in medians:
+        old = medians["old"]
+        for target in TARGETS:
+            print(f"  new/old, {target}: acks/s "
+                  f"{new[target]['per_second'] / old[target]['per_second']:.2f}, p99 "
+                  f"{new[target]['p99_ms'] / old[target]['p99_ms']:.2f}")
+    print("  reads (ms, median / slowest):" + "".join(
+        f"\n    {name}: " + ", ".join(f"{label} {m['reads'][name][0]:.1f} / "
+                                      f"{m['reads'][name][1]:.1f}"
+                                      for label, m in medians.items())
+        for name in new["reads"]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
