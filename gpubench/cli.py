@@ -9,7 +9,6 @@ says which).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -28,6 +27,7 @@ from gpubench.cli_shared import (
 )
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
+from gpubench.usage import usage_message
 from gpubench.versions import VERSION
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -121,15 +121,7 @@ def bad_usage(error: click.UsageError) -> click.ClickException:
     command (click shows its help) is left as it is."""
     if isinstance(error, getattr(click.exceptions, "NoArgsIsHelpError", ())):  # click >= 8.2
         return error
-    said = error.format_message()
-    if isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter):
-        # "Invalid value for '--model': ..." is said "--model: ...".
-        said = re.sub(r"^Invalid value for '([^']+)': ", r"\1: ", said)
-    said = said.rstrip(".")
-    if said[1:2].islower():  # "Missing option" is said "missing option", as every error
-        said = said[0].lower() + said[1:]
-    where = f"{error.ctx.command_path} --help" if error.ctx else "gpubench --help"
-    return CommandFailed(f"{said} (see {where})", ExitCode.USAGE)
+    return CommandFailed(usage_message(error, "gpubench"), ExitCode.USAGE)
 
 
 PRECISION = click.Choice(record.PRECISIONS)

@@ -576,3 +576,20 @@ def test_a_run_whose_gpu_waited_is_warned_flagged_and_left_out(
     assert sent.stem not in left_out.stdout
     assert left_out.returncode != 0 or json.loads(left_out.stdout)["groups"] == [], (
         left_out.stdout + left_out.stderr)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["run", "--models", "B9", "--offline"], "--models: 'B9' is not one of B0, B3, B7"),
+    (["run", "--batch", "x", "--offline"], "--batch: --batch 'x'"),
+    (["run", "--no-such-flag"], "no such option '--no-such-flag'"),
+    (["run", "--models", "B0"], "give --collector HOST:PORT"),
+    (["no-such-command"], "no such command 'no-such-command'"),
+], ids=["bad-model", "bad-batch", "unknown-flag", "no-collector", "unknown-command"])
+def test_a_usage_error_is_one_message_within_80_columns(tmp_path, args, words) -> None:
+    """Before, click's own text: a usage line, a hint and "Error: ..." of 121-192 columns."""
+    done = agent(args, {**agent_env(tmp_path, ["false"]), "COLUMNS": "80"})
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2, done.stderr
+    assert said.startswith("gpubench-agent: ") and words in said, said
+    assert "--help)" in said and "Usage:" not in said and "Error:" not in said
+    assert all(len(line) <= 80 for line in done.stderr.splitlines()), done.stderr

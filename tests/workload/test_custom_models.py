@@ -89,3 +89,14 @@ def test_the_efficientnets_fast_paths_are_refused_for_other_models(workload) -> 
                     "--fused-batchnorm")
     assert done.returncode == 2
     assert "--fused-batchnorm applies to the EfficientNets" in done.one("error").message
+
+
+def test_an_architecture_of_any_size_is_built_at_its_native_size(workload) -> None:
+    """MobileNetV3Small takes photos of any size; given by its keras.applications name
+    without --image-size it is built at 224 px, as its published weights were trained
+    (before, it was refused with advice for a model object, keras.Input(shape=...))."""
+    done = workload("check", "--model", "MobileNetV3Small", "--backend", "torch",
+                    "--gpus", "0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    [said] = [e.message for e in done.of("log") if e.message.startswith("model: ")]
+    assert '"input_spec": "photos 224x224x3"' in said and '"image_size": 224' in said

@@ -30,6 +30,7 @@ from gpubench.settings import (
     parse_size,
 )
 from gpubench.settings_cli import Model, agent_options, given_settings, model_names
+from gpubench.usage import FriendlyGroup
 from gpubench.versions import VERSION
 
 EXIT_OK, EXIT_FAILED = ExitCode.OK, ExitCode.FAILURE
@@ -202,7 +203,14 @@ def _origins(ctx: click.Context) -> Any:
     return connection_origins(ctx, set_token="--token-file or $GPUBENCH_TOKEN")
 
 
-@click.group(context_settings=CONTEXT)
+class AgentGroup(FriendlyGroup):
+    """Usage errors as the agent's other errors: `gpubench-agent: ...`, wrapped."""
+
+    program = "gpubench-agent"
+    prefix = "gpubench-agent: "
+
+
+@click.group(context_settings=CONTEXT, cls=AgentGroup)
 @click.version_option(VERSION, prog_name="gpubench-agent")
 def main() -> None:
     """Run the standard gpubench benchmark (Keras EfficientNet B0/B3/B7) on this host,

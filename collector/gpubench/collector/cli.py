@@ -17,6 +17,7 @@ from rich.table import Table
 
 from gpubench import record
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
+from gpubench.usage import FriendlyGroup
 from gpubench.versions import DISTRIBUTION, VERSION
 
 err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
@@ -61,7 +62,14 @@ def existing_database(db_path: Path) -> Path:
     return db_path
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CollectorGroup(FriendlyGroup):
+    """Usage errors as the collector's other errors: `gpubench-collector: ...`, wrapped."""
+
+    program = "gpubench-collector"
+    prefix = "gpubench-collector: "
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, cls=CollectorGroup)
 @click.version_option(VERSION, prog_name="gpubench-collector")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True, envvar="GPUBENCH_LOG_LEVEL",

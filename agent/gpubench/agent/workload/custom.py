@@ -1,4 +1,4 @@
-"""Any model but the EfficientNets: built from what --model names, fed from its own inputs.
+"""Any model but the EfficientNets: built from what --models names, fed from its own inputs.
 
 - Built (gpubench.models): a keras.applications architecture (no weights, logits out),
   a .keras file's architecture, a function of the user's that returns the model, or one
@@ -69,8 +69,13 @@ class Feeding:
         return self.shape[0] if self.kind == "photos" else 0
 
 
+# The size a keras.applications architecture that takes any size is built at without
+# --image-size: ImageNet's 224 px, the size its published weights were trained at.
+ANY_SIZE_BUILT_AT = 224
+
+
 def build(settings: RunSettings) -> tuple[keras.Model, Any]:
-    """The model --model names, and the loss its own file brings (None: gpubench's)."""
+    """The model --models names, and the loss its own file brings (None: gpubench's)."""
     model = settings.model
     kind = models.kind_of(model)
     if kind == models.BUILT_IN:
@@ -89,27 +94,37 @@ def build(settings: RunSettings) -> tuple[keras.Model, Any]:
 def _application(name: str, image_size: int | None) -> keras.Model:
     make = getattr(keras.applications, name, None)
     if make is None or not callable(make) or name.startswith("_"):
-        raise Refused(f"--model {name}: keras.applications has no such architecture (e.g. "
+        raise Refused(f"--models {name}: keras.applications has no such architecture (e.g. "
                       "ConvNeXtTiny, EfficientNetV2S, ResNet50; keras.applications lists them)")
+    model = _made(make, name, image_size)
+    if not image_size and None in tuple(model.inputs[0].shape)[1:3]:
+        # An architecture that takes photos of any size (MobileNetV3) is built at its
+        # native size, ImageNet's, as its published weights were trained.
+        model = _made(make, name, ANY_SIZE_BUILT_AT)
+    return model
+
+
+def _made(make: Any, name: str, image_size: int | None) -> keras.Model:
+    """keras.applications' `make` untrained, at `image_size` px (None: its own default)."""
     shape = {"input_shape": (image_size, image_size, 3)} if image_size else {}
     try:
         return make(weights=None, classifier_activation=None, **shape)
     except TypeError:  # an architecture without classifier_activation
         return make(weights=None, **shape)
     except ValueError as exc:
-        raise Refused(f"--model {name}: {exc}") from None
+        raise Refused(f"--models {name}: {exc}") from None
 
 
 def _model_file(path: Path) -> tuple[keras.Model, Any]:
     if not path.is_file():
-        raise Refused(f"--model {path}: no such model file")
+        raise Refused(f"--models {path}: no such model file")
     try:
         model = keras.saving.load_model(path, compile=True)
     except Exception:  # its compile config (a custom loss) may not load: the model will
         try:
             model = keras.saving.load_model(path, compile=False)
         except Exception as exc:
-            raise Refused(f"--model {path}: Keras cannot load it ({type(exc).__name__}: "
+            raise Refused(f"--models {path}: Keras cannot load it ({type(exc).__name__}: "
                           f"{str(exc)[:300]})") from None
     loss = getattr(model, "loss", None) if getattr(model, "compiled", False) else None
     return model, loss
@@ -119,18 +134,18 @@ def _function(spec: str) -> keras.Model:
     file, _, name = spec.rpartition(":")
     path = Path(file)
     if not path.is_file():
-        raise Refused(f"--model {spec}: no such file {file}")
+        raise Refused(f"--models {spec}: no such file {file}")
     loaded = importlib.util.spec_from_file_location(f"gpubench_user_model_{path.stem}", path)
     if loaded is None or loaded.loader is None:
-        raise Refused(f"--model {spec}: Python cannot load {file}")
+        raise Refused(f"--models {spec}: Python cannot load {file}")
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)
     build_model = getattr(module, name, None)
     if not callable(build_model):
-        raise Refused(f"--model {spec}: {file} has no function {name}")
+        raise Refused(f"--models {spec}: {file} has no function {name}")
     model = build_model()
     if not isinstance(model, keras.Model):
-        raise Refused(f"--model {spec}: {name}() returned {type(model).__name__}, not a "
+        raise Refused(f"--models {spec}: {name}() returned {type(model).__name__}, not a "
                       "keras.Model")
     return model
 

@@ -1,4 +1,4 @@
-"""Before any training: can gpubench build and feed the model --model names?
+"""Before any training: can gpubench build and feed the model --models names?
 
 The EfficientNets always can. Any other model is built once on the CPU in a `check`
 process of its own (its framework import and the build leave nothing behind in the
@@ -44,12 +44,12 @@ def check(settings: RunSettings) -> dict[str, Any]:
     events = [e for e in map(parse_line, done.stdout.splitlines()) if e is not None]
     errors = [e.message for e in events if isinstance(e, ErrorEvent)]
     if done.returncode == EXIT_REFUSED:
-        raise Refused(errors[-1] if errors else f"--model {settings.model}: refused")
+        raise Refused(errors[-1] if errors else f"--models {settings.model}: refused")
     said = [e.message for e in events if isinstance(e, LogEvent)
             and e.message.startswith(IDENTITY_PREFIX)]
     if done.returncode != EXIT_OK or not said:
         last = errors[-1] if errors else " | ".join(done.stderr.strip().splitlines()[-3:])
-        raise GpubenchError(f"--model {settings.model}: building it failed (exit "
+        raise GpubenchError(f"--models {settings.model}: building it failed (exit "
                             f"{done.returncode}): {last[-500:]}")
     found: dict[str, Any] = json.loads(said[-1].removeprefix(IDENTITY_PREFIX))
     return found
