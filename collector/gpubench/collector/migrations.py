@@ -378,6 +378,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "WHERE outlier OR outlier_score <> 0",
         ),
     ),
+    Migration(
+        "0014_card_expectations",
+        # No schema change: every catalogued card held to what is expected of it (its
+        # verified runs, or another card's scaled to it), whole names compared for
+        # look-alikes, MIG devices as their cards: the stored runs flagged again by it.
+        (),
+        backfill=backfill_flags,
+    ),
+    Migration(
+        "0015_math_mode",
+        # How float32 convolutions and matrix products ran (Config.math_mode: TF32 or full
+        # float32) is a dimension of the comparison key; older records leave it empty.
+        (dimension_column("math_mode"),),
+        refill_group_figures=True,
+        backfill=backfill_dimension("math_mode"),
+    ),
 )
 
 
