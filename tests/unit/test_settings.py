@@ -223,3 +223,29 @@ def test_the_deprecated_batch_word_still_runs_and_says_so(
     assert command.make_context("run", ["--batch", "steps"]).params["batch"] == (None, "steps")
     assert command.make_context("run", []).params["batch"] is None  # the workload's default
     assert "deprecated" not in capsys.readouterr().err
+
+
+def test_the_transformers_are_timed_in_bf16_unless_asked_and_the_rest_in_float32() -> None:
+    assert RunSettings(model="GPT2-small").precision == "mixed_bfloat16"
+    assert RunSettings(model="ViT-B16").precision == "mixed_bfloat16"
+    assert RunSettings(model="ViT-B16", precision="float32").precision == "float32"
+    assert RunSettings(model="B0").precision == "float32"
+    assert RunSettings(model="ConvNeXtTiny").precision == "float32"
+
+
+def test_one_math_mode_by_default_and_its_names_as_recorded() -> None:
+    assert RunSettings().math_mode == "tf32"
+    with pytest.raises(BadSettings, match="--math-mode must be one of tf32, float32"):
+        RunSettings(math_mode="highest")
+    assert [options.math_mode_name(convolutions, matmuls) for convolutions, matmuls in
+            ((True, True), (False, False), (True, False), (False, True))] == [
+        "tf32", "float32", "tf32-convolutions", "tf32-matmuls"]
+
+
+def test_the_built_in_transformers_replay_cuda_graphs_and_other_models_when_asked() -> None:
+    assert RunSettings(model="GPT2-small", backend="torch").cuda_graphs
+    assert RunSettings(model="ViT-B16", backend="torch").cuda_graphs
+    assert not RunSettings(model="ConvNeXtTiny", backend="torch").cuda_graphs
+    assert RunSettings(model="ConvNeXtTiny", backend="torch", cuda_graphs=True).cuda_graphs
+    assert not RunSettings(model="GPT2-small", backend="torch",
+                           precision="mixed_float16").cuda_graphs
