@@ -593,3 +593,26 @@ def test_a_usage_error_is_one_message_within_80_columns(tmp_path, args, words) -
     assert said.startswith("gpubench-agent: ") and words in said, said
     assert "--help)" in said and "Usage:" not in said and "Error:" not in said
     assert all(len(line) <= 80 for line in done.stderr.splitlines()), done.stderr
+
+
+# The real workload in a Python where torch cannot be imported, as on a host that installed
+# only the [workload] extra (Keras on TensorFlow).
+WITHOUT_TORCH = shlex.join([sys.executable, "-c", (
+    "import runpy, sys\n"
+    "sys.modules['torch'] = None\n"
+    "runpy.run_module('gpubench.agent.workload', run_name='__main__')\n")])
+
+
+def test_a_backend_that_is_not_installed_says_what_to_install(tmp_path) -> None:
+    """Before: a bare ModuleNotFoundError, exit 1, and an error run spooled (and sent)."""
+    env = agent_env(tmp_path, None, GPUBENCH_WORKLOAD_COMMAND=WITHOUT_TORCH, COLUMNS="80")
+    done = agent(["run", "--models", "B0", "--backend", "torch", "--offline",
+                  "--image-size", "32", "--limit-images", "48", "--batch", "8"], env,
+                 timeout=300)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2, done.stderr
+    assert "gpubench-agent: B0: torch is not installed in the workload's Python" in said, said
+    assert "pip install 'gpubench-keras[torch]'" in said and "another --backend" in said
+    assert "ModuleNotFoundError" not in done.stderr and "Traceback" not in done.stderr
+    spooled = [p for p in (tmp_path / "spool").rglob("*.json")]
+    assert not spooled, spooled  # nothing ran: no run to keep, none to send

@@ -121,7 +121,8 @@ class RunDisplay:
         """One line, above the live progress."""
         if not self.quiet:
             self._last_line = time.monotonic()
-            self.console.print(message, style=style or None, highlight=False)
+            # The text as it is: a message quoting "[torch]" or a path is not markup.
+            self.console.print(message, style=style or None, highlight=False, markup=False)
 
     def _heartbeat(self, stop: threading.Event) -> None:
         """Say what the model is doing when nothing was printed for heartbeat_s."""
