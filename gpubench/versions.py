@@ -17,20 +17,35 @@ import importlib.metadata
 DISTRIBUTION = "gpubench-keras"
 
 
+# setuptools-scm's version of a tree with no tag behind it: a `git archive` copy of a
+# repository that has no tag yet, or a copy with no git at all (fallback_version).
+UNTAGGED = "0.0"
+
+
+def traced(version: str, commit: str | None) -> str:
+    """`version`, with the commit it was built from where no tag names it ("0.0+gHASH"),
+    so that a stored run (its agent_version) can be traced to its code."""
+    if version == UNTAGGED and commit:
+        return f"{version}+{commit if commit.startswith('g') else 'g' + commit}"
+    return version
+
+
 def _version() -> str:
-    """The version the build stamped: the git tag's (pyproject.toml's [tool.setuptools_scm])."""
+    """The version the build stamped: the git tag's (pyproject.toml's [tool.setuptools_scm]),
+    with the commit where there is no tag."""
     try:
         # Written by every build (a wheel, an image's, `pip install -e .`): the version
         # travels with the code, whatever else is installed beside it. Imported by name:
         # a checkout has no such file until a build writes it (.gitignore).
-        return str(importlib.import_module("gpubench._version").version)
+        stamped = importlib.import_module("gpubench._version")
+        return traced(str(stamped.version), getattr(stamped, "commit_id", None))
     except ImportError:
         pass
     try:
         # A checkout run from its folder (PYTHONPATH) before any build wrote the file.
         return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
-        return "0.0"  # setuptools-scm's own fallback_version: not known
+        return UNTAGGED  # setuptools-scm's own fallback_version: not known
 
 
 # The code's version: each command's --version, the record's agent_version, the
