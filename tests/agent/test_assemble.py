@@ -98,6 +98,10 @@ def test_an_ok_run_has_every_figure(builder: RunBuilder) -> None:
     assert result.mean_power_watts == pytest.approx(400.0)
     assert [e.energy_joules for e in result.epochs] == pytest.approx([8000.0, 2000.0])
     assert {e.energy_source for e in result.epochs} == {"counter"}
+    # Each epoch says how its maximum was read, and it is never under its mean.
+    assert {e.max_power_source for e in result.epochs} <= {"samples", "mean"}
+    assert all(e.max_power_watts >= e.mean_power_watts for e in result.epochs)
+    assert result.max_power_watts >= result.mean_power_watts
     assert result.epochs[1].samples == 6  # t = 120 ... 125
     [memory] = result.memory
     assert memory.allocator_peak_bytes == 19 * GIB

@@ -78,6 +78,28 @@ def test_epoch_figures_from_the_counter() -> None:
     assert window.device_peak_bytes == {0: 10 << 30}
 
 
+def test_the_maximum_is_the_highest_sample_and_says_so() -> None:
+    window = aggregate(ONE_GPU, 0.5, 2.5)
+    assert (window.max_power_watts, window.max_power_source) == (200.0, "samples")
+    assert window.max_power_watts >= window.mean_power_watts
+
+
+def test_a_short_epoch_whose_readings_trail_the_counter_has_the_mean_as_its_maximum() -> None:
+    # An H100's 0.8 s B0 epoch as its record had it: the counter grew by 350 J (437 W),
+    # while each power reading, the driver's average over up to a second, still held
+    # part of the idle time before it (no reading over 390 W).
+    ticks = [
+        tick(0.0, {"power_watts": 150.0, "energy_millijoules": 0}),
+        tick(0.4, {"power_watts": 330.0, "energy_millijoules": 175_000}),
+        tick(0.8, {"power_watts": 390.0, "energy_millijoules": 350_000}),
+    ]
+    window = aggregate(ticks, 0.0, 0.8)
+    assert window.energy_source == "counter"
+    assert window.mean_power_watts == pytest.approx(437.5)
+    assert window.max_power_watts == pytest.approx(437.5)  # never under the mean
+    assert window.max_power_source == "mean"
+
+
 def test_energy_falls_back_to_the_power_integral() -> None:
     no_counter = [
         Tick(t.t, (GpuSample(**{**t.gpus[0].__dict__, "energy_millijoules": None}),),
@@ -107,6 +129,7 @@ def test_no_power_no_energy() -> None:
     ticks = [tick(0.0, {"temperature_c": 30.0}), tick(1.0, {"temperature_c": 31.0})]
     window = aggregate(ticks, 0.0, 1.0)
     assert (window.energy_source, window.energy_joules, window.mean_power_watts) == ("", 0.0, 0.0)
+    assert (window.max_power_watts, window.max_power_source) == (0.0, "")
     assert window.max_temperature_c == 31.0
     assert aggregate([], 0.0, 1.0).samples == 0
 

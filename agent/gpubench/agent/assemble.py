@@ -402,6 +402,7 @@ def _epoch(number: int, event: EpochFinished, window: WindowTelemetry) -> run_pb
         epoch.energy_source = window.energy_source
         epoch.mean_power_watts = window.mean_power_watts
     epoch.max_power_watts = window.max_power_watts
+    epoch.max_power_source = window.max_power_source
     epoch.max_temperature_c = window.max_temperature_c
     epoch.mean_sm_clock_mhz = window.mean_sm_clock_mhz
     epoch.mean_gpu_utilization = window.mean_gpu_utilization

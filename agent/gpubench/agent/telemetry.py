@@ -8,7 +8,12 @@ it is tested on hand-made samples.
 
 Energy: the driver's total-energy counter where every GPU has one (interpolated
 at the window's edges), otherwise the time integral of sampled power
-(trapezoids, with power interpolated at the edges).
+(trapezoids, with power interpolated at the edges). The mean power is that energy
+over the window's time. The maximum is the highest power sampled, unless no sample
+read as high as the mean: NVML's power readings are the driver's average over up to a
+second, so over a short epoch they trail the counter (an H100's 0.8 s B0 epoch: a
+mean of 437 W from the counter, no reading over 390 W); the maximum is then the
+mean, and `max_power_source` says which.
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ class WindowTelemetry:
     energy_source: str = ""  # "counter", "power-integral", or "" when not measured
     mean_power_watts: float = 0.0
     max_power_watts: float = 0.0
+    # "samples" (the highest power sampled), "mean" (no sample read as high as the
+    # mean: the maximum is the mean), or "" when no power was measured.
+    max_power_source: str = ""
     max_temperature_c: float = 0.0
     mean_sm_clock_mhz: float = 0.0
     mean_gpu_utilization: float = 0.0
@@ -167,12 +175,17 @@ def aggregate(ticks: Sequence[Tick], t_start: float, t_end: float) -> WindowTele
     def mean(items: list[float]) -> float:
         return sum(items) / len(items) if items else 0.0
 
+    mean_power = energy / (t_end - t_start) if source else 0.0
+    sampled = max(tick_power, default=0.0)
+    # A maximum under the mean is no maximum: the readings trail a short epoch (above).
+    highest = "mean" if mean_power > sampled else ("samples" if tick_power else "")
     return WindowTelemetry(
         samples=len(inside),
         energy_joules=energy,
         energy_source=source,
-        mean_power_watts=energy / (t_end - t_start) if source else 0.0,
-        max_power_watts=max(tick_power, default=0.0),
+        mean_power_watts=mean_power,
+        max_power_watts=max(sampled, mean_power),
+        max_power_source=highest,
         max_temperature_c=max(values("temperature_c"), default=0.0),
         mean_sm_clock_mhz=mean(values("sm_clock_mhz")),
         mean_gpu_utilization=mean(values("gpu_utilization")),

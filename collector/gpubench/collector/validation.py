@@ -484,7 +484,7 @@ def _result(c: _Checker, run: run_pb2.Run, gpu_memory: dict[int, int]) -> None:
         elif epoch.number in numbers:
             c.fail(f"{at}.number", f"epoch {epoch.number} is listed twice")
         numbers.add(epoch.number)
-        c.texts(at, epoch, ("energy_source",), SHORT)
+        c.texts(at, epoch, ("energy_source", "max_power_source"), SHORT)
     if res.status == run_pb2.RUN_STATUS_OK:
         if res.measured_epoch == 0:
             c.fail("run.result.measured_epoch", "missing for an OK run")
