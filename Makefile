@@ -26,7 +26,7 @@ help:
 
 # Each step says what it does; pip's own output goes to $(LOG), shown when a step fails.
 $(STAMP): pyproject.toml setup.py
-	@echo "setting up $(VENV) from PyPI (a few minutes; log: $(LOG))"
+	@echo "setting up $(VENV) from PyPI (about 2 minutes; log: $(LOG))"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@: > $(LOG)
 	@echo "  [1/4] pip, setuptools, wheel"
