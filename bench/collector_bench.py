@@ -275,7 +275,8 @@ def synthetic_runs(n: int, seed: int = 7) -> pa.Table:
         [timedelta(seconds=int(s)) for s in rng.integers(0, 3 * 365 * 86400, n)]
     )
     table = {
-        "run_id": [str(uuid.UUID(int=int(x))) for x in rng.integers(0, 2**63, n)],
+        # random version-4 ids, as agents make them
+        "run_id": [str(uuid.UUID(bytes=rng.bytes(16), version=4)) for _ in range(n)],
         "content_sha256": ["0" * 64] * n,
         "submitter": [f"lab-{i}" for i in rng.integers(0, 50, n)],
         "received_at": created + timedelta(minutes=5),

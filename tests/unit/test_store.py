@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -500,5 +502,54 @@ def test_upgrading_unflags_the_runs_of_cards_the_catalogue_lists_now(tmp_path: P
         groups = store.aggregates.compare_groups(CompareQuery(model="B0"))
         assert [(g.gpu_name, g.runs, g.uncatalogued) for g in groups] == [
             ("NVIDIA GeForce RTX 3090", 2, False)]
+    finally:
+        store.close()
+
+
+def test_each_submission_is_answered_once_its_own_batch_has_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first submission stores its run; two more arrive meanwhile and wait. Once the
+    # first batch has committed, its submitter is answered although the next batch (the
+    # two others', held open here) is still being stored.
+    store = Store(tmp_path / "c.duckdb")
+    stored = store.store_rows
+    batches: list[int] = []
+    entered = [threading.Event(), threading.Event()]
+    release = [threading.Event(), threading.Event()]
+
+    def gated(rows):
+        turn = len(batches)
+        batches.append(len(rows))
+        entered[turn].set()
+        assert release[turn].wait(30)
+        return stored(rows)
+
+    monkeypatch.setattr(store, "store_rows", gated)
+    answered: dict[str, object] = {}
+
+    def submit(name: str) -> None:
+        answered[name] = store.submit(make_run(), "lab")
+
+    first = threading.Thread(target=submit, args=("first",))
+    first.start()
+    assert entered[0].wait(30)
+    later = [threading.Thread(target=submit, args=(n,)) for n in ("second", "third")]
+    for thread in later:
+        thread.start()
+    while len(store._queue) < 2:  # both wait for the first batch
+        time.sleep(0.01)
+    release[0].set()
+    first.join(30)
+    try:
+        assert not first.is_alive() and "first" in answered
+        assert entered[1].wait(30) and batches == [1, 2]
+        assert not any(n in answered for n in ("second", "third"))
+    finally:
+        release[1].set()
+        for thread in later:
+            thread.join(30)
+    try:
+        assert set(answered) == {"first", "second", "third"} and store.runs.count() == 3
     finally:
         store.close()

@@ -22,6 +22,7 @@ import duckdb
 from gpubench import comparison_key, record
 from gpubench.collector import ceilings, corroboration, outliers
 from gpubench.collector.compare import GroupFigures
+from gpubench.collector.database import UntilChanged
 from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.comparison_key import Value
 from gpubench.v1 import run_pb2
@@ -108,8 +109,26 @@ class Aggregates:
 
     def __init__(self, database: Database) -> None:
         self._db = database
+        # Each answer until the runs change: computing one reads every run of its groups.
+        self._answers = UntilChanged(database)
 
     def compare_groups(self, query: CompareQuery) -> list[GroupFigures]:
+        """Compare's figures (`_compare_groups`), kept until the runs change."""
+        return list(self._answers.get(("compare", repr(query)),
+                                      lambda: self._compare_groups(query)))
+
+    def published_groups(self, model: str, gpu_names: Sequence[str] = ()) -> list[GroupFigures]:
+        """The published runs' figures (`_published_groups`), kept until the runs change."""
+        return list(self._answers.get(("published", model, tuple(gpu_names)),
+                                      lambda: self._published_groups(model, gpu_names)))
+
+    def leaderboard(self, query: LeaderboardQuery) -> tuple[list[LeaderboardRow], str]:
+        """The leaderboard (`_leaderboard`), kept until the runs change."""
+        rows, version = self._answers.get(("leaderboard", query),
+                                          lambda: self._leaderboard(query))
+        return list(rows), version
+
+    def _compare_groups(self, query: CompareQuery) -> list[GroupFigures]:
         """Per GPU configuration (name x count x memory limit): the figures Compare
         reports, over OK measured runs (flagged ones only with include_flagged).
 
@@ -126,6 +145,13 @@ class Aggregates:
             if query.include_flagged:
                 return [_group_figures(r) for r in _compare_rows_from_runs(
                     con, query, missing)] + apart
+            if query.allow_mixed:
+                # Per configuration at once: where none spans several groups (no
+                # dimension has two values), its figures are its one group's.
+                rows = _compare_rows_from_runs(con, query, missing)
+                if not any(len(r[c] or ()) > 1 for r in rows for c in KEY_COLUMNS):
+                    rows = [r for r in rows if r["runs"]]  # as a group's: kept runs
+                return [_group_figures(r) for r in rows] + apart
             clauses, params = _compare_filter(query)
             where = " AND ".join(clauses)
             kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {outliers.scored(where)}
@@ -138,12 +164,10 @@ class Aggregates:
                     having="HAVING count(*) FILTER (WHERE keep) > 0"),
                 [query.include_outliers, *params, *params],
             ))
-            configs = {tuple(r[c] for c in outliers.CONFIG_COLUMNS) for r in rows}
-            if len(configs) < len(rows) and query.allow_mixed:
-                rows = _compare_rows_from_runs(con, query, missing)
         return [_group_figures(r) for r in rows] + apart
 
-    def published_groups(self, model: str, gpu_names: Sequence[str] = ()) -> list[GroupFigures]:
+    def _published_groups(self, model: str, gpu_names: Sequence[str] = ()
+                          ) -> list[GroupFigures]:
         """The published runs of a model (Run.published), per GPU configuration and
         everything that changes what was timed, each group with its source. Flagged
         published runs are left out like measured ones."""
@@ -166,7 +190,7 @@ class Aggregates:
         return [_group_figures(r, source=run_pb2.Run.FromString(r["record"]).source)
                 for r in rows]
 
-    def leaderboard(self, query: LeaderboardQuery) -> tuple[list[LeaderboardRow], str]:
+    def _leaderboard(self, query: LeaderboardQuery) -> tuple[list[LeaderboardRow], str]:
         """A model's GPU configurations by the median epoch-2 time of their runs, fastest
         first (the best single run beside it); one entry per backend, precision, pipeline,
         weights, data and epochs each configuration ran with. Returns the entries and the
@@ -327,6 +351,12 @@ def _benchmark_versions(con: Connection, source: str, where: str,
     return sorted((v for (v,) in rows), key=record.version_key, reverse=True)
 
 
+# The columns of the runs _compare_rows_from_runs reads (the records stay on disk).
+_KEPT_COLUMNS = ", ".join(dict.fromkeys((
+    *outliers.CONFIG_COLUMNS, *KEY_COLUMNS, *outliers.FIGURE_INPUTS, "flagged",
+    "flag_reasons")))
+
+
 def _compare_rows_from_runs(con: Connection, query: CompareQuery, missing: list[str], *,
                             apart: bool = False) -> list[dict[str, Any]]:
     """Compare's rows computed from the runs: of the catalogued cards (and look-alikes,
@@ -335,20 +365,24 @@ def _compare_rows_from_runs(con: Connection, query: CompareQuery, missing: list[
     flagged, names = _flagged_filter(missing, apart=apart,
                                      include_flagged=query.include_flagged)
     where = " AND ".join(clauses)
-    kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {outliers.scored(where)}
+    kept = f"""(SELECT {_KEPT_COLUMNS}, (? OR NOT outlier) AS keep
+                FROM {outliers.scored(where)}
                 WHERE status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published
                   AND {flagged})"""
     # Flagged runs counted in: those flagged for more than the name of a missing card.
     counted = f"flagged AND NOT {_NAME_ONLY}" if apart else "flagged"
-    values = "".join(f", list(DISTINCT {c}) AS {c}" for c in KEY_COLUMNS)
+    figures = outliers.figures_sql(
+        "kept", _CONFIG, per_voice=f", count(*) FILTER (WHERE {counted}) AS flagged_runs",
+        extra=", coalesce(sum(flagged_runs) FILTER (WHERE keep), 0)::BIGINT AS flagged_included")
+    # Each dimension's values among the kept runs, per configuration: one pass apart
+    # (a list per submitter first costs four times as much).
+    values = ", ".join(f"list(DISTINCT {c}) FILTER (WHERE keep) AS {c}" for c in KEY_COLUMNS)
     return _records(con.execute(
-        outliers.figures_sql(
-            kept, _CONFIG,
-            per_voice=f"{values}, count(*) FILTER (WHERE {counted}) AS flagged_runs",
-            extra="".join([*(f", list_distinct(flatten(list({c}) FILTER (WHERE keep))) AS {c}"
-                             for c in KEY_COLUMNS),
-                           ", coalesce(sum(flagged_runs) FILTER (WHERE keep), 0)::BIGINT"
-                           " AS flagged_included"])),
+        f"""
+        WITH kept AS MATERIALIZED {kept}
+        SELECT * FROM ({figures}) JOIN (SELECT {_CONFIG}, {values} FROM kept GROUP BY ALL)
+            USING ({_CONFIG})
+        """,
         [query.include_outliers, *params, *params, *names],
     ))
 

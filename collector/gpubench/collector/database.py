@@ -5,6 +5,10 @@ DuckDB cursors are connections of their own to the same database, safe side by s
 one per thread. Reads need no lock: each statement reads what was committed when it
 began (DuckDB's MVCC). Writes take `write_lock`, so that concurrent RPCs never conflict
 (DuckDB's optimistic concurrency refuses the second of two changes of one row).
+
+The runs change only through the store, which counts each change that committed
+(`generation`); answers computed from the runs are kept until the next
+(`UntilChanged`): a community's collector is read far more often than written.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 
@@ -60,6 +66,8 @@ class Database:
         self.broken = False
         self._epoch = 0
         self.write_lock = threading.Lock()
+        # How many changes of the runs have committed (Store: before it acknowledges).
+        self.generation = 0
         self.closed = False
         try:
             migrate(self._conn, path)
@@ -165,6 +173,41 @@ class Database:
             "SELECT name FROM schema_migrations ORDER BY applied_at, name"
         ).fetchall()
         return [name for (name,) in rows]
+
+
+Answer = TypeVar("Answer")
+
+
+class UntilChanged:
+    """Answers computed from the runs, each kept until the runs change (the database's
+    generation moves on), the `size` most recently used; safe to share between threads.
+
+    A read asks for `generation` before it begins, so an answer is never filed under a
+    generation later than the snapshot it was computed from: a run acknowledged before
+    a read began (its commit counted) is in every answer that read gets.
+    """
+
+    def __init__(self, database: Database, size: int = 256) -> None:
+        self._db = database
+        self._size = size
+        self._lock = threading.Lock()
+        self._answers: OrderedDict[Hashable, tuple[int, object]] = OrderedDict()
+
+    def get(self, key: Hashable, compute: Callable[[], Answer]) -> Answer:
+        """The answer kept for `key` at this generation, else `compute()`'s, kept."""
+        generation = self._db.generation
+        with self._lock:
+            kept = self._answers.get(key)
+            if kept is not None and kept[0] == generation:
+                self._answers.move_to_end(key)
+                return kept[1]  # type: ignore[return-value]
+        answer = compute()
+        with self._lock:
+            self._answers[key] = (generation, answer)
+            self._answers.move_to_end(key)
+            while len(self._answers) > self._size:
+                self._answers.popitem(last=False)
+        return answer
 
 
 @contextlib.contextmanager

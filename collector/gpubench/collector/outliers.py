@@ -42,6 +42,9 @@ SCORED_RUNS = ("status = 'ok' AND epoch2_seconds IS NOT NULL AND NOT published "
 # submitter's median of its runs, then the median of those.
 VOICED = ("epoch2_seconds", "train_images_per_second", "peak_memory_bytes",
           "memory_total_bytes", "energy_per_epoch_joules", "images_per_joule")
+# The runs' columns FIGURES reads.
+FIGURE_INPUTS = ("submitter", "epoch2_seconds", "batch_per_gpu", "global_batch",
+                 "largest_batch_per_gpu", *VOICED)
 # Per submitter of a set of runs (those alike in `keep`): what FIGURES combines.
 _VOICE = ", ".join((
     "count(*) AS n", "min(epoch2_seconds) AS epoch2_min", "max(epoch2_seconds) AS epoch2_max",

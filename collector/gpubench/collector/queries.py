@@ -15,6 +15,7 @@ from os.path import commonprefix
 from typing import TYPE_CHECKING, Any
 
 from gpubench.collector import ceilings, outliers
+from gpubench.collector.database import UntilChanged
 from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2
@@ -55,6 +56,7 @@ class RunReads:
 
     def __init__(self, database: Database) -> None:
         self._db = database
+        self._answers = UntilChanged(database, size=1)  # the counts, until the runs change
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
         """The stored run whose id is `run_id`, or starts with it (LEAST_PREFIX
@@ -149,6 +151,9 @@ class RunReads:
     def counts(self) -> dict[str, int]:
         """The runs stored, how many of them are flagged, outliers and published, and
         the runs an earlier version acknowledged that are held unstored (quarantine)."""
+        return dict(self._answers.get("counts", self._counts))
+
+    def _counts(self) -> dict[str, int]:
         with self._db.read() as con:
             stored, flagged, outlier, published, held = con.execute(
                 "SELECT count(*), count(*) FILTER (WHERE flagged), count(*) FILTER (WHERE "
@@ -197,17 +202,27 @@ def _stored_rows(con: Any, run_ids: Sequence[str], order: str = "") -> list[tupl
 
 def _short_ids(con: Any, run_ids: Sequence[str]) -> dict[str, str]:
     """Each run id's shortest prefix (SHORT_ID characters at least) that no other stored
-    run id starts with: one past its longest common prefix with its neighbours in
-    order, the only ids that can share more of it."""
+    run id starts with. Most ids share their first SHORT_ID characters with no other
+    (one scan finds which); for the others, one past the longest common prefix with
+    their neighbours in order, the only ids that can share more of it."""
+    shared = {prefix for (prefix,) in con.execute(
+        f"SELECT left(run_id, {SHORT_ID}) AS prefix FROM runs "
+        "WHERE prefix IN (SELECT unnest(?)) GROUP BY prefix HAVING count(*) > 1",
+        [[run_id[:SHORT_ID] for run_id in run_ids]]).fetchall()}
+    found = {run_id: run_id[:SHORT_ID] for run_id in run_ids if run_id[:SHORT_ID] not in shared}
+    crowded = [run_id for run_id in run_ids if run_id not in found]
+    if not crowded:
+        return found
     rows = con.execute(
         """
         SELECT p.id, (SELECT max(r.run_id) FROM runs AS r WHERE r.run_id < p.id),
             (SELECT min(r.run_id) FROM runs AS r WHERE r.run_id > p.id)
         FROM (SELECT unnest(?) AS id) AS p
-        """, [list(run_ids)]).fetchall()
-    return {run_id: run_id[:max(SHORT_ID, 1 + max(len(commonprefix([run_id, before or ""])),
-                                                 len(commonprefix([run_id, after or ""]))))]
-            for run_id, before, after in rows}
+        """, [crowded]).fetchall()
+    return found | {
+        run_id: run_id[:max(SHORT_ID, 1 + max(len(commonprefix([run_id, before or ""])),
+                                              len(commonprefix([run_id, after or ""]))))]
+        for run_id, before, after in rows}
 
 
 def _stored_run(row: Sequence[Any], short_ids: dict[str, str] | None = None

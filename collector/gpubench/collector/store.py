@@ -183,6 +183,7 @@ class Store:
             con = self.database.cursor()
             with transaction(con):
                 backup_tables.load(con, files)
+            self.database.generation += 1
             return backup_counts(con)
 
     @contextlib.contextmanager
@@ -198,6 +199,7 @@ class Store:
                 con = self.database.cursor()
                 with transaction(con):
                     yield con
+                self.database.generation += 1  # (before any acknowledgement of it)
             except Exception as exc:
                 if isinstance(exc, duckdb.FatalException):  # refuses all until opened again
                     self.database.broken = True
