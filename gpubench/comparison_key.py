@@ -22,8 +22,10 @@ path ("keras"). And the batch rule: the largest batch that fits trains faster th
 "steps" rule's smaller one. And the pipeline as it ran: "seed" decodes the PNGs inside
 the epoch, "streaming" (a cached run whose images did not fit the host) reads them from
 disk every epoch. And the weights, the data (another folder is other images, maybe
-other sizes) and the number of epochs. A --memory-limit is not a dimension: such runs
-are a GPU configuration of their own.
+other sizes) and the number of epochs. And the math mode (Config.math_mode): float32
+convolutions and matrix products on TF32 tensor cores run several times faster than in
+full float32, and torch's own defaults (TF32 convolutions only) are neither. A
+--memory-limit is not a dimension: such runs are a GPU configuration of their own.
 
 No gRPC and no pandas: the agent, the collector and the client all read it. It reads
 a run's values through gpubench.record (the protobuf record), nothing else.
@@ -139,6 +141,12 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("precision", "precision", False, lambda run: run.config.precision,
               "Only runs at this precision.", choices=record.PRECISIONS,
               leaderboard_help="Only runs at this precision.", form_label="Precision"),
+    Dimension("math_mode", "math mode", False, lambda run: run.config.math_mode,
+              "Only runs whose float32 convolutions and matrix products ran so: tf32 (TF32 "
+              "tensor cores, the default), float32 (full float32), or where they differed "
+              "tf32-convolutions (torch's own defaults) or tf32-matmuls.",
+              choices=record.RECORDED_MATH_MODES, title="math {}",
+              title_unless=record.RECORDED_MATH_MODES[0]),
     Dimension("image_size", "image size", True, lambda run: run.config.image_size,
               "Only runs at this image size (px).", leaderboard=STANDARD,
               standard=lambda model: (record.NATIVE_IMAGE_SIZE.get(model)

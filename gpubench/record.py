@@ -29,6 +29,7 @@ from gpubench.settings import (  # noqa: F401
     NATIVE_IMAGE_SIZE,
     PIPELINES,
     PRECISIONS,
+    RECORDED_MATH_MODES,
     RULE_GIVEN,
     RULE_LARGEST,
     RULE_QUICK,
