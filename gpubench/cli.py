@@ -400,11 +400,13 @@ def runs_list(
     console = table_console()
     measured, published = frame[~frame["published"]], frame[frame["published"]]
     if not measured.empty:
-        console.print(tables.runs_table(measured, title="measured runs",
-                                        legend=published.empty))
+        for table in tables.runs_tables(measured, title="measured runs",
+                                        legend=published.empty):
+            console.print(table)
     if not published.empty:
-        console.print(tables.runs_table(published, title="published figures (transcribed, "
-                                        "not measured by gpubench)"))
+        for table in tables.runs_tables(published, title="published figures (transcribed, "
+                                        "not measured by gpubench)"):
+            console.print(table)
 
 
 def _stored_run(client: Client, run_id: str) -> Any:

@@ -355,6 +355,12 @@ def runs_table(frame: pd.DataFrame, *, title: str | None = None,
     the last of several tables)."""
     limited = _limited(frame)
     unit = figures.unit_of_frame(frame)
+    # Runs of one model name it in the title: the columns keep the room a model's name
+    # would take (runs_tables gives each model a table of its own).
+    models = list(dict.fromkeys(frame["model"].astype(str)))
+    one_model = len(models) == 1
+    if one_model:
+        title = f"{title} of {models[0]}" if title else f"runs of {models[0]}"
     table = narrow_table(
         title,
         "run: the run id's first characters (runs show takes them); tf: tensorflow; "
@@ -363,9 +369,13 @@ def runs_table(frame: pd.DataFrame, *, title: str | None = None,
         "(% of card" + (" or --memory-limit" if limited else "") + ")"
         if legend else None,
     )
-    table.add_column("run", overflow="fold")
+    # A run id (what `runs show` takes) and a model's name are never split or cut: two
+    # models of one family (MobileNetV2, MobileNetV3Small) cut alike read as one.
+    ids = [str(row["short_id"] or row["run_id"]) for row in frame.to_dict("records")]
+    table.add_column("run", no_wrap=True, min_width=max(map(len, ids), default=3))
     table.add_column("GPU config")
-    table.add_column("model")
+    if not one_model:
+        table.add_column("model", no_wrap=True, min_width=max(map(len, models), default=5))
     table.add_column("backend precision")
     # Both batches in one column, "timed/largest": a list of runs has many columns.
     table.add_column(f"batch {figures.TIMED_BATCH.split()[0]} / "
@@ -386,7 +396,7 @@ def runs_table(frame: pd.DataFrame, *, title: str | None = None,
         table.add_row(
             Text(str(row["short_id"] or row["run_id"])),
             Text(row["gpu_config"]),
-            row["model"],
+            *([] if one_model else [Text(str(row["model"]))]),
             Text(f"{backend} {short_precision(row['precision'])}".strip()),
             figures.batch(row["timed_batch_per_gpu"], row["timed_global_batch"],
                           row["gpu_count"]) + "/"
@@ -398,6 +408,14 @@ def runs_table(frame: pd.DataFrame, *, title: str | None = None,
             Text(row["submitter"]),
         )
     return table
+
+
+def runs_tables(frame: pd.DataFrame, *, title: str, legend: bool = True) -> list[Table]:
+    """runs_table for each model of `frame` in turn (first seen first), the legend under
+    the last: at 80 columns a list of several models has no room for their names."""
+    models = list(dict.fromkeys(frame["model"].astype(str)))
+    return [runs_table(frame[frame["model"].astype(str) == model], title=title,
+                       legend=legend and model == models[-1]) for model in models]
 
 
 def leaderboard_title(frame: pd.DataFrame) -> str:
@@ -607,12 +625,18 @@ from collections.abc import Iterable, Sequence  # noqa: E402 - for text_table al
 
 
 def text_table(columns: Sequence[str], rows: Iterable[Sequence[Any]],
-               title: str | None = None) -> Table:
+               title: str | None = None, *, unbroken: Sequence[str] = ()) -> Table:
     """A narrow table (narrow_table) of `rows` under the names `columns`: each cell as
-    plain text (never read as rich markup), folded where the columns do not fit."""
+    plain text (never read as rich markup), folded where the columns do not fit; the
+    cells of the `unbroken` columns (an id, a model's name) never split nor cut."""
+    rows = [[str(cell) for cell in row] for row in rows]
     table = narrow_table(title)
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    for index, column in enumerate(columns):
+        if column in unbroken:
+            table.add_column(column, no_wrap=True, min_width=max(
+                [len(column), *(len(row[index]) for row in rows)]))
+        else:
+            table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*(Text(str(cell)) for cell in row))
+        table.add_row(*(Text(cell) for cell in row))
     return table

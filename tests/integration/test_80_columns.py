@@ -135,3 +135,55 @@ def test_the_answers_fit_80_columns(references: Any) -> None:
         done = runner.invoke(cli, [*base, *command], env={"COLUMNS": None})
         assert done.exit_code == 0, done.output
         assert_fits(done.stdout, " ".join(command))
+
+
+def _custom_run(make_run: Any, model: str, **fields: Any) -> Any:
+    """A run of a keras.applications architecture (its own fingerprint)."""
+    return make_run(gpu_name=ADA, gpu_count=2, model=model, batch_per_gpu=128,
+                    epoch2_seconds=1.0, peak_memory_bytes=8 << 30,
+                    config__model_fingerprint=f"{len(model):02x}" * 32,
+                    config__input_spec="photos 224x224x3", **fields)
+
+
+def test_runs_of_models_of_one_family_keep_their_names_and_ids(references: Any,
+                                                              make_run: Any) -> None:
+    """Before: run ids split over two lines and MobileNetV2 and MobileNetV3Small both
+    shown as "Mobile…"."""
+    with Client(references.address, references.lab_token) as client:
+        for model in ("MobileNetV2", "MobileNetV3Small"):
+            client.submit_run(_custom_run(make_run, model))
+    done = CliRunner().invoke(cli, ["--collector", references.address, "--token",
+                                    references.lab_token, "runs", "list"],
+                              env={"COLUMNS": str(WIDTH)})
+    assert done.exit_code == 0, done.output
+    assert_fits(done.stdout, "runs list")
+    assert "measured runs of MobileNetV2" in done.stdout
+    assert "measured runs of MobileNetV3Small" in done.stdout
+    with Client(references.address, references.lab_token) as client:
+        ids = client.list_runs(limit=100)["short_id"]
+    lines = done.stdout.splitlines()
+    assert all(any(line.startswith(str(short)) for line in lines) for short in ids)
+
+
+def test_the_agents_spool_listing_fits_80_columns(tmp_path: Path, make_run: Any) -> None:
+    import subprocess
+    import sys
+
+    from gpubench.agent.spool import Spool
+
+    spool = Spool(tmp_path / "spool")
+    runs = [_custom_run(make_run, "MobileNetV2"),
+            _custom_run(make_run, "MobileNetV3Small", status="interrupted"),
+            make_run(gpu_name=ADA, gpu_count=2)]
+    for run in runs:
+        spool.write(run)
+    done = subprocess.run([sys.executable, "-m", "gpubench.agent.cli", "status", "--spool",
+                           str(spool.root)], capture_output=True, text=True, timeout=120,
+                          env={"COLUMNS": str(WIDTH), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    long = [line for line in text.splitlines() if len(line) > WIDTH and " " in line.strip()]
+    assert "…" not in text and not long, text
+    for run in runs:
+        assert any(line.split()[1:2] == [run.run_id[:8]] and run.config.model in line
+                   for line in text.splitlines()), text

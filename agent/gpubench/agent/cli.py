@@ -43,6 +43,8 @@ EXIT_UNAVAILABLE, EXIT_AUTH, EXIT_INTERRUPTED = (ExitCode.UNAVAILABLE, ExitCode.
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 # Lines of a failed workload command's own output shown with its error.
 TAIL_LINES = 20
+# How many of a run id's characters `status` shows.
+SHORT_ID = 8
 # --quick is sized for a GPU; on the CPU the same B0 epochs take many minutes.
 QUICK_ON_CPU = (
     f"warning: --quick on the CPU trains {QUICK_MODEL} at full size "
@@ -532,8 +534,16 @@ def status(spool_dir: Path | None, as_json: bool) -> int:
                                + ", ".join(f"{n} {k}" for k, n in counts.items()),
                                console.width), soft_wrap=True)
     if rows:
+        # At 80 columns a run's whole file name (its 36-character id) leaves no room: the
+        # id's first characters name it, as `gpubench runs list` does; --json has them all.
+        shown = [{**row, "file": Path(row["file"]).stem[:SHORT_ID]} for row in rows]
         console.print(text_table(
-            LISTING_COLUMNS, ([row[column] for column in LISTING_COLUMNS] for row in rows)))
+            ["run" if column == "file" else column for column in LISTING_COLUMNS],
+            ([row[column] for column in LISTING_COLUMNS] for row in shown),
+            unbroken=("run", "model")))
+        console.print(wrap_message("", f"run: the run id's first {SHORT_ID} characters; its "
+                                   "file is FOLDER/RUN_ID.json in the spool (--json lists "
+                                   "the files)", console.width), soft_wrap=True)
     if not counts["pending"]:
         console.print(wrap_message("", "nothing waiting to be sent" + (
             "" if rows else " (the spool is empty: gpubench-agent run puts its runs there)"),
