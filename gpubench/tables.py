@@ -576,6 +576,12 @@ SETTING_WORDS = {
 }
 
 
+def _accuracy(value: float, published: bool) -> str:
+    """An epoch's accuracy; MISSING for published figures that never gave one (the
+    record's 0: nothing was transcribed), never a made-up 0.000."""
+    return MISSING if published and not value else f"{value:.3f}"
+
+
 def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
     """One stored run for the terminal: a summary, its epochs and its batch trials."""
     row = flat_run(stored)
@@ -600,8 +606,8 @@ def run_tables(stored: collector_pb2.StoredRun) -> list[Table]:
                 figures.energy(e.energy_joules),
                 figures.measured(e.mean_power_watts),
                 figures.measured(e.max_temperature_c),
-                f"{e.accuracy:.3f}",
-                f"{e.val_accuracy:.3f}",
+                _accuracy(e.accuracy, stored.run.published),
+                _accuracy(e.val_accuracy, stored.run.published),
             )
         tables.append(epochs)
     if result.batch_trials:

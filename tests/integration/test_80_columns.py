@@ -187,3 +187,19 @@ def test_the_agents_spool_listing_fits_80_columns(tmp_path: Path, make_run: Any)
     for run in runs:
         assert any(line.split()[1:2] == [run.run_id[:8]] and run.config.model in line
                    for line in text.splitlines()), text
+
+
+def test_a_published_run_shows_no_accuracy_it_never_gave(references: Any) -> None:
+    """The article's T4 figures are transcribed epoch times: before, `runs show` printed
+    an accuracy of 0.000 for each epoch, a figure nobody published."""
+    with Client(references.address, references.lab_token) as client:
+        ids = client.list_runs(limit=100)
+    t4 = ids[ids["published"] & (ids["gpu_name"] == "Tesla T4")]["run_id"].iloc[0]
+    done = CliRunner().invoke(cli, ["--collector", references.address, "--token",
+                                    references.lab_token, "runs", "show", t4],
+                              env={"COLUMNS": str(WIDTH)})
+    assert done.exit_code == 0, done.output
+    epochs = done.stdout.split("epochs", 1)[1].split("\n\n")[0]
+    rows = [line.split() for line in epochs.splitlines() if line.strip()[:1].isdigit()]
+    assert rows and all(row[-2:] == ["-", "-"] for row in rows), epochs
+    assert "0.000" not in done.stdout
