@@ -200,8 +200,9 @@ def test_compare_pins_the_data_set_with_train_images(
 def test_compare_pins_how_the_network_was_computed_with_settings(
     invoke: Any, filled: Any, make_run: Any
 ) -> None:
-    # Torch on the T4 through Keras's code path, and with the backend's own kernels.
-    kernels = make_run(gpu_name=T4, backend="torch", epoch2_seconds=5.0,
+    # Torch on the T4 through Keras's code path, and with the backend's own kernels (at
+    # 12 s an epoch: within what a T4 is expected to reach with them, docs/protocol.md).
+    kernels = make_run(gpu_name=T4, backend="torch", epoch2_seconds=12.0,
                        config__batched_augmentation=True, config__fused_batchnorm=True,
                        config__channels_first=True)
     with Client(filled.address, filled.lab_token) as client:
@@ -209,7 +210,7 @@ def test_compare_pins_how_the_network_was_computed_with_settings(
         client.submit_run(kernels)
         frame = client.compare("B0", backend="torch", settings="kernels")
         assert frame.attrs["settings"] == "kernels"
-        assert frame["epoch2_median_s"].tolist() == [5.0]
+        assert frame["epoch2_median_s"].tolist() == [12.0]
     result = invoke("compare", "--model", "B0", "--backend", "torch")
     assert result.exit_code == ExitCode.FAILURE
     assert "settings (keras, kernels; pin one with --settings)" in result.stderr
