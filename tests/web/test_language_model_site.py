@@ -29,7 +29,7 @@ def lm_run(gpu_name: str, seconds: float) -> object:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSite]:
     # Two on a catalogued card, one on a card the catalogue lacks.
     runs = [lm_run("NVIDIA H200", s) for s in (5.9, 6.0)]
-    runs.append(lm_run("NVIDIA GeForce RTX 9090", 4.0))
+    runs.append(lm_run("NVIDIA Rubin R100", 4.0))  # like no catalogued name
     tmp: Path = tmp_path_factory.mktemp("language-model")
     for site, address, admin, _ in _start(tmp, runs, public_read=True):
         yield LiveSite(site.url, address, admin, "", "")
@@ -49,7 +49,7 @@ def test_a_card_the_catalogue_lacks_and_the_runs_list_say_tokens(site: LiveSite)
     assert status == 200, page
     # The table of runs on a card the catalogue lacks gives the rate in the model's unit.
     uncatalogued = page.split('id="uncatalogued"', 1)[1]
-    assert "RTX 9090" in uncatalogued and ">tok/s<" in uncatalogued
+    assert "Rubin R100" in uncatalogued and ">tok/s<" in uncatalogued
     # The list of runs, which may mix models, says a language model's rate is in tok/s.
     status, page, _ = site.get(f"/runs?model={models.LM}")
     assert status == 200, page
