@@ -616,3 +616,18 @@ def test_a_backend_that_is_not_installed_says_what_to_install(tmp_path) -> None:
     assert "ModuleNotFoundError" not in done.stderr and "Traceback" not in done.stderr
     spooled = [p for p in (tmp_path / "spool").rglob("*.json")]
     assert not spooled, spooled  # nothing ran: no run to keep, none to send
+
+
+@pytest.mark.parametrize("model", ["missing.keras", "nowhere/build.py:make"])
+def test_a_missing_model_file_is_refused_before_the_workload_starts(tmp_path, model) -> None:
+    """Before: found by the workload, once its framework had loaded."""
+    started = tmp_path / "started"
+    env = agent_env(tmp_path, ["touch", str(started)], COLUMNS="80")
+    done = subprocess.run([*AGENT, "run", "--models", model, "--offline"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2, done.stderr
+    path = model.rpartition(":")[0] or model
+    assert f"gpubench-agent: --models {model}: no such file {path} (in {tmp_path})" in said
+    assert not started.exists()  # no workload was started
+    assert not list((tmp_path / "spool").rglob("*.json"))

@@ -58,3 +58,20 @@ def test_a_long_silent_step_is_said_again_where_there_is_no_live_display() -> No
                          and line.endswith(" s since B0 started") for line in lines)
     time.sleep(0.3)
     assert [line for line in out.getvalue().splitlines() if line.strip()] == lines  # no more
+
+
+def test_a_language_model_is_said_by_what_it_is_fed_never_0_px(make_run) -> None:
+    from gpubench import models
+    from gpubench.agent.display import fed_with
+    from gpubench.agent.summary import standing
+
+    assert fed_with(224, "photos 224x224x3") == "224 px"
+    assert fed_with(0, "tokens 1024 of 50257") == "tokens 1024 of 50257"
+    lm = make_run(gpu_name="NVIDIA H200", model=models.LM, image_size=0, batch_per_gpu=16,
+                  peak_memory_bytes=12 << 30, epoch2_seconds=6.0,
+                  train_images_per_second=205 * 1024 / 6.0, config__train_images=205,
+                  config__unit=models.TOKENS, config__input_spec="tokens 1024 of 50257",
+                  config__model_fingerprint="ab" * 32, result__step_time_median_seconds=0.0)
+    said = standing(lm, [])
+    assert isinstance(said, str) and "0 px" not in said, said
+    assert "tokens 1024 of 50257, 205 training sequences" in said, said

@@ -59,6 +59,12 @@ def live_figures(tick: Tick | None) -> str:
     return " · ".join(parts)
 
 
+def fed_with(image_size: int, input_spec: str) -> str:
+    """What a model is fed, in a few words: "224 px" for photos, else how it is fed
+    ("tokens 1024 of 50257"), never "0 px"."""
+    return f"{image_size} px" if image_size else (input_spec or "no images")
+
+
 class _LiveColumn(ProgressColumn):
     """Asks the sampler for its newest figures at every refresh (the model's row)."""
 
@@ -183,7 +189,7 @@ class RunDisplay:
         if isinstance(event, Started):
             batch = event.global_batch or event.batch_per_gpu
             self.note(f"{model}: {event.backend} {event.backend_version}, "
-                      f"{event.image_size} px, batch {batch}")
+                      f"{fed_with(event.image_size, event.input_spec)}, batch {batch}")
             self._update(description=f"{model}: loading the images")
         elif isinstance(event, Phase):
             self._phase(event)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from gpubench import models
 from gpubench.agent import compat, devices
 from gpubench.agent.display import RunDisplay
 from gpubench.agent.inventory import Inventory, open_and_take_inventory, take_inventory
@@ -168,12 +170,29 @@ def check_builds(runner: Runner, inventory: Inventory, gpu_count: int, backend: 
     return choice.backend
 
 
+def missing_model_file(model: str) -> str:
+    """Why the file a model of --models names (a .keras file, or path/to/file.py:build)
+    is not there: said before the workload starts, not after its framework loaded ('' if
+    it is there, or the model is not a file's)."""
+    kind = models.kind_of(model)
+    if kind not in (models.FILE, models.FUNCTION):
+        return ""
+    path = Path(model if kind == models.FILE else model.rpartition(":")[0])
+    if path.is_file():
+        return ""
+    where = "" if path.is_absolute() else f" (in {Path.cwd()})"
+    return f"--models {model}: no such file {path}{where}"
+
+
 def check_settings(requests: Sequence[WorkloadRequest | SearchRequest],
                    inventory: Inventory) -> None:
     """Refuse, before anything runs or is spooled, settings the workload would refuse
     (BadSettings, exit 2): each request's as the workload will read them, each
     --memory-limit of a search too. A run without a GPU says why it has none."""
     for request in requests:
+        missing = missing_model_file(request.model)
+        if missing:
+            raise BadSettings(missing)
         values = {name: value for name, value in request.settings.items() if value is not None}
         values.setdefault("backend", default_backend())
         if isinstance(request, WorkloadRequest):

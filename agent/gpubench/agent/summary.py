@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpubench import figures, models, record
+from gpubench.agent.display import fed_with
 from gpubench.comparison_key import key_of
 from gpubench.figures import MISSING
 from gpubench.tables import BATCH_LEGEND, narrow_table
@@ -119,8 +120,10 @@ def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Tab
         key = key_of(run)
         return (f"{config.model}: nothing to compare with yet: the collector holds no other "
                 f"run of {config.model} like this one ({key.backend}, "
-                f"{key.precision}, {key.image_size} px, {key.train_images} training "
-                f"images, settings {key.settings}, batch "
+                f"{key.precision}, {fed_with(key.image_size, config.input_spec)}, "
+                f"{key.train_images} training "
+                f"{'sequences' if config.unit == models.TOKENS else 'images'}, "
+                f"settings {key.settings}, batch "
                 f"{key.batch_rule or 'unrecorded'}); `gpubench compare --model "
                 f"{config.model} --allow-mixed` shows unlike ones")
     frame = frames.runs_frame(others)

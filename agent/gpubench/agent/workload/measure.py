@@ -72,6 +72,8 @@ def step_stats(
     if cv > CV_WARNING:
         warnings.append(
             f"{label}step times vary by {cv:.0%} (coefficient of variation over "
-            f"{CV_WARNING:.0%}): the speed figure is not stable"
+            f"{CV_WARNING:.0%}): the speed figure is not stable; run it again with "
+            "nothing else busy on this GPU or host (`nvidia-smi`, `top` show what is), or "
+            "with more steps an epoch to time"
         )
     return StepStats(images / elapsed if elapsed > 0 else 0.0, median, cv, len(timed), warnings)
