@@ -54,6 +54,11 @@ SUGGESTED_PORT = 50051
 SUGGESTED_SITE_PORT = 8080
 
 
+class Interrupted(Exception):
+    """Ctrl-C during the demo, said already: the collector and the site are stopped after
+    that line, so that their own last words ("collector stopped") come after it."""
+
+
 class StepFailed(Exception):
     """A command of the demo failed: what it was doing, its exit code, what it said."""
 
@@ -161,6 +166,8 @@ def main() -> int:
         print("\n" + wrap_message("demo: ", f"{failed.what} failed with exit code "
                                  f"{failed.code}{said}"), file=sys.stderr, flush=True)
         return failed.code or 1
+    except Interrupted:
+        return 130
     except KeyboardInterrupt:
         print("\ndemo: interrupted", file=sys.stderr, flush=True)
         return 130
@@ -184,8 +191,10 @@ def demo() -> int:
     port = free_port()
     address = f"127.0.0.1:{port}"
     step(f"starting the collector on {address} (database {db})")
+    # The collector and the site in sessions of their own: a Ctrl-C in the terminal reaches
+    # the demo (and the agent), which says so, then stops them itself.
     server = subprocess.Popen([tool("gpubench-collector"), "serve", "--db", str(db),
-                               "--port", str(port)], env=env)
+                               "--port", str(port)], env=env, start_new_session=True)
     site: subprocess.Popen | None = None
     try:
         wait_for_port(port, server)
@@ -200,7 +209,7 @@ def demo() -> int:
         site_port = free_port()
         # The site reads through the collector's API with the demo's token ($GPUBENCH_TOKEN).
         site = subprocess.Popen([tool("gpubench-collector"), "web", "--collector", address,
-                                 "--port", str(site_port)], env=env)
+                                 "--port", str(site_port)], env=env, start_new_session=True)
         wait_for_port(site_port, site)
 
         if has_gpu():
@@ -241,6 +250,10 @@ def demo() -> int:
         run("gpubench leaderboard", [tool("gpubench"), "leaderboard", "--model", "B0"], env)
         standing(address, token)
         show_site(site_port)
+    except KeyboardInterrupt:
+        print("\ndemo: interrupted; stopping the results site and the collector",
+              file=sys.stderr, flush=True)
+        raise Interrupted from None
     finally:
         if site is not None:
             stop(site)

@@ -183,3 +183,42 @@ def test_a_demo_does_not_start_afresh_while_a_collector_serves_its_database(
     assert "stop it (Ctrl-C in its terminal), then run `make demo` again" in said
     assert db.exists() and (demo_dir / "token").exists()
     assert not [line for line in (done.stdout + done.stderr).splitlines() if len(line) > 80]
+
+
+def test_ctrl_c_in_the_demo_says_so_before_the_collector_stops(tmp_path: Path) -> None:
+    """A Ctrl-C while the agent runs (the terminal signals the demo's whole process
+    group): the demo says it was interrupted, then stops the site and the collector,
+    whose own "collector stopped" comes after; before, that came first, then
+    "interrupted", as if the collector had stopped on its own."""
+    import shlex
+    import signal
+    import time
+
+    fake = ROOT / "tests" / "agent" / "fake_workload.py"
+    env = {**demo_env(tmp_path), "GPUBENCH_DEMO_DIR": str(tmp_path / "demo"),
+           "GPUBENCH_WORKLOAD_COMMAND": shlex.join([sys.executable, str(fake)]),
+           "FAKE_WORKLOAD_MODE": "hang"}
+    demo = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "demo.py")], env=env,
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    said: list[str] = []
+    try:
+        assert demo.stdout is not None
+        deadline = time.monotonic() + 240
+        for line in demo.stdout:
+            said.append(line)
+            if "B0: tensorflow" in line or time.monotonic() > deadline:
+                break
+        time.sleep(0.5)
+        os.killpg(demo.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+        rest, _ = demo.communicate(timeout=120)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+    text = "".join(said) + rest
+    assert demo.returncode == 130, text
+    interrupted = text.find("demo: interrupted; stopping the results site and the collector")
+    stopped = text.find("collector stopped")
+    assert 0 <= interrupted < stopped, text
+    assert "what now" not in text
