@@ -14,7 +14,12 @@ from collections.abc import Iterator
 
 import grpc
 
-from gpubench.collector.transport import raise_open_files_limit
+from gpubench.collector.transport import (
+    RESERVED_DESCRIPTORS,
+    connection_cap,
+    raise_open_files_limit,
+    server_options,
+)
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc
 
@@ -65,6 +70,40 @@ def test_a_flood_of_http2_clients_gone_quiet_leaves_a_new_client_answered(collec
     sources = [f"127.0.0.{i}" for i in range(2, 13)]
     with quiet_connections(collector.port, 1100, sources, HTTP2_PREFACE + EMPTY_SETTINGS):
         assert answered(collector) == "admin"
+
+
+def _closed_by_the_server(sock: socket.socket, within_s: float) -> bool:
+    """Whether the server closes `sock` (an HTTP/2 client's, gone quiet) within
+    `within_s`; whatever it sent first (its SETTINGS) is read past."""
+    sock.settimeout(within_s)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+    return True
+
+
+def test_connections_past_the_cap_are_closed_at_once_and_clients_answered_after(
+        collector_factory) -> None:
+    collector = collector_factory(max_connections=40)
+    with quiet_connections(collector.port, 60, ["127.0.0.1"],
+                           HTTP2_PREFACE + EMPTY_SETTINGS) as flood:
+        # The first 40 are held (until they have made no call for 60 s); the others
+        # are closed at once, before they can take a descriptor the database needs.
+        closed = [_closed_by_the_server(sock, 0.5) for sock in flood[-10:]]
+        assert all(closed), closed
+        assert not _closed_by_the_server(flood[0], 0.5)
+    assert answered(collector) == "admin"
+
+
+def test_the_collector_holds_connections_below_its_limit_of_open_files() -> None:
+    limit = raise_open_files_limit()
+    assert limit >= 1024
+    assert connection_cap(limit) == limit - RESERVED_DESCRIPTORS
+    assert ("grpc.max_allowed_incoming_connections", connection_cap()) in server_options(1 << 20)
 
 
 def test_the_token_check_counts_failures_by_the_callers_address(collector, monkeypatch) -> None:

@@ -3,7 +3,8 @@
 One process serves everything: gRPC's thread pool runs the calls, and a submission is
 acknowledged once its DuckDB commit has returned (collector.store). Connections are
 bounded by gRPC's own options (collector.transport): a handshake timeout, an idle
-timeout, keepalive; a public collector sits behind a real proxy (docker/compose.yaml).
+timeout, keepalive, a cap below the process's limit of open files; a public collector
+sits behind a real proxy (docker/compose.yaml).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def create_server(
     auth_failures_per_minute: float = DEFAULT_AUTH_FAILURES_PER_MINUTE,
     trusted_proxies: Sequence[str] = (),
     max_concurrent_calls: int = MAX_CONCURRENT_CALLS,
+    max_connections: int | None = None,
 ) -> tuple[grpc.Server, int]:
     """A collector server listening on host:port (0: any free port), not yet started,
     and the port it listens on.
@@ -84,8 +86,9 @@ def create_server(
     token and the failed-authentication limit per address (0: no limit); submissions
     they refuse are counted in the store's counts (the Stats call). Calls from
     `trusted_proxies` are counted by the client address they forward
-    (collector.forwarded). `max_concurrent_calls` bounds the calls in flight
-    (collector.transport).
+    (collector.forwarded). `max_concurrent_calls` bounds the calls in flight, and
+    `max_connections` the connections open at once (None: the process's limit of open
+    files less a reserve; collector.transport).
     """
     check_plaintext(host, tls, insecure)
     tokens = tokens or TokenBook(store)
@@ -98,7 +101,7 @@ def create_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=[AuthInterceptor(gate)],
-        options=server_options(max_message_bytes),
+        options=server_options(max_message_bytes, max_connections),
         maximum_concurrent_rpcs=max_concurrent_calls,
     )
     collector_pb2_grpc.add_CollectorServicer_to_server(CollectorService(store), server)
@@ -144,7 +147,8 @@ def serve(
     check_port(host, port)
     if tls is not None:
         tls.credentials()  # unreadable files fail here, before anything starts
-    # Each connection holds a descriptor: let the connections, not the soft limit, decide.
+    # Each connection holds a descriptor: as many as the system lets this process have
+    # (the connections are capped below it: collector.transport.connection_cap).
     raise_open_files_limit()
     with _starting(db_path, "opening the database"):
         store = Store(db_path)

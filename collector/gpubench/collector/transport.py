@@ -4,8 +4,12 @@ health and reflection, refusals before a servicer runs.
 gRPC core bounds connections itself: server_handshake_timeout_ms closes one that
 never finishes its handshake (TLS, and the client's HTTP/2 preface and SETTINGS),
 max_connection_idle_ms one without a call (one that sent its preface and SETTINGS
-and then nothing too), keepalive one whose peer stops answering. A public collector
-sits behind a real proxy (docker/compose.yaml).
+and then nothing too), keepalive one whose peer stops answering, and
+max_allowed_incoming_connections closes at once any past a cap. The collector raises
+its own limit of open files as far as the system lets it (`raise_open_files_limit`)
+and caps its connections below that limit (`connection_cap`), so that connections
+never take the descriptors its database and new clients need. A public collector
+sits behind a real proxy (docker/compose.yaml), which limits connections per address.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ STOP_GRACE_S = 10.0  # how long in-flight calls get to finish on a graceful stop
 # (more: RESOURCE_EXHAUSTED, retryable; each may hold its request in memory).
 MAX_CONCURRENT_STREAMS = 100
 MAX_CONCURRENT_CALLS = 1000
+# Open files the collector wants: a connection holds one (1M: what Linux allows a process
+# by default, fs.nr_open); those kept from connections for the database, its log, the
+# metrics, the admin socket, gRPC's own and the process's.
+WANTED_OPEN_FILES = 1 << 20
+RESERVED_DESCRIPTORS = 512
 # How long a new connection has to finish its handshake (TLS if any, the client's HTTP/2
 # preface and SETTINGS), and a connection may go without a call (then GOAWAY) (s).
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -124,9 +133,13 @@ def check_plaintext(host: str, tls: TlsFiles | None, insecure: bool) -> None:
         )
 
 
-def server_options(max_message_bytes: int) -> list[tuple[str, Any]]:
-    """Channel options of a collector's gRPC server (see the module's doc)."""
+def server_options(max_message_bytes: int,
+                   max_connections: int | None = None) -> list[tuple[str, Any]]:
+    """Channel options of a collector's gRPC server (see the module's doc);
+    `max_connections` (None: `connection_cap()`) open at once at most."""
+    cap = connection_cap() if max_connections is None else max_connections
     return [
+        ("grpc.max_allowed_incoming_connections", cap),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", 64 << 20),
         ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
@@ -213,17 +226,40 @@ def listen(server: grpc.Server, host: str, port: int, tls: TlsFiles | None) -> i
     return bound
 
 
-def raise_open_files_limit() -> None:
-    """Raise this process's soft limit of open files to its hard limit: each
-    connection holds a descriptor, and connections, not descriptors, should decide."""
+def raise_open_files_limit() -> int:
+    """Raise this process's limit of open files towards WANTED_OPEN_FILES (the hard
+    limit too, where the process may: root, or CAP_SYS_RESOURCE; else the soft limit to
+    the hard one), and return the limit it has now: each connection holds a
+    descriptor, and connections, not descriptors, should decide."""
     try:
         import resource
     except ImportError:  # not a POSIX system
-        return
+        return WANTED_OPEN_FILES
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
+    wanted = WANTED_OPEN_FILES
+    with contextlib.suppress(OSError, ValueError):  # the system's most for a process
+        wanted = min(wanted, int(Path("/proc/sys/fs/nr_open").read_text()))
+    for limit in (max(wanted, hard) if hard != resource.RLIM_INFINITY else hard, hard):
         with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            break
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return WANTED_OPEN_FILES if soft == resource.RLIM_INFINITY else soft
+
+
+def connection_cap(open_files: int | None = None) -> int:
+    """The most connections the collector holds at once: its limit of open files
+    (None: this process's now) less RESERVED_DESCRIPTORS; past it gRPC closes new ones
+    at once, before they take a descriptor the database needs."""
+    if open_files is None:
+        try:
+            import resource
+        except ImportError:
+            open_files = WANTED_OPEN_FILES
+        else:
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            open_files = WANTED_OPEN_FILES if soft == resource.RLIM_INFINITY else soft
+    return max(open_files - RESERVED_DESCRIPTORS, 16)
 
 
 def address_key(host: str) -> str:
