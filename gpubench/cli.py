@@ -490,7 +490,8 @@ def leaderboard(
     if fmt == "table" and frame.empty:
         click.echo(wrap_message("", f"no runs of {model} with settings {settings} and "
                                 f"batch rule {batch_rule} yet (--settings and --batch-rule "
-                                "choose others)", output_width()), err=True)
+                                "choose others)" + _stored_settings(ctx, model),
+                                output_width()), err=True)
         return
     if fmt != "table":
         _emit_frame(frame, fmt, None)
@@ -501,6 +502,20 @@ def leaderboard(
         console.print(tables.leaderboard_table(ranked))
     if not apart.empty:
         console.print(tables.uncatalogued_table(apart))
+
+
+def _stored_settings(ctx: click.Context, model: str) -> str:
+    """The settings and batch rules the stored OK runs of `model` have, most runs first
+    ("; stored runs of B0: --settings keras --batch-rule given (3), ..."), or that there
+    are none: what an empty leaderboard can be asked for instead."""
+    runs = query_client(ctx).list_runs(model=model, limit=1000)
+    runs = runs[(runs["status"] == "ok") & ~runs["published"]] if not runs.empty else runs
+    if runs.empty:
+        return f"; the collector holds no measured run of {model}"
+    counts = runs.groupby(["settings", "batch_rule"]).size().sort_values(ascending=False)
+    return f"; stored runs of {model}: " + ", ".join(
+        f"--settings {settings} --batch-rule {rule or 'unrecorded'} ({count})"
+        for (settings, rule), count in counts.items())
 
 
 @cli.command()

@@ -76,7 +76,9 @@ def cases(scene: Scene) -> list[Case]:
              ("gpubench: error: missing option '--model'",), never=("Usage:", "Error:")),
         Case("the published runs listed by 8 characters",
              ["gpubench", "runs", "list", "--model", "B0"], ExitCode.OK,
-             (f"{PUBLISHED_B0} 1x B0 tf fp32",)),
+             # One model: named in the titles, its column left out for the others'.
+             (f"{PUBLISHED_B0} 1x Tesla", "measured runs of B0",
+              "published figures (transcribed, not measured by gpubench) of B0")),
         Case("a published run shown by the 8 characters listed",
              ["gpubench", "runs", "show", PUBLISHED_B0], ExitCode.OK,
              (f"run {PUBLISHED_B0}-", "the article")),
@@ -104,14 +106,17 @@ def cases(scene: Scene) -> list[Case]:
               "not the collector"), never=("HTTP/2", "SETTINGS frame")),
         Case("a leaderboard of a setting with no runs",
              ["gpubench", "leaderboard", "--model", "B0", "--settings", "keras"], ExitCode.OK,
-             ("no runs of B0 with settings keras and batch rule steps yet",)),
+             ("no runs of B0 with settings keras and batch rule steps yet",
+              # What it can be asked for instead: the stored runs' settings, most first.
+              "stored runs of B0: --settings kernels+")),
         Case("importing runs", ["gpubench-collector", "import", "--db",
                                 str(scene.tmp / "a-second-database-for-the-import.duckdb"),
                                 *map(str, sorted(REFERENCE_RUNS.glob("published-*.json")))],
              ExitCode.OK, ("3 run(s) stored in", "are left as they were")),
         Case("an empty spool", ["gpubench-agent", "status", "--spool",
                                 str(scene.tmp / "empty-spool")], ExitCode.OK,
-             ("0 pending, 0 sent, 0 refused, 0 damaged", "nothing waiting to be sent "
+             ("0 pending, 0 unfinished, 0 sent, 0 refused, 0 damaged",
+              "nothing waiting to be sent "
               "(the spool is empty"), never=("folder file",)),
     ]
 
