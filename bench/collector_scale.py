@@ -15,8 +15,10 @@ database is served by `gpubench-collector serve` and --clients connections (4 cl
 processes) submit --submissions runs, every call timed: once into the big group and
 once into a group that has no runs yet. Printed per measurement: acknowledgements a
 second, p50, p99 and the slowest answer, and the collector's CPU per acknowledgement.
-After the submissions, each read is timed over gRPC on the same collector (the median
-and slowest of READS calls). Last, each side's medians and the ratio new/old.
+After the submissions, each read is timed over gRPC on the same collector: READS calls
+each right after a new run was stored (so nothing computed before it is of use; median
+and slowest), then READS calls with nothing stored in between (median). Last, each
+side's medians and the ratio new/old.
 On a shared machine the absolute figures move with the load; the ratios of one
 interleaved run are what compare.
 """
@@ -199,9 +201,12 @@ def submissions(address: str, token: str, pid: int, args: argparse.Namespace,
             "cpu_ms": cpu / len(latencies) * 1000}
 
 
-def reads(address: str, token: str) -> dict[str, tuple[float, float]]:
-    """Each read's median and slowest time (ms) over READS calls."""
+def reads(address: str, token: str) -> dict[str, tuple[float, float, float]]:
+    """Each read's time (ms): the median over READS calls each right after a new run was
+    stored (nothing kept from before it), the slowest of those, and the median over
+    READS calls with nothing stored in between."""
     import grpc
+    from factories import make_run
 
     from gpubench.v1 import collector_pb2 as pb
     from gpubench.v1 import collector_pb2_grpc
@@ -231,15 +236,21 @@ def reads(address: str, token: str) -> dict[str, tuple[float, float]]:
                                       metadata=metadata, timeout=60),
         "Stats": lambda: stub.Stats(pb.StatsRequest(), metadata=metadata, timeout=60),
     }
+    def timed(call) -> float:
+        began = time.perf_counter()
+        call()
+        return (time.perf_counter() - began) * 1000
+
     found = {}
     for name, call in calls.items():
         call()
-        times = []
+        fresh = []
         for _ in range(READS):
-            began = time.perf_counter()
-            call()
-            times.append((time.perf_counter() - began) * 1000)
-        found[name] = (statistics.median(times), max(times))
+            stub.SubmitRun(pb.SubmitRunRequest(run=make_run(**TARGETS["big group"])),
+                           metadata=metadata, timeout=60)
+            fresh.append(timed(call))
+        again = [timed(call) for _ in range(READS)]
+        found[name] = (statistics.median(fresh), max(fresh), statistics.median(again))
     channel.close()
     return found
 
@@ -262,6 +273,84 @@ def measure(site: Path | None, db: Path, token: str, args: argparse.Namespace,
             server.wait(120)
             shutil.rmtree(copy.parent)
     return found
+
+
+# What an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame.
+HTTP2_GREETING = (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                  b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+# Idle connections one holding process opens at most, and the new clients timed.
+HELD_PER_PROCESS = 8000
+NEW_CLIENTS = 6
+
+
+def hold(port: int, count: int) -> None:
+    """A holding process: `count` connections to 127.0.0.1:`port` that send the HTTP/2
+    greeting and then nothing (no token); says how many it holds, keeps them until its
+    input closes."""
+    import resource
+    import socket
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    held = []
+    for _ in range(count):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.sendall(HTTP2_GREETING)
+        except OSError:
+            continue
+        held.append(sock)
+    print(len(held), flush=True)
+    sys.stdin.read()
+
+
+def idle_connections(site: Path | None, db: Path, token: str, workdir: Path,
+                     count: int) -> tuple[int, list[float | None]]:
+    """How many of `count` idle connections a side's collector kept open, and each of
+    NEW_CLIENTS new clients' CheckAccess time (s; None: no answer within 45 s)."""
+    import grpc
+
+    from gpubench.v1 import collector_pb2 as pb
+    from gpubench.v1 import collector_pb2_grpc
+
+    copy = Path(tempfile.mkdtemp(prefix="idle-", dir=workdir)) / "c.duckdb"
+    shutil.copy(db, copy)
+    server, address = start_collector(site, copy, workdir)
+    port = int(address.rsplit(":", 1)[1])
+    holders = []
+    try:
+        for offset in range(0, count, HELD_PER_PROCESS):
+            holders.append(subprocess.Popen(
+                [sys.executable, __file__, "--hold", str(port),
+                 str(min(HELD_PER_PROCESS, count - offset))],
+                env=env_for(None), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        opened = sum(int(h.stdout.readline()) for h in holders)
+        time.sleep(2)  # past the cap gRPC closes them at once: let it
+        open_now = len(os.listdir(f"/proc/{server.pid}/fd"))
+        times: list[float | None] = []
+        for _ in range(NEW_CLIENTS):
+            channel = grpc.insecure_channel(address,
+                                            options=[("grpc.use_local_subchannel_pool", 1)])
+            began = time.perf_counter()
+            try:
+                collector_pb2_grpc.CollectorStub(channel).CheckAccess(
+                    pb.CheckAccessRequest(), timeout=45,
+                    metadata=(("authorization", f"Bearer {token}"),))
+                times.append(time.perf_counter() - began)
+            except grpc.RpcError:
+                times.append(None)
+            finally:
+                channel.close()
+        print(f"  {opened:,} connections opened, the collector holding {open_now:,} "
+              "descriptors", flush=True)
+        return open_now, times
+    finally:
+        for h in holders:
+            h.stdin.close()
+            h.wait(60)
+        server.terminate()
+        server.wait(120)
+        shutil.rmtree(copy.parent)
 
 
 def side_database(site: Path | None, parquet: Path, folder: Path) -> tuple[Path, str]:
@@ -293,8 +382,11 @@ def main() -> None:
                         help="runs submitted per measurement (default 2000)")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--new-only", action="store_true", help="measure this tree alone")
+    parser.add_argument("--idle", type=int, default=0,
+                        help="also: this many idle connections, then new clients")
     parser.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--prefill", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--hold", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
         address, token, threads, each, target = args.client
@@ -302,6 +394,9 @@ def main() -> None:
         return
     if args.prefill:
         prefill(*args.prefill)
+        return
+    if args.hold:
+        hold(*args.hold)
         return
     folder = Path(tempfile.mkdtemp(prefix="collector-scale-"))
     try:
@@ -342,6 +437,13 @@ def run(args: argparse.Namespace, folder: Path) -> None:
                     print("  " + _line(f"round {round_ + 1} {label}, {target}", found[target]),
                           flush=True)
         report(n, figures)
+        if args.idle:
+            for label, site in sides.items():
+                db, token = prefilled[label]
+                _, times = idle_connections(site, db, token, folder, args.idle)
+                print(f"  {label}, {args.idle:,} idle connections: new clients "
+                      + ", ".join("no answer in 45 s" if t is None else f"{t * 1000:.0f} ms"
+                                  for t in times), flush=True)
 
 
 def report(n: int, figures: dict[str, list[dict]]) -> None:
@@ -353,7 +455,8 @@ def report(n: int, figures: dict[str, list[dict]]) -> None:
                      for m in rounds[0][target]} for target in TARGETS}
         medians[label]["reads"] = {
             name: (statistics.median(r["reads"][name][0] for r in rounds),
-                   max(r["reads"][name][1] for r in rounds))
+                   max(r["reads"][name][1] for r in rounds),
+                   statistics.median(r["reads"][name][2] for r in rounds))
             for name in rounds[0]["reads"]}
     print(f"at {n:,} runs, medians of the rounds:")
     for label, m in medians.items():
@@ -368,9 +471,9 @@ def report(n: int, figures: dict[str, list[dict]]) -> None:
             print(f"  new/old, {target}: acks/s "
                   f"{new[target]['per_second'] / old[target]['per_second']:.2f}, p99 "
                   f"{new[target]['p99_ms'] / old[target]['p99_ms']:.2f}")
-    print("  reads (ms, median / slowest):" + "".join(
+    print("  reads, ms: after a new run median / slowest, then again median:" + "".join(
         f"\n    {name}: " + ", ".join(f"{label} {m['reads'][name][0]:.1f} / "
-                                      f"{m['reads'][name][1]:.1f}"
+                                      f"{m['reads'][name][1]:.1f}, {m['reads'][name][2]:.1f}"
                                       for label, m in medians.items())
         for name in new["reads"]), flush=True)
 
