@@ -166,6 +166,12 @@ def _url_refused(address: str, origins: Origins) -> GpubenchError:
 _HTTP_SERVER = re.compile(r"http1\.x server|Failed parsing HTTP/2", re.IGNORECASE)
 
 
+def answers_http(detail: str) -> bool:
+    """Whether an UNAVAILABLE error's detail (the error's `detail`) says the address
+    answered HTTP: a web server, not a collector (a wrong address, not a collector down)."""
+    return bool(_HTTP_SERVER.search(detail))
+
+
 def _refused_token(address: str, what: str, suffix: str, origins: Origins, token_sent: bool,
                    reading: bool) -> AccessDenied:
     """A token the collector refused, or the token it needs and did not get, with where

@@ -631,3 +631,27 @@ def test_a_missing_model_file_is_refused_before_the_workload_starts(tmp_path, mo
     assert f"gpubench-agent: --models {model}: no such file {path} (in {tmp_path})" in said
     assert not started.exists()  # no workload was started
     assert not list((tmp_path / "spool").rglob("*.json"))
+
+
+def test_a_collector_address_that_answers_http_stops_the_run_before_training(
+        tmp_path, fake_workload_command) -> None:
+    """The results site's address given as the collector's: a wrong address, not a
+    collector down; before, the agent trained the whole run, then kept it in the spool."""
+    import http.server
+    import threading
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    serving = threading.Thread(target=web.serve_forever, daemon=True)
+    serving.start()
+    started = tmp_path / "started"
+    try:
+        env = agent_env(tmp_path, ["touch", str(started)], COLUMNS="80")
+        done = agent(["run", "--models", "B0", "--collector",
+                      f"127.0.0.1:{web.server_address[1]}"], with_token(env, "gpb_any"))
+    finally:
+        web.shutdown()
+        web.server_close()
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2, done.stderr
+    assert "answers HTTP, not gRPC" in said and "nothing was run" in said, said
+    assert not started.exists() and not list((tmp_path / "spool").rglob("*.json"))

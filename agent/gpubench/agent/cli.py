@@ -311,9 +311,13 @@ def run(ctx: click.Context, models: list[str], quick: bool,
         unreachable = None
         if not offline:
             from gpubench.agent.preflight import check_collector
+            from gpubench.client import answers_http
 
             found = check_collector(_client_factory(collector or "", token, ca, retry.call_timeout,
                                                     origins), collector or "", spool.root)
+            if found.error is not None and answers_http(getattr(found.error, "detail", "")):
+                # A wrong address, not a collector down: no run would ever reach it.
+                raise GpubenchError(f"{found.error}; nothing was run", exit_code=ExitCode.USAGE)
             display.note(found.message, style="" if found.reachable else "yellow")
             unreachable = found.error
         trace = open(trace_path, "a", encoding="utf-8") if trace_path else None  # noqa: SIM115
