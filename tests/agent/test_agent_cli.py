@@ -655,3 +655,16 @@ def test_a_collector_address_that_answers_http_stops_the_run_before_training(
     assert done.returncode == 2, done.stderr
     assert "answers HTTP, not gRPC" in said and "nothing was run" in said, said
     assert not started.exists() and not list((tmp_path / "spool").rglob("*.json"))
+
+
+def test_a_refused_model_is_said_once(tmp_path) -> None:
+    """A model gpubench cannot feed: one error, the agent's (before, the workload's error
+    line came first, then the same words again)."""
+    tiny = Path(__file__).resolve().parents[1] / "workload" / "tiny_models.py"
+    env = agent_env(tmp_path, None, COLUMNS="80")
+    done = agent(["run", "--models", f"{tiny}:two_inputs", "--backend", "torch", "--offline",
+                  "--limit-images", "40", "--batch", "4"], env, timeout=300)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2, done.stderr
+    assert said.count("gpubench feeds models of one input and one output") == 1, said
+    assert "gpubench-agent: " in said

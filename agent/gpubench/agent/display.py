@@ -24,7 +24,6 @@ from gpubench.events import (
     BatchTrial,
     EpochFinished,
     EpochStarted,
-    ErrorEvent,
     Event,
     LogEvent,
     Phase,
@@ -221,8 +220,8 @@ class RunDisplay:
             self.note(f"{model}: warning: {event.message}", style="yellow")
         elif isinstance(event, LogEvent) and event.message:
             self.note(f"{model}: {event.message}", style="dim")
-        elif isinstance(event, ErrorEvent):
-            self.note(f"{model}: {event.status}: {event.message}", style="red")
+        # An ErrorEvent is said once, by whoever ends the model: the run's status line
+        # ("B0: error (...); saved ...") or, for a refusal, the agent's own error.
 
     def _phase(self, event: Phase) -> None:
         model, phase = self._model, event.phase
