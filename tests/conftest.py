@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,29 @@ def users_settings(environ: dict[str, str] | os._Environ[str]) -> list[str]:
 # command a test starts could read them.
 for _name in users_settings(os.environ):
     del os.environ[_name]
+
+# Every temporary file of the session in one folder of its own, removed at its end when
+# every test passed (kept for a look otherwise, and said where): pytest's tmp_path
+# folders, Chromium's profiles, torch's compile cache, what the commands tests start make
+# with mktemp. TMPDIR reaches them all (the workers inherit it); /tmp keeps nothing.
+SESSION_TMP: str | None = None
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    SESSION_TMP = tempfile.mkdtemp(prefix="gpubench-tests-")
+    os.environ["TMPDIR"] = SESSION_TMP
+    tempfile.tempdir = None  # the next gettempdir() reads TMPDIR
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the session's temporary folder once every test passed."""
+    if SESSION_TMP is not None and exitstatus == 0:
+        shutil.rmtree(SESSION_TMP, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
+                            exitstatus: int) -> None:
+    """Where the temporary files were kept, when a test failed."""
+    if SESSION_TMP is not None and exitstatus != 0 and os.path.isdir(SESSION_TMP):
+        terminalreporter.write_line(f"temporary files kept in {SESSION_TMP}")
 
 
 @dataclass
