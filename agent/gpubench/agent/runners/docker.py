@@ -458,10 +458,6 @@ class DockerRunner(Runner):
             file, colon, function = request.model.rpartition(":") if ":" in request.model \
                 else (request.model, "", "")
             model_file = Path(file).expanduser().resolve()
-            if not model_file.is_file():
-                where = " in the agent's container (is its folder mounted?)" if own else ""
-                raise GpubenchError(f"--model {request.model}: no such file{where}",
-                                    exit_code=ExitCode.USAGE)
             source = host_path(str(model_file.parent), own, what=f"--model {request.model}")
             volumes[source] = {"bind": MODEL_MOUNT, "mode": "ro"}
             args[args.index("--model") + 1] = (f"{MODEL_MOUNT}/{model_file.name}{colon}"
