@@ -20,9 +20,11 @@ from gpubench.v1 import collector_pb2
 
 # Clients kept for tokens that requests carried (one channel each), most recent first.
 MAX_CLIENTS = 16
-# Runs a GPU page reads at most (the newest; pages of the collector's ListRuns): it says
-# so when the GPU has more.
-GPU_PAGE_RUNS = 5000
+# Runs a GPU page reads at most (the newest; two pages of the collector's ListRuns): it
+# says so when the GPU has more, and /runs?gpu=... pages through them all. Each page
+# read costs the collector its groups' scores: a card with 100,000 runs must not take
+# the site's timeout (10 s) to draw.
+GPU_PAGE_RUNS = 1000
 
 
 @dataclass(frozen=True)
