@@ -6,8 +6,8 @@
 # docker.io elsewhere) and no docker package is installed beside it (Debian's docker.io
 # conflicts with containerd.io). An engine that is installed but stopped is started;
 # Debian's docker.io is installed only where there is no dockerd at all. Then the tools
-# the tests need, each only where missing: debootstrap (the local base image), and
-# docker-compose where the client has no `docker compose` (Compose v2).
+# the tests need, each only where missing: debootstrap and Debian's archive keys (the local
+# base image), and docker-compose where the client has no `docker compose` (Compose v2).
 # Idempotent: a second call on a machine with a running engine returns at once.
 # Exit codes: 0 running, 77 not root (cannot install or start it), 78 apt-get could not
 # install the packages, 1 dockerd did not come up.
@@ -58,6 +58,8 @@ answers() { "$(client)" info >/dev/null 2>&1; }
 tools() {  # what the tests need beside the engine, each only where missing
     local missing=()
     command -v debootstrap >/dev/null || missing+=(debootstrap)
+    # Ubuntu's debootstrap does not bring Debian's keys, which check the base's packages.
+    [[ -e /usr/share/keyrings/debian-archive-keyring.gpg ]] || missing+=(debian-archive-keyring)
     if ! "$(client)" compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null; then
         missing+=(docker-compose)
     fi
