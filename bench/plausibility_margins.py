@@ -233,17 +233,22 @@ def main() -> int:
     if sys.argv[1:] == ["--cards"]:
         return cards_main()
     rows = [(name, ratios(run)) for name, run in records()]
-    width = max(len(name) for name, _ in rows)
-    print(f"{'record':{width}}  " + "  ".join(f"{c:>9}" for c in COLUMNS))
+    # 80 columns: a record's name on a line of its own where it is longer than its column.
+    width = 26
+    print(f"{'record':{width}}" + "".join(f"{c:>9}" for c in COLUMNS))
     for name, found in rows:
         cells = ("-" if found[c] is None else f"{found[c]:.3f}" for c in COLUMNS)
-        print(f"{name:{width}}  " + "  ".join(f"{cell:>9}" for cell in cells))
+        if len(name) > width:
+            print(name)
+            name = ""
+        print(f"{name:{width}}" + "".join(f"{cell:>9}" for cell in cells))
     print(f"\n{len(rows)} runs; the range of each ratio:")
     for column in COLUMNS:
         values = [found[column] for _, found in rows if found[column] is not None]
         if values:
-            print(f"  {column:9} {min(values):.3f} - {max(values):.3f} ({len(values)} runs): "
-                  f"{WHAT[column]}")
+            print(textwrap.fill(f"{column:9} {min(values):.3f} - {max(values):.3f} "
+                                f"({len(values)} runs): {WHAT[column]}", 78,
+                                initial_indent="  ", subsequent_indent="    "))
     return 0
 
 
