@@ -197,14 +197,23 @@ def test_the_transformers_scale_with_their_precision_s_compute() -> None:
     lm = specs.expectation(specs.card("A100 SXM4 80GB"), "GPT2-small", "keras",
                            "mixed_bfloat16", "steps")
     # No bfloat16 run of the language model is verified: the H200's float32 run, the
-    # fastest of any configuration, scaled by the bf16 tensor cores (312 / 989.4).
+    # fastest of any configuration, scaled by the bf16 tensor cores (312 / 989.4), and by
+    # the H200's own bf16 units over its float32 ones (989.4 / 494.7): a precision that
+    # may run faster is held to its units' gain over the verified run's.
     assert lm.verified.precision == "float32" and lm.verified.gpu == "H200"
-    assert lm.scale == pytest.approx(312 / 989.4)
+    assert lm.scale == pytest.approx(312 / 989.4 * 989.4 / 494.7)
+    own = specs.expectation(specs.card("H200"), "GPT2-small", "keras", "mixed_bfloat16",
+                            "steps")
+    assert own.scale == pytest.approx(2.0) and own.rate == pytest.approx(2 * 39_755)
+    assert own.margin == ceilings.VERIFIED_MARGIN
+    # The other way, a float32 run is held to a faster precision's run as it is.
+    assert ceilings.precision_gain("GPT2-small", specs.card("H200"), "mixed_bfloat16",
+                                   "float32") == 1.0
     assert lm.margin == ceilings.VERIFIED_MARGIN * ceilings.CARD_MARGIN
     # A card without bfloat16 units trains it on its fp32 cores: held to their ratio.
     old = specs.expectation(specs.card("GeForce GTX 1070"), "GPT2-small", "keras",
                             "mixed_bfloat16", "steps")
-    assert old.scale == pytest.approx(6.74 / 67)
+    assert old.scale == pytest.approx(6.74 / 67 * 989.4 / 494.7)
     # A user's own model: no card has verified runs of it, nothing is expected.
     assert specs.expectation(specs.card("Tesla T4"), "ConvNeXtTiny", "keras", "float32",
                              "steps") is None

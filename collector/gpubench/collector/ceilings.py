@@ -141,7 +141,9 @@ class Expectation:
     margin: float
     verified: Verified
     alike: str  # which of the run's configuration the verified run shares, in words
-    scale: float = 1.0  # the card's figures over the verified run's card's (card_scale)
+    # The card's figures over the verified run's card's (card_scale), and a transformer's
+    # precision's over the verified run's (precision_gain): 1 for the card's own run.
+    scale: float = 1.0
 
     @property
     def ceiling(self) -> float:
@@ -158,18 +160,36 @@ def card_scale(model: str, precision: str, card: GpuSpec, reference: GpuSpec) ->
     if model in COMPUTE:
         # The most the card gains on any unit the precision may use (a card without
         # 16-bit tensor cores trains a mixed-precision model on its fp32 cores).
-        units = ("fp32_tflops", "tf32_tflops") if precision == "float32" else (
-            "fp32_tflops", "bf16_tflops" if precision == "mixed_bfloat16" else "fp16_tflops")
+        units = _units(precision)
         return max(getattr(card, unit) / getattr(reference, unit) for unit in units
                    if getattr(card, unit) and getattr(reference, unit))
     return None
+
+
+def _units(precision: str) -> tuple[str, str]:
+    """The GpuSpec columns of the units a precision's matrix products may run on."""
+    if precision == "float32":
+        return ("fp32_tflops", "tf32_tflops")
+    return ("fp32_tflops", "bf16_tflops" if precision == "mixed_bfloat16" else "fp16_tflops")
+
+
+def precision_gain(model: str, card: GpuSpec, verified: str, precision: str) -> float:
+    """How much faster a card may train a transformer (COMPUTE) in `precision` than in
+    the `verified` run's, by its fastest unit of each (never under 1: a precision is
+    held to a faster one's run as it is); 1 for any other model."""
+    if model not in COMPUTE or verified == precision:
+        return 1.0
+    def fastest(name: str) -> float:
+        return max(getattr(card, unit) for unit in _units(name))
+    return max(1.0, fastest(precision) / fastest(verified))
 
 
 def scaling_words(model: str) -> str:
     """How `card_scale` scales a model, in words."""
     if model in BANDWIDTH_AND_COMPUTE:
         return "the geometric mean of the cards' memory bandwidth and fp32 TFLOP/s ratios"
-    return "the cards' highest TFLOP/s ratio of the units the run's precision may use"
+    return ("the highest TFLOP/s ratio of the units the run's precision may use, against "
+            "the verified run's card and precision")
 
 
 @dataclass(frozen=True, eq=False)
@@ -232,8 +252,9 @@ class Specs:
         None when no card has a verified run of the model or the model does not scale."""
         own = self.bound_of(spec, model, settings, precision, batch_rule)
         if own is not None:
-            return Expectation(own.verified.images_per_second, own.margin, own.verified,
-                               own.alike)
+            gain = precision_gain(model, spec, own.verified.precision, precision)
+            return Expectation(own.verified.images_per_second * gain, own.margin,
+                               own.verified, own.alike, gain)
         found = []
         for other in dict.fromkeys(v.gpu for v in self.verified if v.model == model):
             reference = self.card(other)
@@ -244,6 +265,8 @@ class Specs:
         if not found:
             return None
         _, _, bound, scale = min(found, key=lambda item: item[:2])
+        scale *= precision_gain(model, self.card(bound.verified.gpu), bound.verified.precision,
+                                precision)
         return Expectation(bound.verified.images_per_second * scale,
                            bound.margin * CARD_MARGIN, bound.verified, bound.alike, scale)
 

@@ -338,7 +338,7 @@ def _beyond_expectation(run: run_pb2.Run, specs: ceilings.Specs,
     unit = "tok/s" if tokens else "img/s"
     what = f"{cfg.model} at {_rate_text(rate)} training {'tokens' if tokens else 'images'}/s"
     best = expected.verified
-    if best.gpu == spec.name:
+    if best.gpu == spec.name and expected.scale == 1.0:
         return [f"{what} is more than {expected.margin:g}x the fastest verified {name} run "
                 f"of {expected.alike} ({_rate_text(best.images_per_second)} {unit} a GPU, "
                 f"{best.record})"]
