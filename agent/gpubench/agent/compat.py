@@ -107,7 +107,8 @@ TENSORFLOW_IMAGE = Build("tensorflow", "2.21.0", "12.5.1",
 # order the agent tries them: the default's CUDA 12.6 build (compute capability 5.0 to
 # 9.0), then CUDA 12.9's for Blackwell (7.5 to 12.x: B200, RTX 50, RTX PRO 6000).
 WORKLOAD_REPOSITORY = "gpubench-workload"
-TORCH_IMAGES = (("", TORCH_WHEELS[1]), ("cu129", TORCH_WHEELS[2]))
+TORCH_IMAGES = tuple((variant, next(w for w in TORCH_WHEELS if w.version == build))
+                     for variant, build in (("", "cu126"), ("cu129", "cu129")))
 # The tag variants of the workload image that are not the default torch build.
 IMAGE_VARIANTS = ("cu129", "tensorflow")
 # What to know of a backend's GPU path, said with the choice: TensorFlow's has not been
