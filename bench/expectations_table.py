@@ -32,8 +32,9 @@ def _cells(specs: ceilings.Specs, card: ceilings.GpuSpec, column: tuple) -> list
     if expected is None:
         return ["-", "-", "-"]
     best = expected.verified
-    source = ("own" if best.gpu == card.name
-              else f"{best.gpu} x {expected.scale:.3g}")
+    source = ("own" if best.gpu == card.name else best.gpu)
+    if expected.scale != 1.0:
+        source += f" x {expected.scale:.3g}"
     if (best.settings, best.precision, best.batch_rule) != (settings, precision, batch_rule):
         source += f" ({best.precision}, {best.settings})"
     return [f"{expected.rate:,.0f}", f"{expected.ceiling:,.0f}", source]
@@ -62,7 +63,8 @@ def table(specs: ceilings.Specs | None = None) -> str:
         "  training images a second.",
         "- GPT2-small: the language model in mixed_bfloat16 (Keras's own code path, the",
         "  steps rule), training tokens a second; no bfloat16 run of it is verified yet,",
-        "  so the H200's float32 run stands in with the wider margin, its bracket says so.",
+        "  so the H200's float32 run stands in, times its bf16 units' gain over its",
+        "  float32 ones (2), with the wider margin; its bracket says so.",
         "",
         "| card | architecture | B0 expected | B0 ceiling | from | GPT2-small bf16 expected "
         "| ceiling | from |",
