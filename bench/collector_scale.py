@@ -201,10 +201,11 @@ def submissions(address: str, token: str, pid: int, args: argparse.Namespace,
             "cpu_ms": cpu / len(latencies) * 1000}
 
 
-def reads(address: str, token: str) -> dict[str, tuple[float, float, float]]:
-    """Each read's time (ms): the median over READS calls each right after a new run was
-    stored (nothing kept from before it), the slowest of those, and the median over
-    READS calls with nothing stored in between."""
+def reads(address: str, token: str, count: int = READS
+          ) -> dict[str, tuple[float, float, float]]:
+    """Each read's time (ms): the median over `count` calls each right after a new run
+    was stored (nothing kept from before it), the slowest of those, and the median over
+    `count` calls with nothing stored in between."""
     import grpc
     from factories import make_run
 
@@ -245,11 +246,11 @@ def reads(address: str, token: str) -> dict[str, tuple[float, float, float]]:
     for name, call in calls.items():
         call()
         fresh = []
-        for _ in range(READS):
+        for _ in range(count):
             stub.SubmitRun(pb.SubmitRunRequest(run=make_run(**TARGETS["big group"])),
                            metadata=metadata, timeout=60)
             fresh.append(timed(call))
-        again = [timed(call) for _ in range(READS)]
+        again = [timed(call) for _ in range(count)]
         found[name] = (statistics.median(fresh), max(fresh), statistics.median(again))
     channel.close()
     return found
@@ -267,7 +268,7 @@ def measure(site: Path | None, db: Path, token: str, args: argparse.Namespace,
         try:
             found[target] = submissions(address, token, server.pid, args, target)
             if with_reads and target == "big group":
-                found["reads"] = reads(address, token)
+                found["reads"] = reads(address, token, args.reads)
         finally:
             server.terminate()
             server.wait(120)
@@ -382,6 +383,8 @@ def main() -> None:
                         help="runs submitted per measurement (default 2000)")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--new-only", action="store_true", help="measure this tree alone")
+    parser.add_argument("--reads", type=int, default=READS,
+                        help=f"calls timed per read and way (default {READS})")
     parser.add_argument("--idle", type=int, default=0,
                         help="also: this many idle connections, then new clients")
     parser.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
