@@ -4,7 +4,7 @@ published workload image of its own version.
 
 A wheel of this tree is built under a release version no checkout has (the tag's
 version, as setuptools-scm reads it, through SETUPTOOLS_SCM_PRETEND_VERSION), and the
-agent image built FROM the local base with it.
+agent, torch workload and collector images built FROM the local base with it.
 """
 
 from __future__ import annotations
@@ -23,20 +23,34 @@ VERSION = "9.8.7"  # a release version, never a checkout's
 TAG = "release-wheel-test"
 
 
+# Each image built from the wheel, and the command in it that says the version.
+IMAGES = {"agent": "gpubench-agent", "workload": "gpubench-agent",
+          "collector": "gpubench-collector"}
+
+
 @pytest.fixture(scope="module")
-def agent_image(docker_engine: str, tmp_path_factory: pytest.TempPathFactory):
-    """gpubench-agent:TAG, built with a wheel of version VERSION; removed after."""
+def built(docker_engine: str, tmp_path_factory: pytest.TempPathFactory):
+    """gpubench-agent, -workload and -collector:TAG, built with a wheel of version
+    VERSION; removed after."""
     out = tmp_path_factory.mktemp("dist")
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)],
         timeout=600, env={"SETUPTOOLS_SCM_PRETEND_VERSION": VERSION})
     [wheel] = out.glob("*.whl")
     assert wheel.name.startswith(f"gpubench_keras-{VERSION}-")
-    run(["docker/build.sh", "--local-base", "--wheel", str(wheel), "--tag", TAG, "agent"],
-        timeout=1800)
-    image = f"gpubench-agent:{TAG}"
-    yield image
-    run([DOCKER, "image", "rm", "-f", image], timeout=60, check=False)
-    Path(REPO / "docker" / "wheels" / wheel.name).unlink(missing_ok=True)
+    try:
+        run(["docker/build.sh", "--local-base", "--wheel", str(wheel), "--tag", TAG, *IMAGES],
+            timeout=2400)
+        yield
+    finally:
+        for name in IMAGES:
+            run([DOCKER, "image", "rm", "-f", f"gpubench-{name}:{TAG}"], timeout=60,
+                check=False)
+        Path(REPO / "docker" / "wheels" / wheel.name).unlink(missing_ok=True)
+
+
+@pytest.fixture
+def agent_image(built: None) -> str:
+    return f"gpubench-agent:{TAG}"
 
 
 def in_image(image: str, *command: str) -> str:
@@ -44,11 +58,12 @@ def in_image(image: str, *command: str) -> str:
                timeout=120).stdout.strip()
 
 
-def test_the_image_runs_the_wheel_it_was_given(agent_image: str) -> None:
-    assert in_image(agent_image, "gpubench-agent", "--version") == \
-        f"gpubench-agent, version {VERSION}"
+@pytest.mark.parametrize("name", list(IMAGES))
+def test_each_image_runs_the_wheel_it_was_given(built: None, name: str) -> None:
+    image, command = f"gpubench-{name}:{TAG}", IMAGES[name]
+    assert in_image(image, command, "--version") == f"{command}, version {VERSION}"
     label = run([DOCKER, "image", "inspect", "--format",
-                 '{{index .Config.Labels "org.opencontainers.image.version"}}', agent_image],
+                 '{{index .Config.Labels "org.opencontainers.image.version"}}', image],
                 timeout=30).stdout.strip()
     assert label == VERSION
 
