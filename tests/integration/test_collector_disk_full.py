@@ -94,6 +94,17 @@ def test_a_full_disk_refuses_submissions_retryably_until_space_is_freed(
                    timeout=10)
     filler = fill(small_disk)
     caplog.set_level(logging.INFO)
+    # A submission writes its run alone: the last block of the database's log may hold
+    # a few more. They are stored (and acknowledged) until one does not fit.
+    stored_in_slack = 0
+    while True:
+        try:
+            stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=collector.metadata(),
+                           timeout=10)
+        except grpc.RpcError:
+            break
+        stored_in_slack += 1
+        assert stored_in_slack < 100, "the full disk took 100 runs"
 
     for _ in range(3):
         with pytest.raises(grpc.RpcError) as refused:
@@ -124,7 +135,8 @@ def test_a_full_disk_refuses_submissions_retryably_until_space_is_freed(
     later = make_run()
     stub.SubmitRun(pb.SubmitRunRequest(run=later), metadata=collector.metadata(), timeout=10)
     listed = stub.ListRuns(pb.ListRunsRequest(), metadata=collector.metadata(), timeout=10)
-    assert later.run_id in [r.run.run_id for r in listed.runs] and len(listed.runs) == 2
+    assert later.run_id in [r.run.run_id for r in listed.runs]
+    assert len(listed.runs) == 2 + stored_in_slack
     # The whole episode: one line when it began, one when it ended, and no traceback.
     lines = [r for r in caplog.records if r.name.startswith("gpubench.collector")
              and r.levelno >= logging.WARNING]
