@@ -6,8 +6,9 @@ about the median of the group's submitters' medians (one submitter, one voice).
 
 Nothing of it is stored: a submission writes its run and nothing else, so its cost does
 not grow with its group. Each read computes the scores of the groups it shows
-(`scored`: a few grouped passes over their runs, tens of milliseconds for 100,000) from
-the runs committed when it began, so it never sees a flag older than its runs.
+(`scored`: a few grouped passes over their runs; bench/collector_scale.py times them)
+from the runs committed when it began, so it never sees a flag older than its runs
+(the answers computed from them are kept until the runs change: database.UntilChanged).
 
 Runs flagged as implausible (collector.plausibility) and published runs (transcribed,
 not measured) are in no group (SCORED_RUNS): Compare reads them apart, the
