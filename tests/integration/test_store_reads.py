@@ -1,11 +1,11 @@
 """Reads never queue behind writes, and still see every acknowledged run.
 
 A real collector on port 0 over a real DuckDB file. A thread holds the store's write
-path as a long write would: the database's write lock (every submission, delete,
-bulk load and rescore takes it) with a write transaction open on the runs table.
+path as a long write would: the database's write lock (every submission, delete and
+bulk load takes it) with a write transaction open on the runs table.
 Meanwhile Compare, ListRuns, GetRun and Leaderboard must answer within
 READ_DEADLINE_S, with every run acknowledged before they were asked, its outlier flags
-as stored in the same commit, and nothing uncommitted or still in flight.
+computed from the committed runs, and nothing uncommitted or still in flight.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_reads_answer_while_writes_hold_the_store(collector) -> None:
     runs = [make_run(gpu_name=ADA, gpu_count=2, epoch2_seconds=s) for s in (2.0, 2.2, 2.1, 2.1)]
     slow = make_run(gpu_name=ADA, gpu_count=2, epoch2_seconds=9.0)  # its group's outlier
     never = make_run(gpu_name=ADA, gpu_count=2, epoch2_seconds=2.0)  # written, not committed
-    for run in [*runs, slow]:  # acknowledged: committed, their group rescored with them
+    for run in [*runs, slow]:  # acknowledged: committed
         stub.SubmitRun(pb.SubmitRunRequest(run=run), metadata=md, timeout=10)
 
     with held(store.database.write_lock, writing=lambda: uncommitted_run(store, never)):
