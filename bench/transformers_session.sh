@@ -22,7 +22,7 @@ ROOT=$PWD
 WORK=/tmp/gpubench-transformers
 mkdir -p "$WORK/spool" "$WORK/logs" /tmp/site
 CASES=${CASES:-"GPT2-small:mixed_bfloat16:32:tf32 ViT-B16:mixed_bfloat16:128:tf32
-GPT2-small:float32:16:tf32 ViT-B16:float32:128:tf32"}
+ViT-B16:float32:128:tf32 GPT2-small:float32:16:tf32"}
 COMPILED=${COMPILED:-""}  # reference cases also run under torch.compile
 export PYTHONUNBUFFERED=1 KERAS_BACKEND=torch GPUBENCH_CACHE=/tmp/gpubench-cache
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -71,6 +71,7 @@ for step in "$@"; do
           "${args[@]}" >"$WORK/logs/$name.json" 2>"$WORK/logs/$name.log"
         log "   exit $? after $((SECONDS - began)) s"
         tail -n 3 "$WORK/logs/$name.log"
+        pack  # each record as soon as it is made: the call's limit may cut the next run
       done ;;
     ratios)
       log "== ratios: python3 bench/transformer_reference.py ratios reference.jsonl spool"
