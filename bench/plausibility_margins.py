@@ -10,10 +10,10 @@ tolerances in gpubench.collector.plausibility are set from these ranges (docs/pr
 "What the collector accepts").
 
 With --cards: how far real cards land from what is expected of them from another card
-(ceilings.card_scale), over every pair of cards measured alike: the reference records in
-docs/results/runs of each card against the H200's of the same configuration, and the
-published pairs below (PUBLISHED); each pair both ways. ceilings.CARD_MARGIN is set from
-the largest landing.
+(ceilings.card_scale), over every pair of cards measured alike: each other card's records
+in docs/results against the H200's reference records (docs/results/runs) of the same
+configuration, and the published pairs below (PUBLISHED); each pair both ways.
+ceilings.CARD_MARGIN is set from the largest landing.
 """
 
 from __future__ import annotations
@@ -133,38 +133,32 @@ PUBLISHED = (
     Pair("B0", "A100 SXM4 80GB", 1, "Tesla V100 SXM2", 1, 2489 / 1401,
          NVIDIA_EFFICIENTNET + ", mixed / V100 32GB mixed"),
 )
-# The H100's default runs through the agent container, by their epoch 2 (B0 0.825 s,
-# B3 2.43 s, B7 27.4 s), against the H200's reference records, while their records are
-# not in docs/results/runs (a card's records there take the place of its figures here).
-H100_EPOCH2 = {"B0": 0.825, "B3": 2.43, "B7": 27.4}
-H100_SOURCE = "NVIDIA H100 80GB HBM3, the default run through the agent container"
-
-
 def recorded_pairs() -> list[Pair]:
-    """Each card's default records in docs/results/runs against the H200's of the same
-    model and configuration (epoch 2, the figure of merit); the H100's figures where it
-    has no records there."""
+    """Each other card's measured records in docs/results against the H200's reference
+    record (docs/results/runs) of the same model and configuration, by epoch 2 (the
+    figure of merit; a card's fastest where it has several)."""
     specs = ceilings.specs()
-    runs = [(name, run) for name, run in records() if name.startswith("runs/")
-            and not run.published and run.config.gpu_count == 1]
-    by_key: dict[tuple, tuple[str, object]] = {}
-    for name, run in runs:
+    h200: dict[tuple, tuple[str, object]] = {}
+    others: dict[tuple, tuple[str, object]] = {}
+    for name, run in records():
+        if run.published or run.config.gpu_count != 1 or not run.result.epoch2_seconds:
+            continue
         cfg = run.config
-        card = specs.spec_of(record.normalize_gpu_name(run.gpus[0].name)).name
+        card = specs.spec_of(record.normalize_gpu_name(run.gpus[0].name))
         key = (cfg.model, record.settings_label(cfg), cfg.precision, record.batch_rule(cfg))
-        by_key[(card, *key)] = (name, run)
+        if card is not None and card.name == "H200" and name.startswith("runs/"):
+            h200[key] = (name, run)
+        elif card is not None and card.name != "H200":
+            best = others.get((card.name, *key))
+            if best is None or run.result.epoch2_seconds < best[1].result.epoch2_seconds:
+                others[(card.name, *key)] = (name, run)
     found = []
-    for (card, *key), (name, run) in sorted(by_key.items()):
-        h200 = by_key.get(("H200", *key))
-        if card != "H200" and h200 is not None:
-            found.append(Pair(key[0], card, 1, "H200", 1, h200[1].result.epoch2_seconds
-                              / run.result.epoch2_seconds,
-                              f"docs/results/{name} / docs/results/{h200[0]}"))
-    if not any(pair.card == "H100" for pair in found):
-        for model, seconds in H100_EPOCH2.items():
-            h200 = by_key[("H200", model, "kernels+cuda-graphs", "float32", "steps")][1]
-            found.append(Pair(model, "H100", 1, "H200", 1,
-                              h200.result.epoch2_seconds / seconds, H100_SOURCE))
+    for (card, *key), (name, run) in sorted(others.items()):
+        reference = h200.get(tuple(key))
+        if reference is not None:
+            found.append(Pair(key[0], card, 1, "H200", 1,
+                              reference[1].result.epoch2_seconds / run.result.epoch2_seconds,
+                              f"docs/results/{name} / docs/results/{reference[0]}"))
     return found
 
 
