@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpubench import models
+
 SPECS_FILE = Path(__file__).with_name("gpu_specs.json")
 
 # A verified run is the fastest the project has seen on a card in one configuration
@@ -62,8 +64,8 @@ CARD_MARGIN = 2.0
 # other convolutions on the cores): every pair lands within 0.56-1.78x of it, where
 # bandwidth alone spans 0.44-2.27x and fp32 alone 0.30-3.38x. The transformers scale
 # with the compute their precision may run on (their matrix products).
-BANDWIDTH_AND_COMPUTE = ("B0", "B3", "B7")
-COMPUTE = ("ViT-B16", "GPT2-small")
+BANDWIDTH_AND_COMPUTE = models.EFFICIENTNETS
+COMPUTE = models.TRANSFORMERS
 # The memory a training image holds (the batch search's slope) is written at least once
 # per step; only part of it is assumed, so the bound stays below any real run: half at
 # float32 (XLA or another layout may keep less), a quarter in 16-bit precision.
