@@ -6,6 +6,7 @@ keeps the switches a GPU would read), on a tiny language model and a few dozen s
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,25 @@ def test_torch_reads_back_the_mode_it_was_set_to_and_names_its_own_defaults() ->
         "float32 float32 False False",
         "tf32 tf32 True True",
     ]
+
+
+# Each backend's mode set and read back through its framework's own switch.
+BOTH_WAYS = """
+import sys
+from gpubench.agent.workload.frameworks import get
+framework = get(sys.argv[1])
+for mode in ("float32", "tf32"):
+    framework.set_math_mode(mode)
+    print(framework.math_mode())
+"""
+
+
+def test_tensorflow_reads_back_the_mode_it_was_set_to() -> None:
+    done = subprocess.run([sys.executable, "-c", BOTH_WAYS, "tensorflow"], capture_output=True,
+                          text=True, timeout=300, check=False,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["float32", "tf32"]
 
 
 @pytest.mark.parametrize(("asked", "recorded"), [((), MATH_TF32),
