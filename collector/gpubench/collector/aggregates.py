@@ -22,7 +22,7 @@ import duckdb
 from gpubench import comparison_key, record
 from gpubench.collector import ceilings, corroboration, outliers
 from gpubench.collector.compare import GroupFigures
-from gpubench.collector.database import UntilChanged
+from gpubench.collector.database import UntilChanged, transaction
 from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.comparison_key import Value
 from gpubench.v1 import run_pb2
@@ -107,8 +107,9 @@ class LeaderboardRow:
 class Aggregates:
     """Compare's and the leaderboard's reads."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, scores: outliers.GroupScores) -> None:
         self._db = database
+        self._scores = scores  # each outlier group's, until it changes
         # Each answer until the runs change: computing one reads every run of its groups.
         self._answers = UntilChanged(database)
 
@@ -137,23 +138,24 @@ class Aggregates:
         for, the medians are taken across the configuration's runs instead.
         The groups of cards not yet catalogued follow, marked (computed from their runs).
         """
-        with self._db.read() as con:
+        clauses, params = _compare_filter(query)
+        where = " AND ".join(clauses)
+        with self._db.read() as con, transaction(con):
+            scores = self._scores.of(con, where, params)
             missing = _uncatalogued_names(con, query.model)
             apart = [_group_figures(r, uncatalogued=True)
-                     for r in _compare_rows_from_runs(con, query, missing, apart=True)
+                     for r in _compare_rows_from_runs(con, query, missing, scores, apart=True)
                      ] if missing else []
             if query.include_flagged:
                 return [_group_figures(r) for r in _compare_rows_from_runs(
-                    con, query, missing)] + apart
+                    con, query, missing, scores)] + apart
             if query.allow_mixed:
                 # Per configuration at once: where none spans several groups (no
                 # dimension has two values), its figures are its one group's.
-                rows = _compare_rows_from_runs(con, query, missing)
+                rows = _compare_rows_from_runs(con, query, missing, scores)
                 if not any(len(r[c] or ()) > 1 for r in rows for c in KEY_COLUMNS):
                     rows = [r for r in rows if r["runs"]]  # as a group's: kept runs
                 return [_group_figures(r) for r in rows] + apart
-            clauses, params = _compare_filter(query)
-            where = " AND ".join(clauses)
             kept = f"""(SELECT *, (? OR NOT outlier) AS keep FROM {outliers.scored(where)}
                         WHERE {outliers.SCORED_RUNS})"""
             # Per outlier group (each alike in every dimension), as a group's figures.
@@ -162,7 +164,7 @@ class Aggregates:
                     kept, ", ".join(outliers.OUTLIER_GROUP),
                     extra="".join(f", [{c}] AS {c}" for c in KEY_COLUMNS),
                     having="HAVING count(*) FILTER (WHERE keep) > 0"),
-                [query.include_outliers, *params, *params],
+                [query.include_outliers, *params, *scores],
             ))
         return [_group_figures(r) for r in rows] + apart
 
@@ -229,8 +231,9 @@ class Aggregates:
                 clauses.append(f"{name} = ?")
                 params.append(value)
         # The model's runs with their outlier flags as computed now.
-        source, source_params = outliers.scored("model = ?"), [query.model] * 2
-        with self._db.read() as con:
+        source = outliers.scored("model = ?")
+        with self._db.read() as con, transaction(con):
+            source_params = [query.model, *self._scores.of(con, "model = ?", [query.model])]
             missing = _uncatalogued_names(con, query.model)
             known, known_params = _flagged_filter(
                 missing, apart=False, include_flagged=query.include_flagged)
@@ -357,10 +360,12 @@ _KEPT_COLUMNS = ", ".join(dict.fromkeys((
     "flag_reasons")))
 
 
-def _compare_rows_from_runs(con: Connection, query: CompareQuery, missing: list[str], *,
-                            apart: bool = False) -> list[dict[str, Any]]:
+def _compare_rows_from_runs(con: Connection, query: CompareQuery, missing: list[str],
+                            scores: list[list[Any]], *, apart: bool = False
+                            ) -> list[dict[str, Any]]:
     """Compare's rows computed from the runs: of the catalogued cards (and look-alikes,
-    flagged), or with `apart` of the cards not yet catalogued (`missing`, by name)."""
+    flagged), or with `apart` of the cards not yet catalogued (`missing`, by name); their
+    groups' `scores` from GroupScores.of."""
     clauses, params = _compare_filter(query)
     flagged, names = _flagged_filter(missing, apart=apart,
                                      include_flagged=query.include_flagged)
@@ -383,7 +388,7 @@ def _compare_rows_from_runs(con: Connection, query: CompareQuery, missing: list[
         SELECT * FROM ({figures}) JOIN (SELECT {_CONFIG}, {values} FROM kept GROUP BY ALL)
             USING ({_CONFIG})
         """,
-        [query.include_outliers, *params, *params, *names],
+        [query.include_outliers, *params, *scores, *names],
     ))
 
 

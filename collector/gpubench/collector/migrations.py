@@ -10,6 +10,8 @@ Outlier flags and per-group figures are not stored: they are computed where they
 read (collector.outliers), from the runs. Until 0013 they were, in the table
 group_figures and the runs' columns outlier and outlier_score; 0013 drops the table and
 clears the columns, which stay (false and 0) so that backups of every version load.
+The one table derived from the runs, the outlier groups with their versions
+(outliers.GROUPS), is made again after any migration.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import duckdb
 
 from gpubench import comparison_key, record
-from gpubench.collector import rows
+from gpubench.collector import outliers, rows
 from gpubench.collector.database import transaction
 from gpubench.collector.errors import SchemaTooNew
 from gpubench.v1 import run_pb2
@@ -436,3 +438,10 @@ def apply(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                 migration.backfill(con)
             con.execute("INSERT INTO schema_migrations VALUES (?, ?)",
                         [migration.name, rows.utc_now()])
+    # The table of outlier groups is derived from the runs: made again after any
+    # migration (which may change the runs or what groups them), or where it is missing.
+    has_groups = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?",
+                             [outliers.GROUPS]).fetchall()[0][0]
+    if pending(applied) or not has_groups:
+        with transaction(con):
+            outliers.index_groups(con)

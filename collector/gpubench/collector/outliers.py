@@ -4,11 +4,15 @@ Runs are scored within their outlier group (OUTLIER_GROUP: the same GPU configur
 and everything that changes what was timed) by a robust z-score of their epoch-2 time
 about the median of the group's submitters' medians (one submitter, one voice).
 
-Nothing of it is stored: a submission writes its run and nothing else, so its cost does
-not grow with its group. Each read computes the scores of the groups it shows
-(`scored`: a few grouped passes over their runs; bench/collector_scale.py times them)
-from the runs committed when it began, so it never sees a flag older than its runs
-(the answers computed from them are kept until the runs change: database.UntilChanged).
+No score is stored: a submission writes its run and moves on its group's version (one
+row of the table GROUPS), so its cost does not grow with its group. A read takes the
+scores of the groups it shows from GroupScores: each group's median and deviations,
+computed from its runs (two grouped passes; bench/collector_scale.py times them) and
+kept in memory until the group's version moves on. The read looks the versions up in
+its own snapshot (one transaction), so it never scores a run against figures of other
+runs than those it sees, and a group that did not change is never scored again,
+however often others change (the answers computed from the scores are kept until the
+runs change: database.UntilChanged).
 
 Runs flagged as implausible (collector.plausibility) and published runs (transcribed,
 not measured) are in no group (SCORED_RUNS): Compare reads them apart, the
@@ -16,6 +20,10 @@ leaderboard leaves them out.
 """
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
 
 from gpubench import comparison_key
 
@@ -107,7 +115,8 @@ def figures_sql(relation: str, partition: str, *, per_voice: str = "", extra: st
 
 def group_stats_sql(groups: str) -> str:
     """Per outlier group of the runs matching `groups` (SQL on the runs' columns that
-    takes groups whole: a filter of the group's own columns, say): its id (group_id)
+    takes groups whole: a filter of the group's own columns, say; GroupScores keeps
+    them): its id (group_id)
     and the median (med), median absolute deviation (mad) and mean absolute deviation
     (meanad) its scores are taken against.
 
@@ -144,19 +153,103 @@ _IS_OUTLIER = (f"(abs({_Z}) > {OUTLIER_THRESHOLD!r}::DOUBLE AND "
                f"abs(r.epoch2_seconds - s.med) > {OUTLIER_MIN_SHARE!r}::DOUBLE * s.med)")
 
 
-def scored(groups: str) -> str:
-    """The runs matching `groups` (as group_stats_sql takes it) as a relation with the
-    runs' columns, `outlier` and `outlier_score` as computed now (false and 0 for a run
-    in no group: see SCORED_RUNS). Its parameters are `groups`' twice."""
+def scored(runs: str) -> str:
+    """The runs matching `runs` (SQL on the runs' columns) as a relation with the runs'
+    columns, `outlier` and `outlier_score` as their groups' scores make them (false and 0
+    for a run in no group: see SCORED_RUNS). Its parameters are `runs`', then the four
+    lists of GroupScores.of for groups that hold every group of those runs."""
     return f"""
         (SELECT r.* EXCLUDE (gid) REPLACE (coalesce({_IS_OUTLIER}, false) AS outlier,
                                            coalesce({_Z}, 0) AS outlier_score)
-         FROM (SELECT *, {group_id()} AS gid FROM runs WHERE {groups}) r
-         LEFT JOIN ({group_stats_sql(groups)}) s ON s.gid = r.gid AND {SCORED_RUNS})
+         FROM (SELECT *, {group_id()} AS gid FROM runs WHERE {runs}) r
+         LEFT JOIN (SELECT unnest(?::UBIGINT[]) AS gid, unnest(?::DOUBLE[]) AS med,
+                           unnest(?::DOUBLE[]) AS mad, unnest(?::DOUBLE[]) AS meanad) s
+             ON s.gid = r.gid AND {SCORED_RUNS})
     """
 
 
 def groups_of_runs() -> str:
-    """`scored`'s `groups` for the groups of some runs: its one parameter is a list of
-    run ids."""
-    return f"{group_id()} IN (SELECT {group_id()} FROM runs WHERE list_contains(?, run_id))"
+    """GroupScores.of's `groups` for the groups of some runs: its one parameter is a
+    list of run ids."""
+    return f"gid IN (SELECT {group_id()} FROM runs WHERE list_contains(?, run_id))"
+
+
+# The outlier groups, one row each: `gid` (group_id), the group's columns, and a
+# `version` that every change of the group's runs moves on in the same transaction.
+# Made from the runs when the database opens (`index_groups`); only this process's
+# GroupScores read the versions, so they start again at 0.
+GROUPS = "run_groups"
+
+
+def index_groups(con: Any) -> None:
+    """Make the table GROUPS from the runs (in the caller's transaction: when the
+    database opens, after a backup is loaded)."""
+    con.execute(f"""CREATE OR REPLACE TABLE {GROUPS} AS
+                    SELECT {group_id()} AS gid, 0::BIGINT AS version, {', '.join(OUTLIER_GROUP)}
+                    FROM runs GROUP BY ALL""")
+
+
+def changed() -> str:
+    """What a write returns of each run it inserts or deletes (RETURNING ...), for
+    groups_changed."""
+    return f"run_id, {group_id()}"
+
+
+def groups_changed(con: Any, changed: Sequence[tuple[str, int]]) -> None:
+    """Move on the version of the group of each (run_id, group id) of `changed` (what a
+    write's RETURNING `changed()` gave), in the write's transaction; a group new to GROUPS
+    is added, its columns read from its run."""
+    first = dict((gid, run_id) for run_id, gid in reversed(changed))
+    if not first:
+        return
+    moved = {gid for (gid,) in con.execute(
+        f"UPDATE {GROUPS} SET version = version + 1 WHERE list_contains(?::UBIGINT[], gid) "
+        "RETURNING gid", [list(first)]).fetchall()}
+    for gid, run_id in first.items():
+        if gid not in moved:
+            con.execute(f"INSERT INTO {GROUPS} SELECT {group_id()}, 1, "
+                        f"{', '.join(OUTLIER_GROUP)} FROM runs WHERE run_id = ?", [run_id])
+
+
+class GroupScores:
+    """Each outlier group's median, MAD and mean absolute deviation (group_stats_sql),
+    kept with the version of the group they were computed at; safe to share between
+    threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # group id -> (version, (med, mad, meanad) or None: no scored runs)
+        self._kept: dict[int, tuple[int, tuple[float, float, float] | None]] = {}
+
+    def of(self, con: Any, groups: str, params: Sequence[Any]) -> list[list[Any]]:
+        """The scores of the groups matching `groups` (SQL on GROUPS' columns, with
+        `params`) as `scored` takes them: group ids, medians, MADs, mean absolute
+        deviations. `con` must be in the transaction of the read that uses them: the
+        versions are looked up in its snapshot, and a group whose kept scores are of
+        another version is scored again from its runs in that snapshot."""
+        found = con.execute(f"SELECT gid, version, model, gpu_name FROM {GROUPS} "
+                            f"WHERE {groups}", list(params)).fetchall()
+        with self._lock:
+            kept = {gid: self._kept.get(gid) for gid, *_ in found}
+        stale = [row for row in found
+                 if kept[row[0]] is None or kept[row[0]][0] != row[1]]
+        if stale:
+            # The stale groups' runs found by their model and card first (a scan of two
+            # columns), then by their group id.
+            computed = {gid: (med, mad, meanad) for gid, med, mad, meanad in con.execute(
+                group_stats_sql("list_contains(?, model) AND list_contains(?, gpu_name) AND "
+                                f"list_contains(?::UBIGINT[], {group_id()})"),
+                [sorted({r[2] for r in stale}), sorted({r[3] for r in stale}),
+                 [r[0] for r in stale]]).fetchall()}
+            with self._lock:
+                for gid, version, *_ in stale:
+                    kept[gid] = (version, computed.get(gid))
+                    held = self._kept.get(gid)
+                    if held is None or held[0] <= version:  # versions only move on
+                        self._kept[gid] = kept[gid]
+        scores: list[list[Any]] = [[], [], [], []]
+        for gid, held in kept.items():
+            if held is not None and held[1] is not None:
+                for column, value in zip(scores, (gid, *held[1]), strict=True):
+                    column.append(value)
+        return scores

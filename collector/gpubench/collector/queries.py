@@ -15,7 +15,7 @@ from os.path import commonprefix
 from typing import TYPE_CHECKING, Any
 
 from gpubench.collector import ceilings, outliers
-from gpubench.collector.database import UntilChanged
+from gpubench.collector.database import UntilChanged, transaction
 from gpubench.collector.rows import REASON_SEPARATOR
 from gpubench.errors import InvalidRecord, NotFound
 from gpubench.v1 import collector_pb2, run_pb2
@@ -54,8 +54,9 @@ class RunFilter:
 class RunReads:
     """The reads of single runs and pages of runs."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, scores: outliers.GroupScores) -> None:
         self._db = database
+        self._scores = scores
         self._answers = UntilChanged(database, size=1)  # the counts, until the runs change
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
@@ -73,7 +74,7 @@ class RunReads:
                 f"SELECT run_id FROM runs WHERE {where} ORDER BY run_id LIMIT 4", [prefix]
             ).fetchall()
             if len(rows) == 1:
-                rows = _stored_rows(con, [rows[0][0]])
+                rows = self._stored_rows(con, [rows[0][0]])
             short = _short_ids(con, [rows[0][0]]) if len(rows) == 1 else {}
         if not rows:
             held = self._held_reason(prefix) if whole else None
@@ -134,11 +135,23 @@ class RunReads:
             if not taken:
                 return [], ""
             ids = [head[0] for head in heads[:taken]]
-            rows = _stored_rows(con, ids, order)
+            rows = self._stored_rows(con, ids, order)
             short = _short_ids(con, ids)
         last = heads[taken - 1]
         token = _encode_page_token(last[1], last[0]) if len(heads) > taken else ""
         return [_stored_run(r, short) for r in rows], token
+
+    def _stored_rows(self, con: Any, run_ids: Sequence[str], order: str = ""
+                     ) -> list[tuple]:
+        """The STORED_COLUMNS of the runs `run_ids`, their outlier flags and scores
+        from their groups' scores (one transaction: the scores of what it reads)."""
+        ids = list(run_ids)
+        with transaction(con):
+            scores = self._scores.of(con, outliers.groups_of_runs(), [ids])
+            return con.execute(
+                f"SELECT {STORED_COLUMNS} FROM {outliers.scored('list_contains(?, run_id)')}"
+                f"{order}", [ids, *scores],
+            ).fetchall()
 
     def _held_reason(self, run_id: str) -> str | None:
         """Why a run an earlier version acknowledged could not be stored (it is held in
@@ -154,11 +167,12 @@ class RunReads:
         return dict(self._answers.get("counts", self._counts))
 
     def _counts(self) -> dict[str, int]:
-        with self._db.read() as con:
+        with self._db.read() as con, transaction(con):
             stored, flagged, outlier, published, held = con.execute(
                 "SELECT count(*), count(*) FILTER (WHERE flagged), count(*) FILTER (WHERE "
                 "outlier), count(*) FILTER (WHERE published), (SELECT count(*) FROM "
-                f"quarantine) FROM {outliers.scored('true')}").fetchall()[0]
+                f"quarantine) FROM {outliers.scored('true')}",
+                self._scores.of(con, "true", [])).fetchall()[0]
         return {"runs_stored": stored, "runs_flagged": flagged, "runs_outlier": outlier,
                 "runs_published": published, "runs_quarantined": held}
 
@@ -191,13 +205,6 @@ def _filter_sql(where: RunFilter) -> tuple[list[str], list[Any]]:
     return clauses, params
 
 
-def _stored_rows(con: Any, run_ids: Sequence[str], order: str = "") -> list[tuple]:
-    """The STORED_COLUMNS of the runs `run_ids`, their outlier flags and scores computed
-    from their groups' runs."""
-    return con.execute(
-        f"SELECT {STORED_COLUMNS} FROM {outliers.scored(outliers.groups_of_runs())} "
-        f"WHERE list_contains(?, run_id){order}", [list(run_ids)] * 3,
-    ).fetchall()
 
 
 def _short_ids(con: Any, run_ids: Sequence[str]) -> dict[str, str]:

@@ -6,8 +6,9 @@ change also goes through.
 
 A submission is stored in one DuckDB transaction and acknowledged once the commit has
 returned: DuckDB syncs its write-ahead log at every commit. It writes its run and
-nothing else: the outlier flags and figures are computed where they are read
-(collector.outliers), so its cost does not grow with its group. Writes take the
+the version of its outlier group and nothing else: the outlier flags and figures are
+computed where they are read (collector.outliers), so its cost does not grow with its
+group. Writes take the
 database's write lock, one at a time (submissions waiting for it share the next
 transaction, and each is answered when that one has committed); reads take none
 (DuckDB's MVCC). Opening stores what an earlier version left unstored
@@ -27,7 +28,7 @@ from typing import Any
 
 import duckdb
 
-from gpubench.collector import backup_tables, columns, leftovers, migrations
+from gpubench.collector import backup_tables, columns, leftovers, migrations, outliers
 from gpubench.collector.aggregates import Aggregates
 from gpubench.collector.database import Database, backup_counts, transaction
 from gpubench.collector.durability import Durability, storage_error
@@ -58,8 +59,10 @@ class Store:
         self.durability = Durability()  # whether writes succeed now (health listens)
         self.submissions = SubmissionCounts()  # acknowledged and refused (the Stats call)
         # Reads take no lock (DuckDB's MVCC): the runs, the figures of their groups, tokens.
-        self.runs = RunReads(self.database)
-        self.aggregates = Aggregates(self.database)
+        # Each outlier group's scores, kept until the group changes (both read them).
+        scores = outliers.GroupScores()
+        self.runs = RunReads(self.database, scores)
+        self.aggregates = Aggregates(self.database, scores)
         self.tokens = Tokens(self.database)
         self._closing = threading.Event()
         self._retrying: threading.Thread | None = None
@@ -159,7 +162,9 @@ class Store:
                                [run_id]).fetchall()
             if not rows:
                 raise NotFound(f"run_id {run_id}: no such run")
-            con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+            outliers.groups_changed(con, con.execute(
+                f"DELETE FROM runs WHERE run_id = ? RETURNING {outliers.changed()}", [run_id]
+            ).fetchall())
             return rows[0][0]
 
     def export_to(self, folder: Path, tables: Sequence[str]) -> dict[str, int]:
@@ -183,6 +188,7 @@ class Store:
             con = self.database.cursor()
             with transaction(con):
                 backup_tables.load(con, files)
+                outliers.index_groups(con)
             self.database.generation += 1
             return backup_counts(con)
 
@@ -283,7 +289,9 @@ def _insert(con: duckdb.DuckDBPyConnection, rows: Sequence[dict[str, Any]]
                 f"run_id {row['run_id']}: already stored with different content "
                 f"(sha256 {ack.content_sha256[:12]}...); a new run needs a new run_id"))
     if fresh:
-        con.execute(columns.INSERT_ROWS, columns.column_lists(fresh))
+        outliers.groups_changed(con, con.execute(
+            f"{columns.INSERT_ROWS} RETURNING {outliers.changed()}", columns.column_lists(fresh)
+        ).fetchall())
     return results
 
 
