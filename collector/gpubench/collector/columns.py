@@ -9,6 +9,7 @@ even that).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -100,16 +101,26 @@ def column_lists(
     return [[r[name] for r in rows] for name in (schema or RUN_COLUMNS).names]
 
 
+@functools.cache
+def _ranges(schema: pa.Schema) -> tuple[tuple[str, ...], dict[str, tuple[int, int, str]]]:
+    # The names, and each integer column's range and type's name, once per schema: the
+    # schema's lookups (an Arrow type's hash, its list of names) took most of this
+    # check's time, for every submission.
+    return tuple(schema.names), {
+        field.name: (*_COLUMN_RANGES[field.type], SQL_TYPES[field.type])
+        for field in schema if field.type in _COLUMN_RANGES}
+
+
 def misfits(row: dict[str, Any], names: Sequence[str] | None = None) -> list[str]:
     """The columns (of `names`; None: every one) whose type cannot hold `row`'s value
     ("train_images 3000000000 does not fit INTEGER"): what a database refusal does not
     say."""
     found = []
-    for name in RUN_COLUMNS.names if names is None else names:
-        value, kind = row.get(name), RUN_COLUMNS.field(name).type
-        limits = _COLUMN_RANGES.get(kind)
+    every, ranges = _ranges(RUN_COLUMNS)
+    for name in every if names is None else names:
+        value, limits = row.get(name), ranges.get(name)
         if limits and isinstance(value, int) and not limits[0] <= value <= limits[1]:
-            found.append(f"{name} {value} does not fit {SQL_TYPES[kind]}")
+            found.append(f"{name} {value} does not fit {limits[2]}")
         elif isinstance(value, str) and not value.isascii():
             try:
                 value.encode("utf-8")
