@@ -27,6 +27,9 @@ from gpubench.client import Client
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import collector_pb2_grpc as pb_grpc
 
+# HAProxy is a fetched Debian tool: these tests are part of `make test-e2e`.
+pytestmark = pytest.mark.e2e
+
 PER_ADDRESS = 120  # connections one address may hold (100 visitors fit)
 FAILURES = 5  # failed authentications a minute per client address
 REQUEST_TIMEOUT_S = 6  # from the TLS handshake to a whole request's headers

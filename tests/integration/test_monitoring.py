@@ -18,7 +18,7 @@ from gpubench.collector.web.metrics import SiteMetrics
 from gpubench.v1 import collector_pb2
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "monitoring"
-# promtool on PATH, else where `make test` unpacks it (`make promtool`: Debian's package,
+# promtool on PATH, else where `make test-e2e` unpacks it (`make promtool`: Debian's package,
 # downloaded into .tools/, no server installed).
 FETCHED = FOLDER.parents[1] / ".tools" / "prometheus" / "usr" / "bin" / "promtool"
 PROMTOOL = shutil.which("promtool") or (str(FETCHED) if FETCHED.is_file() else None)
@@ -62,6 +62,7 @@ def test_every_metric_named_is_exported() -> None:
         assert f"alert: {alert}" in rules
 
 
+@pytest.mark.e2e  # a fetched Debian tool: make test-e2e
 @needs_promtool
 def test_promtool_checks_the_rules_and_their_unit_tests() -> None:
     checked = subprocess.run([PROMTOOL, "check", "rules", "alerts.yaml"], cwd=FOLDER,
@@ -72,6 +73,7 @@ def test_promtool_checks_the_rules_and_their_unit_tests() -> None:
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
 
+@pytest.mark.e2e  # a fetched Debian tool: make test-e2e
 @needs_promtool
 def test_promtool_parses_every_query_of_the_dashboard(tmp_path: Path) -> None:
     # Each query as a recording rule: `promtool check rules` parses its PromQL.

@@ -25,11 +25,12 @@ from gpubench import frames
 CHROMIUM = find_chromium()
 WIDTHS = (1280, 390)
 
-pytestmark = pytest.mark.skipif(
+# Chromium is a fetched Debian tool: the browser test is part of `make test-e2e`.
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
     CHROMIUM is None,
     reason="chromium is not installed: the results site's browser test needs it "
            "(on PATH, or fetched into .tools/chromium by `make chromium`, which `make "
-           "test` runs where apt-get is)")
+           "test-e2e` runs where apt-get is)")]
 
 MARKED = ("/compare/B0?settings=&batch_rule=steps&backend=torch&precision=float32"
           "&pipeline=cached&allow_mixed=1&baseline=" + quote("1x NVIDIA H200"))

@@ -17,7 +17,8 @@ from gpubench import events
 from gpubench.errors import ExitCode
 from gpubench.events import STREAM_VERSION
 
-pytestmark = pytest.mark.slow
+# The one tiny training per backend that `make test` keeps (smoke); the others are e2e.
+pytestmark = [pytest.mark.slow, pytest.mark.smoke]
 
 TINY = ("--model", "B0", "--gpus", "0", "--image-size", "32")
 
