@@ -11,17 +11,19 @@ answer; published figures (transcribed) are answered apart, never mixed in.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from gpubench import estimate as estimating
 from gpubench import figures, frames, prices, record, stored_runs
 from gpubench import fit as fitting
-from gpubench.client import Client
 from gpubench.errors import NotFound
 from gpubench.stored_runs import Setup
 from gpubench.v1 import run_pb2
+
+if TYPE_CHECKING:  # the Client calls these answers (Client.fit, Client.estimate)
+    from gpubench.client import Client
 
 PUBLISHED_HEADING = "Published figures (transcribed from the article, not measured by gpubench)"
 ASSUMES = ("Assumes an epoch's time (training and validation) linear in its images, epoch 1's "
