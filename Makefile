@@ -8,12 +8,12 @@ LOG := $(VENV)/install.log
 SHOW_LOG = { tail -n 40 $(LOG); echo "install failed: the whole log is $(LOG)"; exit 1; }
 PYTEST_ARGS ?=
 
-.PHONY: help install proto test test-docker test-gpu demo bench chaos lint typecheck clean
+.PHONY: help install proto test test-docker test-gpu demo bench chaos docs lint typecheck clean
 
 help:
 	@echo "make demo         a benchmark run sent to a local collector, compared (.demo/)"
-	@echo "make test         the default test suite (unit + integration, CPU only)"
-	@echo "make test-e2e     the long runs: real training, out of memory, the demo, chaos"
+	@echo "make test         the default test suite (CPU only, a tiny training per backend)"
+	@echo "make test-e2e     the long runs: training, out of memory, the demo, chaos, tools"
 	@echo "make test-docker  build the images and run agent + collector containers"
 	@echo "make bench        collector and sampler benchmarks (figures and ratios)"
 	@echo "make chaos        the collector's fault campaign (CHAOS_ARGS=--short: minutes)"
@@ -21,7 +21,8 @@ help:
 	@echo "make chromium     Debian's Chromium unpacked into .tools/ for the browser test"
 	@echo "make install      the virtual environment with every extra ($(VENV))"
 	@echo "make proto        regenerate the wire code from protos/"
-	@echo "make lint         ruff, actionlint + zizmor (workflows), hadolint (Dockerfiles)"
+	@echo "make docs         regenerate the pages made from the code (docs/api.md)"
+	@echo "make lint         ruff, generated docs, actionlint + zizmor, hadolint"
 	@echo "make typecheck    mypy over gpubench/, agent/ and collector/"
 
 # Each step says what it does; pip's own output goes to $(LOG), shown when a step fails.
@@ -50,18 +51,21 @@ proto: $(STAMP)
 
 # The default suite, spread over the cores (pytest-xdist; PYTEST_WORKERS=0 runs it in this
 # process), with its 25 slowest steps at the end. Each file's tests run in one worker, so
-# that a module's fixtures (a training run, a collector) are made once. The long
-# end-to-end runs are `make test-e2e`.
+# that a module's fixtures (a training run, a collector) are made once. Of the trainings
+# (marked slow) it keeps one tiny run per backend (marked smoke); it needs no fetched tool.
 PYTEST_WORKERS ?= auto
-test: proto chromium promtool haproxy
-	$(PY) -m pytest -m "not docker and not gpu and not e2e" -n $(PYTEST_WORKERS) \
+DEFAULT_TESTS := not docker and not gpu and not e2e and (smoke or not slow)
+test: proto
+	$(PY) -m pytest -m "$(DEFAULT_TESTS)" -n $(PYTEST_WORKERS) \
 	  --dist loadfile --slowest 25 $(PYTEST_ARGS)
 
-# Real training beyond the smoke runs, real out-of-memory runs, `make demo` from a clean
-# checkout and the chaos campaign's short parts: one at a time, as each loads the machine.
+# Everything `make test` leaves out but docker and GPU: the other trainings, real
+# out-of-memory runs, `make demo` from a clean checkout, the chaos campaign's short parts
+# and the tests of the fetched Debian tools: one at a time, as each loads the machine.
+E2E_TESTS := not docker and not gpu and (e2e or slow and not smoke)
 .PHONY: test-e2e
-test-e2e: proto
-	$(PY) -m pytest -m "e2e and not docker and not gpu" --slowest 25 $(PYTEST_ARGS)
+test-e2e: proto chromium promtool haproxy
+	$(PY) -m pytest -m "$(E2E_TESTS)" --slowest 25 $(PYTEST_ARGS)
 
 # Tools the tests run, fetched into the project (git-ignored), never installed system-wide:
 # Debian's packages with the libraries this system lacks, downloaded and unpacked into
@@ -84,8 +88,8 @@ promtool:
 	@command -v promtool >/dev/null 2>&1 || test -x $(PROMTOOL) || { \
 	  $(call fetch,prometheus,the promtool checks); }
 
-# Headless Chromium drives the results site's browser test (tests/web/test_browser.py);
-# about 190 MB to fetch.
+# Headless Chromium drives the results site's browser test (tests/web/test_browser.py, in
+# make test-e2e); about 190 MB to fetch.
 .PHONY: chromium
 chromium:
 	@command -v chromium >/dev/null 2>&1 || test -x $(TOOLS)/chromium/usr/lib/chromium/chromium || { \
@@ -117,10 +121,18 @@ CHAOS_ARGS ?=
 chaos: proto haproxy
 	$(PY) bench/chaos.py $(CHAOS_ARGS)
 
-# ruff; the workflows with actionlint and zizmor (offline: no look-up of the actions'
-# latest versions); the Dockerfiles with hadolint. Each a binary from the dev extra.
+# The pages generated from the code (docs/api.md from the docstrings): `make lint` checks
+# them.
+.PHONY: docs
+docs: $(STAMP)
+	$(PY) scripts/api_reference.py
+
+# ruff; docs/api.md is current; the workflows with actionlint and zizmor (offline: no
+# look-up of the actions' latest versions); the Dockerfiles with hadolint. Each a binary
+# from the dev extra.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(PY) scripts/api_reference.py --check
 	$(VENV)/bin/actionlint .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
 	$(VENV)/bin/hadolint docker/*.Dockerfile

@@ -60,8 +60,8 @@ def packages() -> tuple[list[str], dict[str, str]]:
     folders: dict[str, str] = {}
     for package, root in PARTS.items():
         folder = root.joinpath(*package.split("."))
-        # `gpubench` itself is a namespace package (no __init__.py: gpubench/versions.py
-        # says why); the agent and the collector are regular packages within it.
+        # `gpubench` is a regular package whose __path__ takes in the other parts' folders
+        # (gpubench/__init__.py); the agent and the collector are packages within it.
         if not any(folder.glob("*.py")):
             continue
         folders[package] = str(folder.relative_to(ROOT))

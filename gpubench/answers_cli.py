@@ -30,10 +30,7 @@ def _runs(ctx: click.Context, model: str, gpu: str | None, include_outliers: boo
           ) -> answers.Runs:
     """The usable runs of `model` on GPUs matching `gpu` (answers.read_runs); a `gpu` no
     run of the model matches is NotFound, naming the GPUs that have runs."""
-    client = query_client(ctx)
-    runs = answers.read_runs(client, model, gpu, include_outliers=include_outliers)
-    if gpu and not (runs.measured or runs.published or runs.outliers):
-        raise answers.no_such_gpu(client, model, gpu)
+    runs: answers.Runs = query_client(ctx).usable_runs(model, gpu, include_outliers)
     return runs
 
 
@@ -79,8 +76,8 @@ def estimate(ctx: click.Context, model: str, gpu: str | None, epochs: int, image
     takes what epoch 2 did. Runs measured differently (backend, precision, settings,
     batch rule, ...) are shown apart, with the range over their runs (min, median,
     max); published figures are shown on lines of their own."""
-    document = answers.estimate_document(_runs(ctx, model, gpu, include_outliers), model,
-                                         epochs, images, gpu)
+    document = query_client(ctx).estimate_document(model, epochs=epochs, images=images,
+                                                   gpu=gpu, include_outliers=include_outliers)
     if fmt == "json":
         click.echo(json.dumps(document, indent=2))
         return
@@ -152,11 +149,8 @@ def fit(ctx: click.Context, model: str, memory_bytes: int | None, card: str | No
     if (memory_bytes is None) == (card is None):
         raise click.UsageError("give the card's memory (--memory 16GiB) or its name "
                                '(--card "Tesla T4"), one of them')
-    if card is not None:
-        memory_bytes = answers.card_memory(query_client(ctx), card)
-    assert memory_bytes is not None
-    document = answers.fit_document(_runs(ctx, model, gpu, include_outliers), model,
-                                    memory_bytes, card or "")
+    document = query_client(ctx).fit_document(model, memory=memory_bytes, card=card, gpu=gpu,
+                                              include_outliers=include_outliers)
     if fmt == "json":
         click.echo(json.dumps(document, indent=2))
         return

@@ -29,7 +29,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 import grpc  # noqa: E402 - after its verbosity is set
 import pandas as pd  # noqa: E402
 
-from gpubench import comparison_key, frames, models
+from gpubench import comparison_key, frames, models, record, sizes
 from gpubench.errors import (
     AccessDenied,
     CollectorUnavailable,
@@ -644,10 +644,34 @@ class Client:
             asked.allow_mixed = False
         return tuple(response.mixed)
 
-    def compare(self, model: str, **filters: Any) -> pd.DataFrame:
+    def compare(
+        self,
+        model: str,
+        *,
+        baseline: str | None = None,
+        baseline_count: int = 1,
+        gpus: Sequence[str] = (),
+        allow_mixed: bool = False,
+        include_outliers: bool = False,
+        include_flagged: bool = False,
+        backend: str | None = None,
+        precision: str | None = None,
+        math_mode: str | None = None,
+        image_size: int | None = None,
+        train_images: int | None = None,
+        settings: str | None = None,
+        batch_rule: str | None = None,
+        pipeline: str | None = None,
+        weights: str | None = None,
+        data: str | None = None,
+        epochs: int | None = None,
+        benchmark_version: str | None = None,
+        unit: str | None = None,
+        model_fingerprint: str | None = None,
+    ) -> pd.DataFrame:
         """Compare GPU configurations on one model: one row per GPU configuration,
-        fastest first. `filters` are those of `CompareFilters` (an unknown one is a
-        TypeError naming it):
+        fastest first. `model` is a model's name ("B0") or the first 8 or more hex
+        digits of a model fingerprint.
 
         `baseline` names the GPU whose `baseline_count`-GPU configuration is the 1.0x
         reference (default: the slowest). `gpus` keeps only those GPU names. Runs that
@@ -671,7 +695,14 @@ class Client:
         the groups of cards not yet in the collector's GPU catalogue, shown apart
         ("uncatalogued": one dict each, `gpubench.frames.uncatalogued_of` makes them a
         frame). `compare_response` returns the collector's message itself.
+
+        Example: ``client.compare("B0", baseline="Tesla T4", precision="float32")``.
         """
+        # Every argument but the model is a filter of CompareFilters, the one place
+        # that checks the pins against gpubench.comparison_key (a test keeps the two lists
+        # of names equal).
+        filters = {name: value for name, value in locals().items()
+                   if name not in ("self", "model")}
         return frames.compare_frame(self.compare_response(model, **filters))
 
     def leaderboard_response(
@@ -718,6 +749,109 @@ class Client:
         return frames.leaderboard_frame(
             self.leaderboard_response(model, precision, limit, **filters))
 
+    # -- answers: estimate and fit --------------------------------------------------
+
+    def usable_runs(self, model: str, gpu: str | None = None,
+                    include_outliers: bool = False) -> Any:
+        """The usable runs of `model` on GPUs whose name contains `gpu`
+        (gpubench.answers.read_runs); a `gpu` no run of the model matches is NotFound,
+        naming the GPUs that have runs."""
+        from gpubench import answers  # it imports this module
+
+        runs = answers.read_runs(self, model, gpu, include_outliers=include_outliers)
+        if gpu and not (runs.measured or runs.published or runs.outliers):
+            raise answers.no_such_gpu(self, model, gpu)
+        return runs
+
+    def estimate_document(self, model: str, *, epochs: int,
+                          images: int = record.STANDARD_TRAIN_IMAGES, gpu: str | None = None,
+                          include_outliers: bool = False) -> dict[str, Any]:
+        """`estimate`'s answer as one JSON-ready document, its sentences included (what
+        `gpubench estimate --format json` prints and the results site serves)."""
+        from gpubench import answers
+
+        if epochs < 1 or images < 1:
+            raise GpubenchError(f"epochs and images: each at least 1, got {epochs} and "
+                                f"{images}", exit_code=ExitCode.USAGE)
+        runs = self.usable_runs(model, gpu, include_outliers)
+        return answers.estimate_document(runs, model, epochs, images, gpu)
+
+    def estimate(self, model: str, *, epochs: int, images: int = record.STANDARD_TRAIN_IMAGES,
+                 gpu: str | None = None, include_outliers: bool = False) -> pd.DataFrame:
+        """How long training `epochs` epochs of `images` training images takes on each GPU
+        configuration, scaled from the stored runs' epoch times (gpubench.estimate says
+        how): one row per group of like runs, with the range over its runs.
+
+        `gpu` keeps GPUs whose name contains it ("T4"); `images` defaults to the
+        benchmark's training set. Outlier runs are left out unless `include_outliers`.
+        Columns: `published` (False: measured by gpubench; True: transcribed from the
+        article), `gpu_config`, the comparison key's values, `runs`, `seconds_min`,
+        `seconds_median`, `seconds_max` and the sentences `answer`, `basis`, `settings`.
+        `df.attrs` holds the "question", what it "assumes" and the sentence for "none".
+
+        Example: ``client.estimate("B0", epochs=400, gpu="H200")``.
+        """
+        document = self.estimate_document(model, epochs=epochs, images=images, gpu=gpu,
+                                          include_outliers=include_outliers)
+        rows = [{"published": published, **group["setup"],
+                 **{name: group[name] for name in _ESTIMATE_COLUMNS}}
+                for published in (False, True)
+                for group in document["published" if published else "measured"]]
+        frame = pd.DataFrame(rows, columns=_columns(rows, ("published", "gpu_config"),
+                                                    _ESTIMATE_COLUMNS))
+        frame.attrs.update({name: document[name] for name in
+                            ("model", "gpu", "epochs", "images", "question", "none",
+                             "assumes")})
+        return frame
+
+    def fit_document(self, model: str, *, memory: str | int | None = None,
+                     card: str | None = None, gpu: str | None = None,
+                     include_outliers: bool = False) -> dict[str, Any]:
+        """`fit`'s answer as one JSON-ready document, its sentences included (what
+        `gpubench fit --format json` prints and the results site serves)."""
+        from gpubench import answers
+
+        if (memory is None) == (card is None):
+            raise GpubenchError("give the card's memory (memory=\"16GiB\") or its name "
+                                '(card="Tesla T4"), one of them', exit_code=ExitCode.USAGE)
+        if card is not None:
+            memory_bytes = answers.card_memory(self, card)
+        elif isinstance(memory, int):
+            memory_bytes = memory
+        else:
+            try:
+                memory_bytes = sizes.card_memory(str(memory))
+            except ValueError as exc:
+                raise GpubenchError(f"memory: {exc}", exit_code=ExitCode.USAGE) from None
+        runs = self.usable_runs(model, gpu, include_outliers)
+        return answers.fit_document(runs, model, memory_bytes, card or "")
+
+    def fit(self, model: str, *, memory: str | int | None = None, card: str | None = None,
+            gpu: str | None = None, include_outliers: bool = False) -> pd.DataFrame:
+        """Whether a card of `memory` ("16GiB", "24GB" or bytes), or the card named
+        `card` ("Tesla T4": its memory as the stored runs recorded it), trains `model`,
+        and at about what batch (gpubench.fit says how). Give one of the two.
+
+        One row per way of computing the network (`label`), measured runs first, then
+        published figures (`published` True): the `verdict`, the `batch` (0: none
+        fits), the `basis` (searched, line or bound), the `confidence` (high, fair,
+        rough or floor), how sure in a sentence (`how_sure`), how many runs it rests on
+        (`runs`) and `left_aside`. `gpu` keeps runs on GPUs whose name contains it.
+        `df.attrs` holds the "question", "memory_bytes" and the sentence for "none".
+
+        Example: ``client.fit("B7", memory="16GiB")``.
+        """
+        document = self.fit_document(model, memory=memory, card=card, gpu=gpu,
+                                     include_outliers=include_outliers)
+        rows = [{"published": published, "label": label,
+                 **{name: answer[name] for name in _FIT_COLUMNS}, "runs": len(answer["runs"])}
+                for published in (False, True)
+                for label, answer in document["published" if published else "measured"].items()]
+        frame = pd.DataFrame(rows, columns=["published", "label", *_FIT_COLUMNS, "runs"])
+        frame.attrs.update({name: document[name] for name in
+                            ("model", "memory_bytes", "memory", "card", "question", "none")})
+        return frame
+
     # -- tokens (admin) -------------------------------------------------------------
 
     def create_token(self, name: str, admin: bool = False) -> collector_pb2.CreateTokenResponse:
@@ -746,3 +880,15 @@ class Client:
         )
         return response.token
 
+
+# The columns of Client.estimate's and Client.fit's frames, after the key's values.
+_ESTIMATE_COLUMNS = ("runs", "seconds_min", "seconds_median", "seconds_max", "answer",
+                     "basis", "settings")
+_FIT_COLUMNS = ("verdict", "batch", "basis", "confidence", "how_sure", "left_aside")
+
+
+def _columns(rows: list[dict[str, Any]], first: tuple[str, ...],
+             last: tuple[str, ...]) -> list[str]:
+    """`first`, the comparison key's names, then `last`: an empty frame has them too."""
+    middle = [name for name in comparison_key.NAMES if not rows or name in rows[0]]
+    return [*first, *middle, *last]

@@ -1,9 +1,9 @@
 """The project's name on PyPI and its versions: of the code, the record and the protocol.
 
-`gpubench` is a namespace package in three parts, each in a folder of its own (the
-shared `gpubench/`, `agent/gpubench/agent/` and `collector/gpubench/collector/`), so that
-Python, type checkers and editors find every module at its file from the repository
-root; a namespace package holds no code of its own, so these constants live here.
+`gpubench` is one package in three parts, each in a folder of its own (the shared
+`gpubench/`, `agent/gpubench/agent/` and `collector/gpubench/collector/`), so that Python,
+type checkers and editors find every module at its file from the repository root;
+gpubench/__init__.py holds only the Python API's names, so these constants live here.
 """
 
 from __future__ import annotations

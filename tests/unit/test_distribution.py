@@ -170,7 +170,9 @@ def test_the_wheel_alone_carries_the_code_and_the_commands(built: Path, tmp_path
                .strip())
     (own / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
 
-    loaded = _run(python, "-c", "import gpubench.agent.cli, gpubench.collector.cli, "
+    # The Python API's names too (gpubench/__init__.py): `from gpubench import Client`.
+    loaded = _run(python, "-c", "from gpubench import Client, __version__; "
+                  "import gpubench.agent.cli, gpubench.collector.cli, "
                   "gpubench.cli, gpubench.v1.run_pb2, sys; print('\\n'.join("
                   "m.__file__ for n, m in sorted(sys.modules.items()) "
                   "if n.startswith('gpubench') and getattr(m, '__file__', None)))").split()
