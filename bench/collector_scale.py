@@ -16,8 +16,9 @@ processes) submit --submissions runs, every call timed: once into the big group 
 once into a group that has no runs yet. Printed per measurement: acknowledgements a
 second, p50, p99 and the slowest answer, and the collector's CPU per acknowledgement.
 After the submissions, each read is timed over gRPC on the same collector: READS calls
-each right after a new run was stored (so nothing computed before it is of use; median
-and slowest), then READS calls with nothing stored in between (median). Last, each
+each right after a new run was stored in the big group (so nothing computed before it
+is of use; median and slowest), then READS calls with nothing stored in between, then
+READS calls each right after a run stored in another group (medians). Last, each
 side's medians and the ratio new/old.
 On a shared machine the absolute figures move with the load; the ratios of one
 interleaved run are what compare.
@@ -106,7 +107,7 @@ def write_runs(path: Path, n: int) -> None:
 def prefill(parquet: str, db: str) -> None:
     """Fill a new database at `db` with the runs of `parquet`, with this process's
     collector code (a side's): the columns its runs table has, and the outlier scores
-    where it stores them."""
+    or the table of groups where it keeps them."""
     from gpubench.collector import outliers
     from gpubench.collector.store import Store
 
@@ -124,6 +125,8 @@ def prefill(parquet: str, db: str) -> None:
                         f"FROM read_parquet('{parquet}')")
             if hasattr(outliers, "rescore"):  # a side that stores its scores
                 outliers.rescore(con, None)
+            if hasattr(outliers, "index_groups"):  # a side that keeps its groups' versions
+                outliers.index_groups(con)
     finally:
         store.close()
 
@@ -204,8 +207,9 @@ def submissions(address: str, token: str, pid: int, args: argparse.Namespace,
 def reads(address: str, token: str, count: int = READS
           ) -> dict[str, tuple[float, float, float]]:
     """Each read's time (ms): the median over `count` calls each right after a new run
-    was stored (nothing kept from before it), the slowest of those, and the median over
-    `count` calls with nothing stored in between."""
+    was stored in the big group (nothing kept from before it), the slowest of those, the
+    median over `count` calls with nothing stored in between, and the median over `count`
+    calls each right after a run stored in another group (the big group's scores kept)."""
     import grpc
     from factories import make_run
 
@@ -251,7 +255,13 @@ def reads(address: str, token: str, count: int = READS
                            metadata=metadata, timeout=60)
             fresh.append(timed(call))
         again = [timed(call) for _ in range(count)]
-        found[name] = (statistics.median(fresh), max(fresh), statistics.median(again))
+        elsewhere = []
+        for _ in range(count):
+            stub.SubmitRun(pb.SubmitRunRequest(run=make_run(**TARGETS["new group"])),
+                           metadata=metadata, timeout=60)
+            elsewhere.append(timed(call))
+        found[name] = (statistics.median(fresh), max(fresh), statistics.median(again),
+                       statistics.median(elsewhere))
     channel.close()
     return found
 
@@ -459,7 +469,8 @@ def report(n: int, figures: dict[str, list[dict]]) -> None:
         medians[label]["reads"] = {
             name: (statistics.median(r["reads"][name][0] for r in rounds),
                    max(r["reads"][name][1] for r in rounds),
-                   statistics.median(r["reads"][name][2] for r in rounds))
+                   statistics.median(r["reads"][name][2] for r in rounds),
+                   statistics.median(r["reads"][name][3] for r in rounds))
             for name in rounds[0]["reads"]}
     print(f"at {n:,} runs, medians of the rounds:")
     for label, m in medians.items():
@@ -474,11 +485,13 @@ def report(n: int, figures: dict[str, list[dict]]) -> None:
             print(f"  new/old, {target}: acks/s "
                   f"{new[target]['per_second'] / old[target]['per_second']:.2f}, p99 "
                   f"{new[target]['p99_ms'] / old[target]['p99_ms']:.2f}")
-    print("  reads, ms: after a new run median / slowest, then again median:" + "".join(
-        f"\n    {name}: " + ", ".join(f"{label} {m['reads'][name][0]:.1f} / "
-                                      f"{m['reads'][name][1]:.1f}, {m['reads'][name][2]:.1f}"
-                                      for label, m in medians.items())
-        for name in new["reads"]), flush=True)
+    print("  reads, ms: after a run into the big group median / slowest, then again "
+          "median, then after a run into another group median:" + "".join(
+              f"\n    {name}: " + ", ".join(
+                  f"{label} {m['reads'][name][0]:.1f} / {m['reads'][name][1]:.1f}, "
+                  f"{m['reads'][name][2]:.1f}, {m['reads'][name][3]:.1f}"
+                  for label, m in medians.items())
+              for name in new["reads"]), flush=True)
 
 
 if __name__ == "__main__":

@@ -217,8 +217,7 @@ class Aggregates:
         ranked among themselves (at most `limit` of them too); the version is the newest
         of the catalogued cards' runs (of theirs where there are none).
         """
-        clauses = ["status = 'ok'", "epoch2_seconds IS NOT NULL", "NOT outlier",
-                   "NOT published", "model = ?", "memory_limit_bytes = 0"]
+        clauses = [*_RUN_FILTER, "model = ?", "memory_limit_bytes = 0"]
         params: list[Any] = [query.model]
         for name in comparison_key.STANDARD_DIMENSIONS:
             clauses.append(f"{name} = ?")
@@ -230,10 +229,12 @@ class Aggregates:
             if value:
                 clauses.append(f"{name} = ?")
                 params.append(value)
-        # The model's runs with their outlier flags as computed now.
+        # The model's runs with their outlier flags as computed now: the scores of the
+        # groups it may rank (those of its clauses on the groups' columns).
         source = outliers.scored("model = ?")
+        ranked = " AND ".join(clauses[_RUN_CLAUSES:])
         with self._db.read() as con, transaction(con):
-            source_params = [query.model, *self._scores.of(con, "model = ?", [query.model])]
+            source_params = [query.model, *self._scores.of(con, ranked, params)]
             missing = _uncatalogued_names(con, query.model)
             known, known_params = _flagged_filter(
                 missing, apart=False, include_flagged=query.include_flagged)
@@ -292,6 +293,9 @@ class Aggregates:
         return found[: query.limit] + found_apart[: query.limit], version
 
 
+# The leaderboard's clauses on a run's own columns; the rest are on its group's.
+_RUN_FILTER = ("status = 'ok'", "epoch2_seconds IS NOT NULL", "NOT outlier", "NOT published")
+_RUN_CLAUSES = len(_RUN_FILTER)
 # A leaderboard entry's columns: the GPU configuration (the whole card) and the
 # dimensions it keeps apart or ranks one value at a time (each pinned, so grouping by
 # them splits nothing); and those a reference run must share with it to corroborate it

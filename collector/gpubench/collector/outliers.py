@@ -187,6 +187,8 @@ def index_groups(con: Any) -> None:
     con.execute(f"""CREATE OR REPLACE TABLE {GROUPS} AS
                     SELECT {group_id()} AS gid, 0::BIGINT AS version, {', '.join(OUTLIER_GROUP)}
                     FROM runs GROUP BY ALL""")
+    # A write finds its group by the index (not unique: two groups may share a hash).
+    con.execute(f"CREATE INDEX {GROUPS}_gid ON {GROUPS} (gid)")
 
 
 def changed() -> str:
@@ -202,11 +204,9 @@ def groups_changed(con: Any, changed: Sequence[tuple[str, int]]) -> None:
     first = dict((gid, run_id) for run_id, gid in reversed(changed))
     if not first:
         return
-    moved = {gid for (gid,) in con.execute(
-        f"UPDATE {GROUPS} SET version = version + 1 WHERE list_contains(?::UBIGINT[], gid) "
-        "RETURNING gid", [list(first)]).fetchall()}
-    for gid, run_id in first.items():
-        if gid not in moved:
+    for gid, run_id in first.items():  # (a batch's runs are of a group or two)
+        if not con.execute(f"UPDATE {GROUPS} SET version = version + 1 WHERE gid = ? "
+                           "RETURNING gid", [gid]).fetchall():
             con.execute(f"INSERT INTO {GROUPS} SELECT {group_id()}, 1, "
                         f"{', '.join(OUTLIER_GROUP)} FROM runs WHERE run_id = ?", [run_id])
 
