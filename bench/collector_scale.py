@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -275,8 +276,19 @@ def measure(site: Path | None, db: Path, token: str, args: argparse.Namespace,
         copy = Path(tempfile.mkdtemp(prefix="scale-", dir=workdir)) / "c.duckdb"
         shutil.copy(db, copy)
         server, address = start_collector(site, copy, workdir)
+        spy = None
+        if args.py_spy and target == "big group":
+            spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record",
+                                    "--gil", "-r", "200", "-f", "raw", "--nonblocking",
+                                    "-o", args.py_spy, "-p", str(server.pid)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)  # attached
         try:
             found[target] = submissions(address, token, server.pid, args, target)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
+                print(profile_shares(Path(args.py_spy)), flush=True)
             if with_reads and target == "big group":
                 found["reads"] = reads(address, token, args.reads)
         finally:
@@ -284,6 +296,22 @@ def measure(site: Path | None, db: Path, token: str, args: argparse.Namespace,
             server.wait(120)
             shutil.rmtree(copy.parent)
     return found
+
+
+def profile_shares(path: Path, top: int = 25) -> str:
+    """The functions of a py-spy raw profile (folded stacks) by the share of samples
+    they are in, most first."""
+    within: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        for frame in {f.split(" (")[0] + " " + f.split("(")[-1].split(":")[0].rsplit("/")[-1]
+                      for f in stack.split(";")}:
+            within[frame] = within.get(frame, 0) + int(count)
+    ranked = sorted(within.items(), key=lambda kv: -kv[1])[:top]
+    return f"  py-spy, {total} samples holding the GIL:\n" + "\n".join(
+        f"    {n / total:6.1%} {frame}" for frame, n in ranked)
 
 
 # What an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame.
@@ -397,6 +425,10 @@ def main() -> None:
                         help=f"calls timed per read and way (default {READS})")
     parser.add_argument("--idle", type=int, default=0,
                         help="also: this many idle connections, then new clients")
+    parser.add_argument("--py-spy", metavar="FILE",
+                        help="also: profile the collector during the submissions into the "
+                             "big group with py-spy (installed beside this Python) into FILE "
+                             "and print where its time goes")
     parser.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--prefill", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--hold", nargs=2, type=int, help=argparse.SUPPRESS)
