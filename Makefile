@@ -21,7 +21,7 @@ help:
 	@echo "make chromium     Debian's Chromium unpacked into .tools/ for the browser test"
 	@echo "make install      the virtual environment with every extra ($(VENV))"
 	@echo "make proto        regenerate the wire code from protos/"
-	@echo "make docs         regenerate the pages made from the code (docs/api.md)"
+	@echo "make docs         regenerate the pages made from the code (api.md, cli.md)"
 	@echo "make lint         ruff, generated docs, actionlint + zizmor, hadolint"
 	@echo "make typecheck    mypy over gpubench/, agent/ and collector/"
 
@@ -121,18 +121,20 @@ CHAOS_ARGS ?=
 chaos: proto haproxy
 	$(PY) bench/chaos.py $(CHAOS_ARGS)
 
-# The pages generated from the code (docs/api.md from the docstrings): `make lint` checks
-# them.
+# The pages generated from the code (docs/api.md from the docstrings, docs/cli.md from
+# each command's --help): `make lint` checks them.
 .PHONY: docs
-docs: $(STAMP)
+docs: proto
 	$(PY) scripts/api_reference.py
+	$(PY) scripts/cli_reference.py
 
-# ruff; docs/api.md is current; the workflows with actionlint and zizmor (offline: no
-# look-up of the actions' latest versions); the Dockerfiles with hadolint. Each a binary
-# from the dev extra.
+# ruff; docs/api.md and docs/cli.md are current; the workflows with actionlint and zizmor
+# (offline: no look-up of the actions' latest versions); the Dockerfiles with hadolint.
+# Each a binary from the dev extra.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) scripts/api_reference.py --check
+	$(PY) scripts/cli_reference.py --check
 	$(VENV)/bin/actionlint .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
 	$(VENV)/bin/hadolint docker/*.Dockerfile

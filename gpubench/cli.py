@@ -27,6 +27,7 @@ from gpubench.cli_shared import (
 )
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
+from gpubench.token_file import TOKEN_FILE_ENV, TOKEN_FILE_HELP, say_token_in_argv, token_from_file
 from gpubench.usage import usage_message
 from gpubench.versions import VERSION
 
@@ -51,7 +52,7 @@ class CommandFailed(click.ClickException):
 # the group (`gpubench --collector X runs list`) and are accepted after any subcommand too
 # (`gpubench runs list --collector X`): Group.add_command gives every command a copy,
 # which overrides the group's value when given.
-CONNECTION_OPTIONS = ("collector", "token", "ca", "tls", "timeout", "width")
+CONNECTION_OPTIONS = ("collector", "token", "token_file", "ca", "tls", "timeout", "width")
 
 
 def _override_connection(ctx: click.Context, param: click.Parameter, value: Any) -> None:
@@ -61,9 +62,14 @@ def _override_connection(ctx: click.Context, param: click.Parameter, value: Any)
     options = ctx.find_root().obj
     if isinstance(options, dict) and param.name:
         options[param.name] = value
-        if param.name in ("collector", "token"):  # the errors name the flag
+        if param.name == "token_file":
+            options["token"] = token_from_file(value)
+        if param.name in ("collector", "token", "token_file"):  # the errors name the flag
             field = "address" if param.name == "collector" else "token"
-            options["origins"] = replace(options["origins"], **{field: f"--{param.name}"})
+            flag = "--" + param.name.replace("_", "-")
+            options["origins"] = replace(options["origins"], **{field: flag})
+        if param.name == "token":
+            say_token_in_argv("gpubench")
 
 
 def _connection_copies(command: click.Command) -> list[click.Option]:
@@ -79,6 +85,7 @@ def _connection_copies(command: click.Command) -> list[click.Option]:
         copies.append(click.Option(
             param.opts, type=param.type, is_flag=param.is_flag, default=None,
             metavar=param.metavar, expose_value=False, callback=_override_connection,
+            hidden=param.hidden,
             help=f"{param.help} Also accepted here, after the command.",
         ))
     return copies
@@ -212,12 +219,11 @@ EXIT_CODES = (
     show_default=True,
     help=f"The collector's address (or ${ADDRESS_ENV}).",
 )
-@click.option(
-    "--token",
-    envvar=TOKEN_ENV,
-    default=None,
-    help=f"Access token sent as a bearer token (or ${TOKEN_ENV}).",
-)
+# Hidden: --token is the old spelling, kept for one release; it works and says the new one.
+@click.option("--token", envvar=TOKEN_ENV, default=None, hidden=True,
+              help=f"The access token itself (or ${TOKEN_ENV}).")
+@click.option("--token-file", metavar="FILE", envvar=TOKEN_FILE_ENV,
+              type=click.Path(dir_okay=False, allow_dash=True), help=TOKEN_FILE_HELP)
 @click.option(
     "--ca",
     type=click.Path(exists=True, dir_okay=False),
@@ -247,11 +253,15 @@ EXIT_CODES = (
 @click.version_option(VERSION, prog_name="gpubench")
 @click.pass_context
 def cli(
-    ctx: click.Context, collector: str, token: str | None, ca: str | None, tls: bool,
-    timeout: float, width: int | None,
+    ctx: click.Context, collector: str, token: str | None, token_file: str | None,
+    ca: str | None, tls: bool, timeout: float, width: int | None,
 ) -> None:
     """Query a gpubench collector: compare GPUs on the standard EfficientNet benchmark,
     list, show, delete and export runs."""
+    if token_file is not None:
+        token = token_from_file(token_file)
+    elif ctx.get_parameter_source("token") is click.core.ParameterSource.COMMANDLINE:
+        say_token_in_argv("gpubench")
     ctx.obj = {"collector": collector, "token": token, "ca": ca, "tls": tls, "timeout": timeout,
                "origins": connection_origins(ctx), "width": width}
 

@@ -13,13 +13,14 @@ from rich.console import Console
 
 from gpubench.client import ADDRESS_ENV, FROM_DEFAULT, TOKEN_ENV, Client, Origins
 from gpubench.settings_cli import Model, stored_model
+from gpubench.token_file import TOKEN_FILE_ENV
 
 MODEL = Model(stored_model)
 MODEL_HELP = ("The model: B0, B3, B7, ViT-B16 or GPT2-small; another model by the name "
               "its runs record, or by its fingerprint (8 or more hex digits).")
 # How a person sets the collector's address and token on the command line.
 SET_ADDRESS = f"--collector HOST:PORT or ${ADDRESS_ENV}"
-SET_TOKEN = f"--token or ${TOKEN_ENV}"
+SET_TOKEN = f"--token-file FILE or ${TOKEN_ENV}"
 
 
 def given_by(ctx: click.Context, name: str, flag: str, env: str) -> str:
@@ -37,6 +38,8 @@ def connection_origins(ctx: click.Context, *, set_token: str = SET_TOKEN) -> Ori
     """Where the --collector and --token of `ctx`'s command came from, for the client's
     errors."""
     token = given_by(ctx, "token", "--token", TOKEN_ENV)
+    if ctx.params.get("token_file"):
+        token = given_by(ctx, "token_file", "--token-file", TOKEN_FILE_ENV)
     return Origins(address=given_by(ctx, "collector", "--collector", ADDRESS_ENV),
                    token="" if token == FROM_DEFAULT else token,
                    set_address=SET_ADDRESS, set_token=set_token)

@@ -91,21 +91,28 @@ def page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def write_or_check(path: Path, text: str, regenerate: str, argv: list[str] | None = None,
+                   ) -> int:
+    """The scripts' command line: write `text` to `path`, or with --check write nothing
+    and return 1 where `path` differs, saying `regenerate` rewrites it."""
+    parser = argparse.ArgumentParser(description=f"write {path.relative_to(ROOT)}")
     parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 where docs/api.md is not current")
-    args = parser.parse_args()
-    text = page()
+                        help=f"write nothing; exit 1 where {path.relative_to(ROOT)} is not "
+                             "current")
+    args = parser.parse_args(argv)
     if args.check:
-        if PAGE.read_text() != text:
-            print(f"{PAGE.relative_to(ROOT)} is out of date: run {REGENERATE}",
+        if not path.is_file() or path.read_text() != text:
+            print(f"{path.relative_to(ROOT)} is out of date: run {regenerate}",
                   file=sys.stderr)
             return 1
         return 0
-    PAGE.write_text(text)
-    print(f"wrote {PAGE.relative_to(ROOT)}")
+    path.write_text(text)
+    print(f"wrote {path.relative_to(ROOT)}")
     return 0
+
+
+def main() -> int:
+    return write_or_check(PAGE, page(), REGENERATE)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from gpubench.settings import (
     parse_size,
 )
 from gpubench.settings_cli import Model, agent_options, given_settings, model_names
+from gpubench.token_file import TOKEN_FILE_ENV, TOKEN_FILE_HELP, TOKEN_IN_ARGV, token_from_file
 from gpubench.usage import FriendlyGroup
 from gpubench.versions import VERSION
 
@@ -40,7 +41,7 @@ MODEL_WORDS = (" B0, B3, B7 (the protocol's EfficientNets), ViT-B16, GPT2-small,
 EXIT_UNAVAILABLE, EXIT_AUTH, EXIT_INTERRUPTED = (ExitCode.UNAVAILABLE, ExitCode.AUTH,
                                                  ExitCode.INTERRUPTED)
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 80}
 # Lines of a failed workload command's own output shown with its error.
 TAIL_LINES = 20
 # How many of a run id's characters `status` shows.
@@ -121,7 +122,7 @@ RUNNER_OPTIONS = _options(
 
 
 def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--collector, --token-file (or $GPUBENCH_TOKEN), --ca; the command gets `token`.
+    """--collector, --token-file (or $GPUBENCH_TOKEN), --ca, --tls; the command gets `token`.
 
     The token never comes from argv, where every user of the machine reads it (`ps`):
     --token is refused with what to use instead.
@@ -137,23 +138,18 @@ def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="The collector to send runs to [env: GPUBENCH_COLLECTOR]."),
         # Hidden: kept only to refuse it clearly (token_of); the variable is the way in.
         click.option("--token", metavar="TOKEN", envvar="GPUBENCH_TOKEN", hidden=True),
-        click.option("--token-file", metavar="FILE", envvar="GPUBENCH_TOKEN_FILE",
+        click.option("--token-file", metavar="FILE", envvar=TOKEN_FILE_ENV,
                      type=click.Path(dir_okay=False, allow_dash=True),
-                     help="Read the access token from FILE ('-': the first line of stdin) "
-                          "[env: GPUBENCH_TOKEN_FILE]; or give the token itself in "
-                          "GPUBENCH_TOKEN. Never on the command line, where other users "
-                          "read it from the process list."),
+                     help=TOKEN_FILE_HELP),
         click.option("--ca", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                     help="PEM certificate to trust: talk TLS to the collector."),
+                     help="PEM certificate to trust: talk TLS to the collector, verified "
+                          "against this CA."),
+        click.option("--tls", is_flag=True,
+                     help="Talk TLS to the collector, verified against the system's roots "
+                          "(implied by --ca)."),
     )):
         with_token = option(with_token)
     return with_token
-
-
-TOKEN_IN_ARGV = (
-    "--token puts the secret in the process list, where every user of this machine "
-    "reads it: use --token-file FILE ('-': stdin), or set GPUBENCH_TOKEN"
-)
 
 
 def token_of(token: str | None, token_file: str | None) -> str | None:
@@ -164,16 +160,7 @@ def token_of(token: str | None, token_file: str | None) -> str | None:
         raise click.UsageError(TOKEN_IN_ARGV)
     if token_file is None:
         return token
-    try:
-        text = sys.stdin.readline() if token_file == "-" else Path(token_file).read_text()
-    except OSError as exc:
-        raise click.BadParameter(f"{token_file}: cannot read it ({exc.strerror or exc})",
-                                 param_hint="--token-file") from None
-    found = text.strip().splitlines()[0].strip() if text.strip() else ""
-    if not found:
-        where = "stdin" if token_file == "-" else token_file
-        raise click.BadParameter(f"{where}: holds no token", param_hint="--token-file")
-    return found
+    return token_from_file(token_file)
 
 
 def compat_option(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -186,14 +173,14 @@ def compat_option(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-def _client_factory(collector: str, token: str | None, ca: Path | None,
+def _client_factory(collector: str, token: str | None, ca: Path | None, tls: bool,
                     timeout: float, origins: Any = None) -> Callable[[], Any]:
     """Clients of the collector; `origins` (gpubench.client.Origins) says where its
     address and token came from, for the errors."""
     def make() -> Any:
         from gpubench.client import Client
 
-        return Client(collector, token, ca=ca, timeout=timeout, origins=origins)
+        return Client(collector, token, ca=ca, tls=tls, timeout=timeout, origins=origins)
 
     return make
 
@@ -255,7 +242,8 @@ def main() -> None:
 @click.pass_context
 def run(ctx: click.Context, models: list[str], quick: bool,
         runner: str, image: str, gpu_access: str, skip_compat: bool, collector: str | None,
-        token: str | None, ca: Path | None, offline: bool, spool_dir: Path | None, sample_hz: float,
+        token: str | None, ca: Path | None, tls: bool, offline: bool, spool_dir: Path | None,
+        sample_hz: float,
         trace_path: Path | None, idle_timeout: float, idle_temperature: float, label: str,
         as_json: bool, **settings: Any) -> int:
     """Run the benchmark: each model in turn, then a summary (and a comparison with
@@ -313,8 +301,9 @@ def run(ctx: click.Context, models: list[str], quick: bool,
             from gpubench.agent.preflight import check_collector
             from gpubench.client import answers_http
 
-            found = check_collector(_client_factory(collector or "", token, ca, retry.call_timeout,
-                                                    origins), collector or "", spool.root)
+            found = check_collector(_client_factory(collector or "", token, ca, tls,
+                                                    retry.call_timeout, origins),
+                                    collector or "", spool.root)
             if found.error is not None and answers_http(getattr(found.error, "detail", "")):
                 # A wrong address, not a collector down: no run would ever reach it.
                 raise GpubenchError(f"{found.error}; nothing was run", exit_code=ExitCode.USAGE)
@@ -328,14 +317,14 @@ def run(ctx: click.Context, models: list[str], quick: bool,
                 idle=IdleRule(timeout=idle_timeout, max_temperature=idle_temperature),
                 label=label, trace=trace, retry=retry, log_dir=spool.root / "logs",
                 client_factory=None if offline else _client_factory(
-                    collector or "", token, ca, retry.call_timeout, origins),
+                    collector or "", token, ca, tls, retry.call_timeout, origins),
                 unreachable=unreachable,
             )
             outcome = benchmark.run(requests)
         finally:
             if trace is not None:
                 trace.close()
-    _report(outcome, display, as_json, collector, token, ca)
+    _report(outcome, display, as_json, collector, token, ca, tls)
     return _exit_code(outcome)
 
 
@@ -366,7 +355,7 @@ def _exit_code(outcome: Any) -> int:
 
 
 def _report(outcome: Any, display: Any, as_json: bool, collector: str | None,
-            token: str | None, ca: Path | None) -> None:
+            token: str | None, ca: Path | None, tls: bool) -> None:
     from gpubench import record
     from gpubench.agent.summary import summary_table
 
@@ -391,11 +380,11 @@ def _report(outcome: Any, display: Any, as_json: bool, collector: str | None,
             display.note(f"{push.left} run(s) wait in the spool: `gpubench-agent push` sends "
                          "them later")
         return
-    _compare(outcome.runs, display, collector, token, ca)
+    _compare(outcome.runs, display, collector, token, ca, tls)
 
 
 def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
-             ca: Path | None) -> None:
+             ca: Path | None, tls: bool) -> None:
     """How each run compares with the collector's other runs like it (the same model and
     comparison key, itself left out), or that there is nothing to compare with yet."""
     from gpubench.agent.summary import others_like, standing
@@ -403,7 +392,7 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
     from gpubench.errors import GpubenchError
 
     try:
-        with Client(collector, token, ca=ca, timeout=10.0) as client:
+        with Client(collector, token, ca=ca, tls=tls, timeout=10.0) as client:
             for run in runs:
                 if run.result.status != 1:
                     continue
@@ -469,7 +458,7 @@ def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image
               help="Also send the runs that did not finish (interrupted, or failed: "
                    "kept in the spool's unfinished/ folder), which others then see.")
 @handles_errors
-def push(collector: str | None, token: str | None, ca: Path | None,
+def push(collector: str | None, token: str | None, ca: Path | None, tls: bool,
          spool_dir: Path | None, include_failed: bool) -> int:
     """Send the runs waiting in the spool to the collector (not those that did not
     finish, unless --include-failed)."""
@@ -485,7 +474,7 @@ def push(collector: str | None, token: str | None, ca: Path | None,
     spool = Spool(spool_dir)
     retry = RetryPolicy()
     origins = _origins(click.get_current_context())
-    with FreshConnection(_client_factory(collector, token, ca, retry.call_timeout,
+    with FreshConnection(_client_factory(collector, token, ca, tls, retry.call_timeout,
                                          origins)) as client:
         report = push_pending(
             spool, client, retry, include_failed=include_failed,
