@@ -79,3 +79,14 @@ def test_the_three_commands_help_at_80_columns_in_a_wide_terminal() -> None:
                         (agent, ["run", "--help"]), (collector_cli, ["serve", "--help"])):
         text = CliRunner(env={"COLUMNS": "200"}).invoke(group, args).output
         assert max(map(len, text.splitlines())) <= 80, text
+
+
+@pytest.mark.parametrize("flag", [["--format", "json"], ["--json"]])
+def test_the_agent_says_json_with_format_as_gpubench_does(tmp_path: Path,
+                                                          flag: list[str]) -> None:
+    """--format json, and --json, the old spelling kept hidden, print the same listing."""
+    done = CliRunner(env=CLEAN_ENV).invoke(agent, ["status", "--spool", str(tmp_path),
+                                                   *flag])
+    assert done.exit_code == 0, done.output
+    json.loads(done.stdout)
+    assert "--json" not in CliRunner().invoke(agent, ["status", "--help"]).output

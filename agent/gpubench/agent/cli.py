@@ -121,6 +121,29 @@ RUNNER_OPTIONS = _options(
 )
 
 
+def format_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--format table|json, as gpubench's commands say it; the command gets `as_json`.
+    --json, the old spelling, is kept hidden for one release: it works, and a person at a
+    terminal is told the new one."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(command)
+        def with_format(*args: Any, fmt: str = "table", old_json: bool = False,
+                        **kwargs: Any) -> Any:
+            if old_json and sys.stderr.isatty():
+                click.echo("gpubench-agent: note: --json is now --format json", err=True)
+            return command(*args, as_json=old_json or fmt == "json", **kwargs)
+
+        with_format = click.option("--json", "old_json", is_flag=True, hidden=True)(
+            with_format)
+        return click.option("--format", "fmt", type=click.Choice(["table", "json"]),
+                            default="table", show_default=True,
+                            help=f"table for people; json (on stdout) for scripts: {what}.",
+                            )(with_format)
+
+    return decorate
+
+
 def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--collector, --token-file (or $GPUBENCH_TOKEN), --ca, --tls; the command gets `token`.
 
@@ -236,8 +259,7 @@ def main() -> None:
 @click.option("--idle-temperature", type=click.FloatRange(min=0), default=50.0,
               show_default=True, help="The temperature (C) the GPU should be under first.")
 @click.option("--label", default="", help="Free text stored with the runs, e.g. 'lab box'.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the run records as JSON on stdout instead of tables.")
+@format_option("the run records")
 @handles_errors
 @click.pass_context
 def run(ctx: click.Context, models: list[str], quick: bool,
@@ -417,7 +439,7 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
 @agent_options("largest-batch")
 @RUNNER_OPTIONS
 @compat_option
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@format_option("the results")
 @handles_errors
 def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image: str,
                   gpu_access: str, skip_compat: bool, as_json: bool, **settings: Any) -> int:
@@ -502,7 +524,7 @@ def push(collector: str | None, token: str | None, ca: Path | None, tls: bool,
 
 @main.command(context_settings=CONTEXT)
 @spool_option
-@click.option("--json", "as_json", is_flag=True, help="Print the listing as JSON.")
+@format_option("the listing")
 @handles_errors
 def status(spool_dir: Path | None, as_json: bool) -> int:
     """List the spool: runs pending, sent, refused and damaged."""
@@ -545,7 +567,7 @@ def status(spool_dir: Path | None, as_json: bool) -> int:
 
 
 @main.command(context_settings=CONTEXT)
-@click.option("--json", "as_json", is_flag=True, help="Print the inventory as JSON.")
+@format_option("the inventory")
 @handles_errors
 def inventory(as_json: bool) -> int:
     """What this host has: CPU, RAM, OS and every GPU the NVIDIA driver sees."""
@@ -578,7 +600,7 @@ def inventory(as_json: bool) -> int:
 
 
 @main.command(context_settings=CONTEXT)
-@click.option("--json", "as_json", is_flag=True, help="Print the models as JSON.")
+@format_option("the models")
 @handles_errors
 def models(as_json: bool) -> int:
     """The benchmark's models and their parameter counts (asks the workload)."""
