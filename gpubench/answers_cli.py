@@ -10,6 +10,7 @@ shown in lines of their own and never mixed in.
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from typing import Any
 
@@ -60,15 +61,19 @@ def _estimate_lines(group: dict[str, Any]) -> None:
              "(default: every GPU with runs).")
 @click.option("--epochs", type=click.IntRange(min=1), required=True,
               help="How many epochs the training runs, e.g. 400.")
-@click.option("--images", type=click.IntRange(min=1), default=record.STANDARD_TRAIN_IMAGES,
-              show_default=True, help="Training images an epoch (default: the benchmark's "
-              "training set).")
+@click.option("--train-images", "images", type=click.IntRange(min=1),
+              default=record.STANDARD_TRAIN_IMAGES, show_default=True,
+              help="Training images an epoch, as compare's --train-images counts them "
+              "(default: the benchmark's training set).")
+# Hidden: --images, the old spelling, kept for one release (it says the new one).
+@click.option("--images", "old_images", type=click.IntRange(min=1), hidden=True,
+              help="The old spelling of --train-images.")
 @INCLUDE_OUTLIERS
 @FORMAT
 @click.pass_context
 def estimate(ctx: click.Context, model: str, gpu: str | None, epochs: int, images: int,
-             include_outliers: bool, fmt: str) -> None:
-    """How long training `--epochs` epochs of `--images` images takes on each GPU
+             old_images: int | None, include_outliers: bool, fmt: str) -> None:
+    """How long training `--epochs` epochs of `--train-images` images takes on each GPU
     configuration, scaled from the stored runs' epoch times.
 
     Assumes an epoch's time (training and validation) is linear in its images and
@@ -76,6 +81,10 @@ def estimate(ctx: click.Context, model: str, gpu: str | None, epochs: int, image
     takes what epoch 2 did. Runs measured differently (backend, precision, settings,
     batch rule, ...) are shown apart, with the range over their runs (min, median,
     max); published figures are shown on lines of their own."""
+    if old_images is not None:
+        images = old_images
+        if sys.stderr.isatty():
+            click.echo("gpubench: note: --images is now --train-images", err=True)
     document = query_client(ctx).estimate_document(model, epochs=epochs, images=images,
                                                    gpu=gpu, include_outliers=include_outliers)
     if fmt == "json":
