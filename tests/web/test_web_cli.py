@@ -104,3 +104,31 @@ def test_without_the_web_extra_it_says_what_to_install():
 
     assert f"pip install '{DISTRIBUTION}[web]'" in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
+
+
+def test_uvicorn_speaks_in_the_sites_own_log_format(collector, tmp_path):
+    """A malformed request makes uvicorn warn; the line comes in the format of the site's
+    own lines (time, level, logger), never uvicorn's bare "WARNING:  ..."."""
+    import socket
+
+    token_file = tmp_path / "token"
+    token_file.write_text(collector.make_token("site") + "\n")
+    process = subprocess.Popen(
+        [str(BIN / "gpubench-collector"), "web", "--collector", collector.address,
+         "--token-file", str(token_file), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "200"})
+    try:
+        assert process.stdout is not None
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/", process.stdout.readline())
+        assert found
+        with socket.create_connection(("127.0.0.1", int(found.group(1))), timeout=20) as conn:
+            conn.sendall(b"NOT HTTP \x00\x01\r\n\r\n")
+            assert conn.recv(100).startswith(b"HTTP/1.1 400")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=20)
+    lines = err.splitlines()
+    assert not [line for line in lines if re.match(r"(WARNING|INFO|ERROR):\s", line)], err
+    assert any(re.match(r"\d{4}-\d\d-\d\d [\d:,]+ WARNING uvicorn\.error: Invalid HTTP request",
+                        line) for line in lines), err

@@ -25,6 +25,9 @@ def uvicorn_config(config: reads.SiteConfig, host: str, port: int, *,
         # banner, and the access log only when asked for (log_level info).
         proxy_headers=False, server_header=False, access_log=log_level in ("info", "debug"),
         lifespan="on", timeout_keep_alive=KEEP_ALIVE_S, backlog=BACKLOG,
+        # uvicorn's own lines ("Invalid HTTP request received") go through the logging
+        # the command set up, in the site's one format, not uvicorn's "WARNING:  ...".
+        log_config=None,
     )
 
 
