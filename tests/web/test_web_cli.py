@@ -14,18 +14,23 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 
 
+def start_site(collector, tmp_path: Path, columns: int) -> subprocess.Popen:
+    """`gpubench-collector web` on any free port, reading `collector` with a site token."""
+    token_file = tmp_path / "token"
+    token_file.write_text(collector.make_token("site") + "\n")
+    return subprocess.Popen(
+        [str(BIN / "gpubench-collector"), "web", "--collector", collector.address,
+         "--token-file", str(token_file), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": str(columns)})
+
+
 def test_web_serves_a_private_collector_with_its_token(collector, make_run, tmp_path):
     from gpubench.client import Client
 
     with Client(collector.address, token=collector.admin_token) as client:
         client.submit_run(make_run())
-    token_file = tmp_path / "token"
-    token_file.write_text(collector.make_token("site") + "\n")
-    process = subprocess.Popen(
-        [str(BIN / "gpubench-collector"), "web", "--collector", collector.address,
-         "--token-file", str(token_file), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "COLUMNS": "80"})
+    process = start_site(collector, tmp_path, 80)
     try:
         assert process.stdout is not None
         # At 80 columns the line wraps once: the site's address on the first line.
@@ -111,13 +116,7 @@ def test_uvicorn_speaks_in_the_sites_own_log_format(collector, tmp_path):
     own lines (time, level, logger), never uvicorn's bare "WARNING:  ..."."""
     import socket
 
-    token_file = tmp_path / "token"
-    token_file.write_text(collector.make_token("site") + "\n")
-    process = subprocess.Popen(
-        [str(BIN / "gpubench-collector"), "web", "--collector", collector.address,
-         "--token-file", str(token_file), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "COLUMNS": "200"})
+    process = start_site(collector, tmp_path, 200)
     try:
         assert process.stdout is not None
         found = re.search(r"http://127\.0\.0\.1:(\d+)/", process.stdout.readline())
