@@ -9,7 +9,6 @@ even that).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,14 +100,19 @@ def column_lists(
     return [[r[name] for r in rows] for name in (schema or RUN_COLUMNS).names]
 
 
-@functools.cache
+# RUN_COLUMNS' names, and each integer column's range and type's name, made once per
+# schema (`_ranges`): the schema's lookups (an Arrow type's hash, its list of names)
+# took most of misfits' time, for every submission.
+_RANGES: list[Any] = [None, None]
+
+
 def _ranges(schema: pa.Schema) -> tuple[tuple[str, ...], dict[str, tuple[int, int, str]]]:
-    # The names, and each integer column's range and type's name, once per schema: the
-    # schema's lookups (an Arrow type's hash, its list of names) took most of this
-    # check's time, for every submission.
-    return tuple(schema.names), {
-        field.name: (*_COLUMN_RANGES[field.type], SQL_TYPES[field.type])
-        for field in schema if field.type in _COLUMN_RANGES}
+    # By identity: hashing an Arrow schema costs as much as reading it.
+    if _RANGES[0] is not schema:
+        _RANGES[:] = [schema, (tuple(schema.names), {
+            field.name: (*_COLUMN_RANGES[field.type], SQL_TYPES[field.type])
+            for field in schema if field.type in _COLUMN_RANGES})]
+    return _RANGES[1]
 
 
 def misfits(row: dict[str, Any], names: Sequence[str] | None = None) -> list[str]:
