@@ -9,6 +9,7 @@ click's own text ("Usage: ...", "Try '... -h' for help.", "Error: Invalid value 
 from __future__ import annotations
 
 import re
+from typing import IO, Any
 
 import click
 
@@ -38,7 +39,7 @@ class UsageFailed(click.ClickException):
         super().__init__(usage_message(error, program))
         self.prefix = prefix
 
-    def show(self, file: object = None) -> None:
+    def show(self, file: IO[Any] | None = None) -> None:
         click.echo(wrap_message(self.prefix, self.format_message()), err=True, file=file)
 
 
