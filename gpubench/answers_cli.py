@@ -18,7 +18,7 @@ import click
 
 from gpubench import answers, models, plot_data, record, sizes
 from gpubench import fit as fitting
-from gpubench.cli_shared import MODEL, MODEL_HELP, output_width, query_client
+from gpubench.cli_shared import MODEL, MODEL_HELP, example, output_width, query_client
 
 
 def _echo_wrapped(text: str, indent: str = "") -> None:
@@ -55,7 +55,7 @@ def _estimate_lines(group: dict[str, Any]) -> None:
     _echo_wrapped(group["settings"], "    ")
 
 
-@click.command()
+@click.command(epilog=example('gpubench estimate --model B7 --epochs 400 --gpu T4'))
 @click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
 @_gpu_option('Only GPUs whose name contains this, e.g. "Tesla T4" or "H200" '
              "(default: every GPU with runs).")
@@ -132,7 +132,7 @@ def _answer_lines(found: dict[str, Any]) -> None:
                           "aside)", "    ")
 
 
-@click.command(help=(
+@click.command(epilog=example('gpubench fit --model B7 --memory 16GiB'), help=(
     "Whether a card of --memory (or the card --card names) trains the model, and at about "
     "what batch.\n\n"
     "From the stored runs: a run searched at or near that memory (its card's, or "
@@ -178,7 +178,7 @@ def fit(ctx: click.Context, model: str, memory_bytes: int | None, card: str | No
 # -- plot -------------------------------------------------------------------------------
 
 
-@click.command()
+@click.command(epilog=example('gpubench plot --model B7 --image-format svg --out charts'))
 @click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
 @_gpu_option("Only GPUs whose name contains this (default: every GPU with runs).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",

@@ -21,6 +21,7 @@ from gpubench.cli_shared import (
     MODEL,
     MODEL_HELP,
     connection_origins,
+    example,
     output_width,
     query_client,
     table_console,
@@ -266,7 +267,7 @@ def cli(
                "origins": connection_origins(ctx), "width": width}
 
 
-@cli.command()
+@cli.command(epilog=example('gpubench compare --model B7 --baseline "Tesla T4"'))
 @click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
 @click.option(
     "--baseline",
@@ -361,7 +362,7 @@ def runs() -> None:
     """List, show and delete stored runs."""
 
 
-@runs.command("list")
+@runs.command("list", epilog=example('gpubench runs list --gpu H200 --model B3'))
 @click.option("--gpu", metavar="NAME", help="GPU name contains this (case-insensitive).")
 @click.option("--model", type=MODEL, help="Only this network.")
 @click.option("--backend", type=BACKEND, help="Only this Keras backend.")
@@ -430,7 +431,7 @@ def _stored_run(client: Client, run_id: str) -> Any:
         raise
 
 
-@runs.command("show")
+@runs.command("show", epilog=example('gpubench runs show 01d47a43'))
 @click.argument("run_id")
 @_format_option("table", "json")
 @click.pass_context
@@ -446,7 +447,7 @@ def runs_show(ctx: click.Context, run_id: str, fmt: str) -> None:
         console.print(table)
 
 
-@runs.command("delete")
+@runs.command("delete", epilog=example('gpubench runs delete 01d47a43'))
 @click.argument("run_id")
 @click.pass_context
 def runs_delete(ctx: click.Context, run_id: str) -> None:
@@ -458,7 +459,7 @@ def runs_delete(ctx: click.Context, run_id: str) -> None:
     click.echo(f"deleted run {deleted or run_id}")
 
 
-@cli.command()
+@cli.command(epilog=example('gpubench leaderboard --model B0 --precision float32'))
 @click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
 @leaderboard_pins
 @click.option("--include-flagged", is_flag=True,
@@ -528,7 +529,7 @@ def _stored_settings(ctx: click.Context, model: str) -> str:
         for (settings, rule), count in counts.items())
 
 
-@cli.command()
+@cli.command(epilog=example('gpubench export --format csv --out runs.csv'))
 @click.option(
     "--format",
     "fmt",
