@@ -18,7 +18,8 @@ import click
 
 from gpubench import answers, models, plot_data, record, sizes
 from gpubench import fit as fitting
-from gpubench.cli_shared import MODEL, MODEL_HELP, example, output_width, query_client
+from gpubench.cli_shared import MODEL, MODEL_HELP, output_width, query_client
+from gpubench.usage import example
 
 
 def _echo_wrapped(text: str, indent: str = "") -> None:

@@ -21,7 +21,6 @@ from gpubench.cli_shared import (
     MODEL,
     MODEL_HELP,
     connection_origins,
-    example,
     output_width,
     query_client,
     table_console,
@@ -29,7 +28,7 @@ from gpubench.cli_shared import (
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
 from gpubench.token_file import TOKEN_FILE_ENV, TOKEN_FILE_HELP, say_token_in_argv, token_from_file
-from gpubench.usage import usage_message
+from gpubench.usage import example, usage_message
 from gpubench.versions import VERSION
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]

@@ -18,12 +18,6 @@ from gpubench.token_file import TOKEN_FILE_ENV
 MODEL = Model(stored_model)
 MODEL_HELP = ("The model: B0, B3, B7, ViT-B16 or GPT2-small; another model by the name "
               "its runs record, or by its fingerprint (8 or more hex digits).")
-def example(command: str) -> str:
-    """A command's help epilog: one example of it, kept on its own lines as click lays
-    the help out (its "\\b" marker)."""
-    return f"\b\nExample:\n  {command}"
-
-
 # How a person sets the collector's address and token on the command line.
 SET_ADDRESS = f"--collector HOST:PORT or ${ADDRESS_ENV}"
 SET_TOKEN = f"--token-file FILE or ${TOKEN_ENV}"

@@ -30,6 +30,12 @@ def usage_message(error: click.UsageError, program: str) -> str:
     return f"{said} (see {where})"
 
 
+def example(command: str) -> str:
+    """A command's help epilog: one example of it, kept on its own lines as click lays
+    the help out (its "\\b" marker)."""
+    return f"\b\nExample:\n  {command}"
+
+
 class UsageFailed(click.ClickException):
     """A usage error said as `usage_message` says it, after `prefix`; exit 2."""
 

@@ -31,7 +31,7 @@ from gpubench.settings import (
 )
 from gpubench.settings_cli import Model, agent_options, given_settings, model_names
 from gpubench.token_file import TOKEN_FILE_ENV, TOKEN_FILE_HELP, TOKEN_IN_ARGV, token_from_file
-from gpubench.usage import FriendlyGroup
+from gpubench.usage import FriendlyGroup, example
 from gpubench.versions import VERSION
 
 EXIT_OK, EXIT_FAILED = ExitCode.OK, ExitCode.FAILURE
@@ -238,7 +238,8 @@ def main() -> None:
 @main.command(context_settings=CONTEXT, epilog=(
     "Environment: GPUBENCH_COLLECTOR, GPUBENCH_TOKEN, GPUBENCH_SPOOL; for development "
     "without a GPU, GPUBENCH_NVML_TRACE=FILE replays a recorded NVML trace instead of the "
-    "driver and GPUBENCH_WORKLOAD_COMMAND replaces `python -m gpubench.agent.workload`."))
+    "driver and GPUBENCH_WORKLOAD_COMMAND replaces `python -m gpubench.agent.workload`.\n\n"
+    + example("gpubench-agent run --quick --offline")))
 @click.option("--models", type=Model(model_names), default="B0,B3,B7", show_default=True,
               help="Comma list of the models to run, in order:" + MODEL_WORDS)
 @click.option("--quick", is_flag=True,
@@ -430,7 +431,8 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
         display.note(f"no comparison: {exc}", style="yellow")
 
 
-@main.command("largest-batch", context_settings=CONTEXT)
+@main.command("largest-batch", context_settings=CONTEXT,
+              epilog=example('gpubench-agent largest-batch --models B7 --memory-limit 8GiB,16GiB'))
 @click.option("--models", type=Model(model_names), default="B0,B3,B7", show_default=True,
               help="Comma list of the models to search, in order:" + MODEL_WORDS)
 @click.option("--memory-limit", "limits", metavar="SIZE", multiple=True,
@@ -473,7 +475,8 @@ def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image
     return EXIT_FAILED if failed else EXIT_OK
 
 
-@main.command(context_settings=CONTEXT)
+@main.command(context_settings=CONTEXT,
+              epilog=example('gpubench-agent push --token-file ~/.gpubench-token'))
 @collector_options
 @spool_option
 @click.option("--include-failed", is_flag=True,
@@ -522,7 +525,7 @@ def push(collector: str | None, token: str | None, ca: Path | None, tls: bool,
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-@main.command(context_settings=CONTEXT)
+@main.command(context_settings=CONTEXT, epilog=example('gpubench-agent status --format json'))
 @spool_option
 @format_option("the listing")
 @handles_errors
@@ -566,7 +569,7 @@ def status(spool_dir: Path | None, as_json: bool) -> int:
     return EXIT_OK
 
 
-@main.command(context_settings=CONTEXT)
+@main.command(context_settings=CONTEXT, epilog=example('gpubench-agent inventory'))
 @format_option("the inventory")
 @handles_errors
 def inventory(as_json: bool) -> int:
@@ -599,7 +602,7 @@ def inventory(as_json: bool) -> int:
     return EXIT_OK
 
 
-@main.command(context_settings=CONTEXT)
+@main.command(context_settings=CONTEXT, epilog=example('gpubench-agent models --format json'))
 @format_option("the models")
 @handles_errors
 def models(as_json: bool) -> int:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from gpubench import record
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
-from gpubench.usage import FriendlyGroup
+from gpubench.usage import FriendlyGroup, example
 from gpubench.versions import DISTRIBUTION, VERSION
 
 err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
@@ -83,7 +83,7 @@ def cli(log_level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-@cli.command()
+@cli.command(epilog=example('gpubench-collector serve --db /var/lib/gpubench/collector.duckdb'))
 @DB_OPTION
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; anything but loopback needs TLS or --insecure.")
@@ -155,7 +155,7 @@ def serve(
     err.print("collector stopped")
 
 
-@cli.command()
+@cli.command(epilog=example('gpubench-collector web --collector 127.0.0.1:50051 --port 8080'))
 @click.option("--collector", "address", envvar="GPUBENCH_COLLECTOR", default="127.0.0.1:50051",
               show_default=True,
               help="The collector's gRPC address (env GPUBENCH_COLLECTOR); the site reads "
@@ -267,7 +267,7 @@ def token() -> None:
     """Create, list and revoke access tokens (works while the collector runs)."""
 
 
-@token.command("create")
+@token.command("create", epilog=example('gpubench-collector token create alice'))
 @DB_OPTION
 @click.argument("name")
 @click.option("--admin", is_flag=True, help="May administer tokens and delete anyone's runs.")
@@ -283,7 +283,7 @@ def token_create(db_path: Path, name: str, admin: bool) -> None:
     click.echo(secret)
 
 
-@token.command("list")
+@token.command("list", epilog=example('gpubench-collector token list'))
 @DB_OPTION
 def token_list(db_path: Path) -> None:
     """List tokens: name, admin, created, last used, revoked."""
@@ -303,7 +303,7 @@ def token_list(db_path: Path) -> None:
     out.print(table)
 
 
-@token.command("revoke")
+@token.command("revoke", epilog=example('gpubench-collector token revoke alice'))
 @DB_OPTION
 @click.argument("name")
 def token_revoke(db_path: Path, name: str) -> None:
@@ -314,7 +314,9 @@ def token_revoke(db_path: Path, name: str) -> None:
     _note(f"revoked token {row.name!r} in {_which_database(db_path, book)}")
 
 
-@cli.command("import")
+@cli.command("import",
+             epilog=example("gpubench-collector import --db collector.duckdb "
+                            "docs/results/runs/*.json"))
 @DB_OPTION
 @click.argument("files", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -346,7 +348,7 @@ def import_runs(db_path: Path, files: tuple[Path, ...], submitter: str) -> None:
         raise RequestRefused("; ".join(conflicts[:3]))
 
 
-@cli.command("backup")
+@cli.command("backup", epilog=example('gpubench-collector backup /backups/2026-12-01'))
 @DB_OPTION
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 def backup_command(db_path: Path, folder: Path) -> None:
@@ -377,7 +379,9 @@ def backup_command(db_path: Path, folder: Path) -> None:
               "backups; `restore --key` needs it")
 
 
-@cli.command("restore")
+@cli.command("restore",
+             epilog=example("gpubench-collector restore /backups/1 --db new.duckdb "
+                            "--key old.backup-key"))
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--db", "db_path", required=True,
               type=click.Path(dir_okay=False, path_type=Path),
