@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from factories import make_run
 
-from gpubench.collector import outliers
+from gpubench.collector import columns, outliers
 from gpubench.collector.aggregates import CompareQuery
 from gpubench.collector.database import transaction
 from gpubench.collector.queries import RunFilter
+from gpubench.collector.rows import run_row, utc_now
 from gpubench.collector.store import Store
 
 
@@ -84,16 +85,27 @@ def test_kept_scores_answer_as_scores_computed_afresh(tmp_path: Path) -> None:
     assert any(outlier for _, outlier, _ in kept[2])
 
 
-def test_the_groups_table_is_made_where_a_database_lacks_it(tmp_path: Path) -> None:
+def test_the_groups_table_is_made_again_when_the_database_opens(tmp_path: Path) -> None:
     path = tmp_path / "c.duckdb"
     store = Store(path)
-    runs = [make_run(epoch2_seconds=s) for s in (16.0, 17.0, 18.0, 19.0, 40.0)]
+    runs = [make_run(epoch2_seconds=s) for s in (16.0, 17.0, 18.0, 19.0)]
     store.submit_many(runs, "lab")
     store.database.cursor().execute(f"DROP TABLE {outliers.GROUPS}")  # as before it was
     store.close()
     store = Store(path)
+    # A run written beside the store's writes (by an earlier version, say): its group
+    # is new to the table, which the next opening makes again from the runs.
+    slow = make_run(epoch2_seconds=40.0)
+    others = [make_run(epoch2_seconds=s, model="B3") for s in (9.0, 9.5, 10.0, 10.5, 30.0)]
+    store.database.cursor().execute(columns.INSERT_ROWS, columns.column_lists(
+        [{**run_row(r, "lab"), "received_at": utc_now()} for r in (slow, *others)]))
+    store.close()
+    store = Store(path)
     try:
-        assert store.runs.get(runs[-1].run_id).outlier
+        assert store.runs.get(slow.run_id).outlier
         assert not store.runs.get(runs[0].run_id).outlier
+        assert store.runs.get(others[-1].run_id).outlier  # scored: its group is known
+        [group] = store.aggregates.compare_groups(CompareQuery(model="B3"))
+        assert (group.runs, group.outliers_excluded) == (4, 1)
     finally:
         store.close()
