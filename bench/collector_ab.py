@@ -36,9 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CLIENT_PROCESSES = 4
 
 
-def client(address: str, token: str, threads: int, each: int) -> None:
-    """One client process: `threads` channels submitting `each` runs apiece; prints
-    every call's latency (s) as one JSON line."""
+def client(address: str, token: str, threads: int, each: int,
+           run_fields: dict | None = None) -> None:
+    """One client process: `threads` channels submitting `each` runs apiece (made by the
+    tests' make_run with `run_fields`); prints every call's latency (s) as one JSON line."""
     sys.path.insert(0, str(ROOT / "tests"))
     import grpc
     from factories import make_run
@@ -49,7 +50,7 @@ def client(address: str, token: str, threads: int, each: int) -> None:
     metadata = (("authorization", f"Bearer {token}"),)
     latencies: list[float] = []
     lock = threading.Lock()
-    requests = [[pb.SubmitRunRequest(run=make_run()) for _ in range(each)]
+    requests = [[pb.SubmitRunRequest(run=make_run(**(run_fields or {}))) for _ in range(each)]
                 for _ in range(threads)]
 
     def work(mine: list) -> None:

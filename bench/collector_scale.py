@@ -35,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -43,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import collector_ab  # noqa: E402
 from collector_ab import CLIENT_PROCESSES, env_for, install_base, start_collector  # noqa: E402
 
 # The share of the runs in the one big group, and how many tokens submitted them.
@@ -138,38 +138,7 @@ def prefill(parquet: str, db: str) -> None:
 def client(address: str, token: str, threads: int, each: int, target: str) -> None:
     """One client process: `threads` channels submitting `each` runs apiece into
     `target`; prints every call's latency (s) as one JSON line."""
-    import grpc
-    from factories import make_run
-
-    from gpubench.v1 import collector_pb2 as pb
-    from gpubench.v1 import collector_pb2_grpc
-
-    metadata = (("authorization", f"Bearer {token}"),)
-    latencies: list[float] = []
-    lock = threading.Lock()
-    requests = [[pb.SubmitRunRequest(run=make_run(**TARGETS[target])) for _ in range(each)]
-                for _ in range(threads)]
-
-    def work(mine: list) -> None:
-        channel = grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
-        stub = collector_pb2_grpc.CollectorStub(channel)
-        took = []
-        for request in mine:
-            began = time.perf_counter()
-            stub.SubmitRun(request, metadata=metadata, timeout=60)
-            took.append(time.perf_counter() - began)
-        channel.close()
-        with lock:
-            latencies.extend(took)
-
-    workers = [threading.Thread(target=work, args=(r,)) for r in requests]
-    print("ready", flush=True)
-    sys.stdin.readline()  # go
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    print(json.dumps(latencies), flush=True)
+    collector_ab.client(address, token, threads, each, TARGETS[target])
 
 
 def _cpu_seconds(pid: int) -> float:
