@@ -10,8 +10,9 @@ answer; published figures (transcribed) are answered apart, never mixed in.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -20,10 +21,17 @@ from gpubench import figures, frames, prices, record, stored_runs
 from gpubench import fit as fitting
 from gpubench.errors import NotFound
 from gpubench.stored_runs import Setup
-from gpubench.v1 import run_pb2
+from gpubench.v1 import collector_pb2, run_pb2
 
-if TYPE_CHECKING:  # the Client calls these answers (Client.fit, Client.estimate)
-    from gpubench.client import Client
+
+class RunSource(Protocol):
+    """What the answers read stored runs through: the Client (gpubench.client), whose
+    fit and estimate call them, so that this module needs no import of it."""
+
+    def iter_runs(self, *, gpu: str | None = None, model: str | None = None
+                  ) -> Iterator[collector_pb2.StoredRun]: ...
+
+    def model_of(self, text: str) -> tuple[str, str]: ...
 
 PUBLISHED_HEADING = "Published figures (transcribed from the article, not measured by gpubench)"
 ASSUMES = ("Assumes an epoch's time (training and validation) linear in its images, epoch 1's "
@@ -49,7 +57,7 @@ class Runs:
                 "keeps them")
 
 
-def read_runs(client: Client, model: str, gpu: str | None = None, *,
+def read_runs(client: RunSource, model: str, gpu: str | None = None, *,
               include_outliers: bool = False) -> Runs:
     """The usable runs of `model` (a model's name or fingerprint: Client.model_of) on GPUs
     whose name contains `gpu` (every GPU: None)."""
@@ -62,7 +70,7 @@ def read_runs(client: Client, model: str, gpu: str | None = None, *,
     return Runs(measured, published, stored_runs.grouped(left_out))
 
 
-def no_such_gpu(client: Client, model: str, gpu: str) -> NotFound:
+def no_such_gpu(client: RunSource, model: str, gpu: str) -> NotFound:
     """No run of `model` is on a GPU whose name contains `gpu` (a typo, most likely): the
     error names the GPUs that have runs of it."""
     names = sorted({stored_runs.gpu_name(stored.run) or "CPU"
@@ -73,7 +81,7 @@ def no_such_gpu(client: Client, model: str, gpu: str) -> NotFound:
                     f"({found})")
 
 
-def card_memory(client: Client, name: str) -> int:
+def card_memory(client: RunSource, name: str) -> int:
     """The memory of the card named `name` (as NVML names it, case aside), as its stored
     runs' inventories recorded it; NotFound naming the card when no run was on one."""
     wanted = record.normalize_gpu_name(name).casefold()
