@@ -61,7 +61,7 @@ def table(specs: ceilings.Specs | None = None) -> str:
         "ratios, the transformers by the TFLOP/s of their precision, with",
         f"CARD_MARGIN ({ceilings.CARD_MARGIN:g}) on top of the margin of the verified run's",
         f"configuration ({ceilings.SAME_CONFIGURATION_MARGIN:g} the same, "
-        f"{ceilings.SAME_PRECISION_MARGIN:g} the same precision, "
+        f"{ceilings.SAME_PRECISION_MARGIN:g} the same precision family, "
         f"{ceilings.VERIFIED_MARGIN:g} any other).",
         "",
         "- B0: the default run, float32, torch's kernels and CUDA graphs, the steps rule,",

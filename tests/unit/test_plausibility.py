@@ -221,6 +221,35 @@ def test_the_transformers_scale_with_their_precision_s_compute() -> None:
                              "steps") is None
 
 
+def test_no_card_precision_or_model_is_held_to_more_than_3x_its_expectation() -> None:
+    """Every catalogued card, built-in network, precision and configuration: the ceiling
+    is at most three times what the card is expected to reach."""
+    specs = ceilings.specs()
+    configurations = (("kernels+cuda-graphs", "steps"), ("keras", "given"),
+                      ("cuda-graphs", "largest"))
+    for spec in specs.gpus:
+        for model in ("B0", "B3", "B7", "ViT-B16", "GPT2-small"):
+            for precision in ("float32", "mixed_float16", "mixed_bfloat16"):
+                for settings, rule in configurations:
+                    expected = specs.expectation(spec, model, settings, precision, rule)
+                    assert expected is not None and expected.margin <= 3.0, \
+                        (spec.name, model, precision, settings, rule, expected)
+
+
+def test_a_float16_run_is_held_to_the_bfloat16_runs() -> None:
+    # No card has a verified mixed_float16 run: the same 16-bit tensor cores and half the
+    # bytes of bfloat16 (precision_family), so the verified bfloat16 runs hold it.
+    specs = ceilings.specs()
+    t4 = specs.expectation(specs.card("Tesla T4"), "B0", "keras", "mixed_float16", "given")
+    assert t4.verified.precision == "mixed_bfloat16"
+    assert t4.margin == ceilings.SAME_PRECISION_MARGIN * ceilings.CARD_MARGIN
+    own = specs.expectation(specs.card("H200"), "B0", "keras", "mixed_float16", "given")
+    assert (own.verified.gpu, own.verified.images_per_second) == ("H200", 3941)
+    assert own.margin == ceilings.SAME_PRECISION_MARGIN
+    assert ceilings.precision_family("mixed_float16") == \
+        ceilings.precision_family("mixed_bfloat16") != ceilings.precision_family("float32")
+
+
 def test_two_cards_are_held_to_twice_one() -> None:
     # The factory's run (keras, float32, batch rule "given"): no verified run of its
     # settings, so the fastest float32 run (3,425 img/s, compiled JAX) with SAME_PRECISION_MARGIN.

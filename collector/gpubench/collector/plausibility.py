@@ -301,15 +301,15 @@ def _too_fast(run: run_pb2.Run, specs: ceilings.Specs,
                        f"{bandwidth / 1e9:,.0f} GB/s, at least {written / 1e6:.3g} MB an image: "
                        f"at most {_rate_text(most)} img/s)")
     if not known:
-        # A card not yet catalogued may be new, and faster than any the project measured:
-        # as much faster as a catalogued card may be than its own fastest of any
-        # configuration (VERIFIED_MARGIN), no more.
+        # A card not yet catalogued may be new, and faster than any the project measured
+        # (a generation beyond the fastest verified card): UNCATALOGUED_MARGIN times that
+        # card's fastest run, no more. It is shown apart, never ranked, either way.
         best = max((v for v in specs.verified if v.model == cfg.model),
                    key=lambda v: v.images_per_second, default=None)
         if best is not None:
-            most = best.images_per_second * len(cards) / share * ceilings.VERIFIED_MARGIN
+            most = best.images_per_second * len(cards) / share * ceilings.UNCATALOGUED_MARGIN
             if rate > most:
-                reasons.append(f"{what} is more than {ceilings.VERIFIED_MARGIN:g}x the fastest "
+                reasons.append(f"{what} is more than {ceilings.UNCATALOGUED_MARGIN:g}x the fastest "
                                f"verified run of any card ({_rate_text(best.images_per_second)}"
                                f" img/s a GPU, {best.gpu}, {best.record})")
     return reasons
