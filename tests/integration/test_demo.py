@@ -98,9 +98,13 @@ def test_make_demo_twice_from_a_clean_checkout(tmp_path: Path) -> None:
     # with what makes it not like for like; the published figures are set against nothing.
     assert "the published figures are not set against it" in out
     assert "(1x Tesla T4): speedup" not in out
-    assert "unlike yours in" in out and "x as many" not in out
-    ratios = [float(x) for x in re.findall(r"\(1x NVIDIA H200\): speedup ([\d.]+)x", out)]
-    assert len(ratios) == 3 and ratios == sorted(ratios, reverse=True), ratios
+    # A CPU smoke run at 64 px is like none of the H200's runs: each is named with what
+    # differs and no ratio (a ratio of unlike work printed 3x to 12x for the same two runs).
+    assert "x as many" not in out
+    unlike = re.findall(r"\(1x NVIDIA H200\): not like yours in ([a-z0-9 ,-]+?): no speedup",
+                        out)
+    assert len(unlike) == 3 and all("image size" in words for words in unlike), unlike
+    assert not re.search(r"\(1x NVIDIA H200\): speedup", out)
     # Every line fits 80 columns (a table's padding aside); only a word wider than that (a
     # long path) stands alone past it.
     wide = [line for line in (first.stdout + first.stderr).splitlines()
