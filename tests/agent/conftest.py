@@ -22,3 +22,16 @@ def trace_path() -> Path:
 def fake_workload_command() -> list[str]:
     """The command of the stand-in workload (a real child process)."""
     return [sys.executable, str(FAKE_WORKLOAD)]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """A client of the running docker engine; the test is skipped where none answers."""
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"no docker engine ({exc})")
+    yield client
+    client.close()

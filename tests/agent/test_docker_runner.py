@@ -32,18 +32,6 @@ REQUEST = WorkloadRequest(
 
 
 @pytest.fixture(scope="module")
-def engine():
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no docker engine ({exc})")
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
 def python_image(engine) -> str:
     """An image with python3: $GPUBENCH_TEST_PYTHON_IMAGE, or the local base image."""
     wanted = os.environ.get("GPUBENCH_TEST_PYTHON_IMAGE")

@@ -59,17 +59,12 @@ def test_a_tmpfs_has_no_host_source() -> None:
 
 @pytest.mark.docker
 def test_the_engines_own_inspect_maps_a_folder_another_container_reads(
-        tmp_path: Path) -> None:
+        tmp_path: Path, engine) -> None:
     """As the agent container and the workload container do on a GPU host: the engine's
     inspect of a container with the host's folder mounted at /models maps
     /models/my.keras to the host's file, which a second container, given that folder,
     reads at /model."""
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no docker engine ({exc})")
+    client = engine
     image = os.environ.get("GPUBENCH_TEST_PYTHON_IMAGE") or next(
         (i.tags[0] for i in client.images.list(name="gpubench-base") if i.tags), None)
     if image is None:
@@ -86,5 +81,4 @@ def test_the_engines_own_inspect_maps_a_folder_another_container_reads(
     assert source == str(models)
     said = client.containers.run(image, command=["cat", "/model/my.keras"], remove=True,
                                  volumes={source: {"bind": "/model", "mode": "ro"}})
-    client.close()
     assert said == b"a model's bytes"
