@@ -115,22 +115,9 @@ container_run() {  # container_run NAME [FLAGS...]: the README's block, flags ap
 STRANGER=/tmp/stranger  # HOME for the gpu-agent-model block: its ~/models on this host
 custom_model_run() {  # the gpu-agent-model block, the model's folder mounted elsewhere
   mkdir -p "$STRANGER/models"
-  # A small CNN of the user's own (its architecture is all that counts), saved by Keras on
-  # the machine's torch.
-  KERAS_BACKEND=torch timed custom-model-keras python3 - "$STRANGER/models/my.keras" <<'PY' || return 1
-import sys
-
-import keras
-from keras import layers
-
-inputs = keras.Input((128, 128, 3))
-x = layers.Rescaling(1 / 255)(inputs)
-for width in (32, 64, 128):
-    x = layers.Conv2D(width, 3, strides=2, padding="same", activation="relu")(x)
-    x = layers.BatchNormalization()(x)
-x = layers.GlobalAveragePooling2D()(x)
-keras.Model(inputs, layers.Dense(3)(x), name="small_cnn").save(sys.argv[1])
-PY
+  # A small CNN of the user's own (bench/small_cnn.py), saved by Keras on the machine's torch.
+  KERAS_BACKEND=torch timed custom-model-keras python3 "$ROOT/bench/small_cnn.py" \
+    "$STRANGER/models/my.keras" 128 || return 1
   local script; script=$(readme_block gpu-agent-model) || return 1
   script="$script --label 'h200 custom-model-container' --batch 64"
   HOME=$STRANGER GPUBENCH_TOKEN=$(cat "$WORK/token") \

@@ -80,22 +80,6 @@ agent_search() {  # agent_search NAME ARGS...: `gpubench-agent largest-batch --j
   return $code
 }
 
-# A small model of the user's own, as a .keras file (its architecture is all that counts).
-cat >"$WORK/small_model.py" <<'EOF'
-import sys
-
-import keras
-from keras import layers
-
-size = int(sys.argv[2])
-inputs = keras.Input((size, size, 3))
-x = layers.Rescaling(1 / 255)(inputs)
-for width in (32, 64, 128):
-    x = layers.Conv2D(width, 3, strides=2, padding="same", activation="relu")(x)
-    x = layers.BatchNormalization()(x)
-x = layers.GlobalAveragePooling2D()(x)
-keras.Model(inputs, layers.Dense(3)(x), name="small_cnn").save(sys.argv[1])
-EOF
 
 # torchvision's own networks: the step rate of torch without Keras (float32, synthetic
 # data on the GPU, Adam, 3 steps then 20 timed).
@@ -138,7 +122,7 @@ EOF
 
 if [ "$SMOKE" = 1 ]; then
   # One tiny step of each kind on the CPU: the script's plumbing, not a measurement.
-  step small-keras 0 "$PYTHON" "$WORK/small_model.py" "$WORK/small.keras" 32
+  step small-keras 0 "$PYTHON" "$ROOT/bench/small_cnn.py" "$WORK/small.keras" 32
   step small-run 0 agent_run small --models "$WORK/small.keras" --gpus 0 --limit-images 40 \
     --batch 8
   step small-search 0 agent_search small --models "$WORK/small.keras" --gpus 0 \
@@ -150,7 +134,7 @@ if [ "$SMOKE" = 1 ]; then
   fi
 else
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$WORK/gpu.txt"
-  step small-keras 60 "$PYTHON" "$WORK/small_model.py" "$WORK/small.keras" 128
+  step small-keras 60 "$PYTHON" "$ROOT/bench/small_cnn.py" "$WORK/small.keras" 128
   # The synthetic photos, generated once into the cache (the first run would otherwise).
   step data 60 "$PYTHON" -m gpubench.agent.workload make-data
   IMAGES="--search-budget 30"
