@@ -79,6 +79,7 @@ def test_the_engines_own_inspect_maps_a_folder_another_container_reads(
     finally:
         agent.remove(force=True)
     assert source == str(models)
-    said = client.containers.run(image, command=["cat", "/model/my.keras"], remove=True,
-                                 volumes={source: {"bind": "/model", "mode": "ro"}})
-    assert said == b"a model's bytes"
+    # Judged by the exit status (ContainerError where it is not 0), not by the container's
+    # output, which the engine's log can lose for a container that ends at once.
+    client.containers.run(image, command=["grep", "-qx", "a model's bytes", "/model/my.keras"],
+                          remove=True, volumes={source: {"bind": "/model", "mode": "ro"}})

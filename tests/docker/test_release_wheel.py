@@ -33,8 +33,19 @@ def built(docker_engine: str, tmp_path_factory: pytest.TempPathFactory):
     """gpubench-agent, -workload and -collector:TAG, built with a wheel of version
     VERSION; removed after."""
     out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)],
-        timeout=600, env={"SETUPTOOLS_SCM_PRETEND_VERSION": VERSION})
+    # The build writes the version it is given into the tree's gpubench/_version.py
+    # (setuptools-scm's version_file): the checkout's own is put back, so that the tests
+    # after these do not run as a release of VERSION.
+    version_file = REPO / "gpubench" / "_version.py"
+    kept = version_file.read_bytes() if version_file.exists() else None
+    try:
+        run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
+             str(REPO)], timeout=600, env={"SETUPTOOLS_SCM_PRETEND_VERSION": VERSION})
+    finally:
+        if kept is None:
+            version_file.unlink(missing_ok=True)
+        else:
+            version_file.write_bytes(kept)
     [wheel] = out.glob("*.whl")
     assert wheel.name.startswith(f"gpubench_keras-{VERSION}-")
     try:
