@@ -35,6 +35,9 @@ Connection = duckdb.DuckDBPyConnection
 # The columns of a GPU configuration, as SQL, and the dimensions Compare keeps apart
 # (gpubench.comparison_key: each a column of the runs and a column of an outlier group).
 _CONFIG = ", ".join(outliers.CONFIG_COLUMNS)
+# Compare's groups in one order whatever the scan's: fastest first, then by name (a
+# group without a kept run last).
+_FASTEST_FIRST = "epoch2_median_seconds ASC NULLS LAST"
 KEY_COLUMNS = comparison_key.NAMES
 # A flagged run whose every reason is its GPU's name (ceilings.UNRECOGNISED ...): a run
 # of a card not yet catalogued, when the name is one (`_uncatalogued_names`).
@@ -163,7 +166,8 @@ class Aggregates:
                 outliers.figures_sql(
                     kept, ", ".join(outliers.OUTLIER_GROUP),
                     extra="".join(f", [{c}] AS {c}" for c in KEY_COLUMNS),
-                    having="HAVING count(*) FILTER (WHERE keep) > 0"),
+                    having="HAVING count(*) FILTER (WHERE keep) > 0")
+                + f" ORDER BY {_FASTEST_FIRST}, {', '.join(outliers.OUTLIER_GROUP)}",
                 [query.include_outliers, *params, *scores],
             ))
         return [_group_figures(r) for r in rows] + apart
@@ -391,6 +395,7 @@ def _compare_rows_from_runs(con: Connection, query: CompareQuery, missing: list[
         WITH kept AS MATERIALIZED {kept}
         SELECT * FROM ({figures}) JOIN (SELECT {_CONFIG}, {values} FROM kept GROUP BY ALL)
             USING ({_CONFIG})
+        ORDER BY {_FASTEST_FIRST}, {_CONFIG}
         """,
         [query.include_outliers, *params, *scores, *names],
     ))
