@@ -92,9 +92,10 @@ def build(model: str) -> Any:
     return (LanguageModel() if model == LM else VisionTransformer()).cuda()
 
 
-def measure(model_name: str, precision: str, batch: int, math_mode: str, compiled: bool,
-            steps: int, warmup: int) -> dict[str, Any]:
-    """Train `steps` timed steps after `warmup`; the figures as a dict."""
+def training(model_name: str, precision: str, batch: int, math_mode: str
+             ) -> tuple[Any, Any, Any, Any]:
+    """The model, its training step (inputs, targets) -> loss, and a batch of synthetic
+    inputs and targets on the GPU, under the math mode."""
     import torch
     from torch.nn import functional
 
@@ -103,7 +104,6 @@ def measure(model_name: str, precision: str, batch: int, math_mode: str, compile
     torch.backends.cudnn.allow_tf32 = tf32
     torch.manual_seed(12)
     model = build(model_name)
-    parameters = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7, fused=True)
     if model_name == LM:
         inputs = torch.randint(0, VOCABULARY, (batch, TOKENS), device="cuda")
@@ -124,8 +124,18 @@ def measure(model_name: str, precision: str, batch: int, math_mode: str, compile
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
-    if compiled:  # the model's forward and backward; Adam's fused step stays as it is
-        model = torch.compile(model)
+    return model, step, inputs, targets
+
+
+def measure(model_name: str, precision: str, batch: int, math_mode: str, compiled: bool,
+            steps: int, warmup: int) -> dict[str, Any]:
+    """Train `steps` timed steps after `warmup`; the figures as a dict."""
+    import torch
+
+    model, step, inputs, targets = training(model_name, precision, batch, math_mode)
+    parameters = sum(p.numel() for p in model.parameters())
+    if compiled:  # the model's forward and backward, in place (the step calls it);
+        model.compile()  # Adam's fused step stays as it is
     run = step
     torch.cuda.reset_peak_memory_stats()
     began = time.perf_counter()
