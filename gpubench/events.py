@@ -241,6 +241,17 @@ class GpuPeak:
 
 
 @dataclass(frozen=True, kw_only=True)
+class XlaPrograms:
+    """The XLA programs a run on JAX needed: compiled, or loaded from JAX's persistent
+    compilation cache (run.proto's XlaPrograms)."""
+
+    compiled: int
+    loaded: int
+    seconds: float  # compiling and loading them, all told
+    cache: bool  # whether the persistent compilation cache was on
+
+
+@dataclass(frozen=True, kw_only=True)
 class Result(Event):
     """The measured epoch's figures, once training has ended."""
 
@@ -259,6 +270,7 @@ class Result(Event):
     cuda_graphs: bool = False  # whether graphs ran (asked-for graphs may not)
     jit_compile: bool = False  # whether Keras compiled the step
     math_mode: str = ""  # how float32 convolutions and matrix products ran (settings)
+    xla_programs: XlaPrograms | None = None  # JAX: compiled or from the cache (None: other)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -222,6 +222,11 @@ class RunBuilder:
                 value = getattr(self.result, name)
                 if value is not None:
                     setattr(result, name, value)
+            programs = self.result.xla_programs
+            if programs is not None:  # JAX: compiled, or loaded from the compilation cache
+                result.xla_programs.CopyFrom(run_pb2.XlaPrograms(
+                    compiled=programs.compiled, loaded=programs.loaded,
+                    seconds=programs.seconds, cache=programs.cache))
             self.warnings.extend(self.result.warnings)
         self._memory(run, windows.get(measured))
         for trial in self.trials:

@@ -27,9 +27,11 @@ from gpubench.events import (
     Event,
     LogEvent,
     Phase,
+    Result,
     Started,
     Step,
     WarningEvent,
+    XlaPrograms,
 )
 
 GIB = 1 << 30
@@ -62,6 +64,15 @@ def fed_with(image_size: int, input_spec: str) -> str:
     """What a model is fed, in a few words: "224 px" for photos, else how it is fed
     ("tokens 1024 of 50257"), never "0 px"."""
     return f"{image_size} px" if image_size else (input_spec or "no images")
+
+
+def xla_words(programs: XlaPrograms) -> str:
+    """A JAX run's XLA programs in a few words: "XLA: 3 programs compiled, 12 from the
+    cache (4.1 s)", or "... compiled in 95.2 s (no compilation cache)"."""
+    compiled = f"XLA: {programs.compiled} program{'' if programs.compiled == 1 else 's'} compiled"
+    if not programs.cache:
+        return f"{compiled} in {programs.seconds:.1f} s (no compilation cache)"
+    return f"{compiled}, {programs.loaded} from the cache ({programs.seconds:.1f} s)"
 
 
 class _LiveColumn(ProgressColumn):
@@ -220,6 +231,8 @@ class RunDisplay:
             self.note(f"{model}: warning: {event.message}", style="yellow")
         elif isinstance(event, LogEvent) and event.message:
             self.note(f"{model}: {event.message}", style="dim")
+        elif isinstance(event, Result) and event.xla_programs is not None:
+            self.note(f"{model}: {xla_words(event.xla_programs)}", style="dim")
         # An ErrorEvent is said once, by whoever ends the model: the run's status line
         # ("B0: error (...); saved ...") or, for a refusal, the agent's own error.
 

@@ -427,6 +427,10 @@ def train(
     measured = timer.epochs[MEASURED_EPOCH - 1]
     warnings = list(feed.warnings) + list(measured.stats.warnings if measured.stats else [])
     warnings += replica_warnings
+    programs = frameworks.get(settings.backend).program_log()  # XLA's programs (JAX)
+    if programs is not None:
+        late = programs.epoch_warning(MEASURED_EPOCH, measured.t_start, measured.t_end)
+        warnings += [late] if late else []
     expected = PROTOCOL_PARAMETERS.get(settings.model)
     if expected and len(dataset.class_names) == 3 and tuple(counts.values()) != expected:
         warnings.append(f"parameter counts {counts} differ from the protocol's {expected}")
@@ -448,6 +452,7 @@ def train(
         # Keras compiles the step only where every layer allows it (it warns otherwise).
         jit_compile=bool(network.jit_compile),
         math_mode=frameworks.get(settings.backend).math_mode(),
+        xla_programs=programs.totals() if programs is not None else None,
     ))
     return EXIT_OK
 

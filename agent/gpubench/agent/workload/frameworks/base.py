@@ -25,6 +25,8 @@ from gpubench.errors import GpubenchError
 if TYPE_CHECKING:
     import numpy as np
 
+    from gpubench.agent.workload.compilation_cache import ProgramLog
+
 
 class Framework(ABC):
     """One framework under Keras. Subclasses import their framework inside their
@@ -64,6 +66,11 @@ class Framework(ABC):
         """Wait until the GPU has finished the work queued so far (a no-op where the
         host never runs ahead of the device)."""
         return None  # nothing to do by default
+
+    def program_log(self) -> ProgramLog | None:
+        """The XLA programs compiled or loaded from the compilation cache since the
+        framework was imported (JAX); None where the framework does not count them."""
+        return None
 
     @abstractmethod
     def set_math_mode(self, mode: str) -> None:

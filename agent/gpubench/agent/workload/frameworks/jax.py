@@ -1,8 +1,9 @@
-"""JAX under Keras: memory_stats, DataParallel, device syncs.
+"""JAX under Keras: memory_stats, DataParallel, device syncs, the compilation cache.
 
 Peak memory: memory_stats()["peak_bytes_in_use"], which cannot be reset (the
 record says so). No --memory-limit. Several GPUs: keras.distribution.DataParallel
-over the first N GPUs.
+over the first N GPUs. The XLA programs a run compiles are kept in JAX's persistent
+compilation cache, in the agent's cache folder, and counted (compilation_cache).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from gpubench.agent.workload import compilation_cache
 from gpubench.agent.workload.frameworks.base import (
     Framework,
     cuda_version_text,
@@ -29,9 +31,29 @@ class Jax(Framework):
 
     name = "jax"
 
+    def __init__(self) -> None:
+        self._programs: compilation_cache.ProgramLog | None = None
+
     def configure_environment(self, gpus: int) -> None:
+        """The CPU alone for a CPU run; JAX's persistent compilation cache in the
+        agent's cache folder (a person's own JAX_COMPILATION_CACHE_DIR wins)."""
+        from gpubench.agent.workload.synthetic import cache_root
+
         if gpus == 0:
             os.environ["JAX_PLATFORMS"] = "cpu"
+        os.environ.update(compilation_cache.environment(cache_root(), os.environ))
+
+    def configure_devices(self, *, memory_growth: bool) -> None:
+        """Count the XLA programs from here on: JAX has compiled none yet."""
+        import jax.monitoring
+
+        if self._programs is None:
+            self._programs = compilation_cache.ProgramLog(_cache_on)
+            jax.monitoring.register_event_listener(self._programs.on_event)
+            jax.monitoring.register_event_duration_secs_listener(self._programs.on_duration)
+
+    def program_log(self) -> compilation_cache.ProgramLog | None:
+        return self._programs
 
     def gpu_count(self) -> int:
         import jax
@@ -117,3 +139,10 @@ class Jax(Framework):
         devices = keras.distribution.list_devices("gpu")[:gpus]
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
         yield
+
+
+def _cache_on() -> bool:
+    """Whether JAX's persistent compilation cache is on (a folder, and not turned off)."""
+    import jax
+
+    return bool(jax.config.jax_enable_compilation_cache and jax.config.jax_compilation_cache_dir)
