@@ -40,7 +40,7 @@ poison), chaos_auth.py, chaos_attacks.py (the flood, the lock-out, tampered back
 and chaos_fabrication.py; chaos_support.py runs collectors and
 submitters and prints the table.
 
-Every acknowledged run must be in the database (or its quarantine) afterwards, once;
+Every acknowledged run must be in the database afterwards, once;
 "wrong" counts answers a part does not allow (a valid run refused for good, a bad
 token let in, INTERNAL, a legitimate client not answered within 2 s beside a flood, a
 tampered backup restored, a full disk logged more than once). Exit code 1 when any is lost,

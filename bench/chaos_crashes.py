@@ -179,7 +179,7 @@ def agent_push_part(folder: Path, *, runs: int, kills: int, rng: random.Random) 
             tally.note = f"last push: exit {final.returncode}, {len(spool.pending())} pending"
     finally:
         collector.stop()
-    counts, _, _ = stored(collector.db)
+    counts, _ = stored(collector.db)
     sent = {entry.path.stem for entry in spool.entries("sent")}
     pending = {entry.path.stem for entry in spool.pending()}
     tally.lost = len(sent - set(counts)) + len(spooled - sent - pending)

@@ -50,7 +50,7 @@ class Tally:
 
     part: str
     tried: int = 0
-    lost: int = 0  # acknowledged, then not in the database (nor in quarantine)
+    lost: int = 0  # acknowledged, then not in the database
     duplicated: int = 0  # a run stored twice, or a run stored that was never submitted
     wrong: int = 0  # an answer the part did not allow (a valid run refused, a bad token let in)
     codes: Counter = field(default_factory=Counter)
@@ -270,10 +270,9 @@ class Submitters:
         channel.close()
 
 
-def stored(db: Path) -> tuple[Counter, dict[str, str], set[str]]:
+def stored(db: Path) -> tuple[Counter, dict[str, str]]:
     """What the database `db` holds (opened here: no collector may serve it): how often
-    each run_id is stored, each stored run's content hash, the run_ids in quarantine
-    (runs an earlier version could not store: none here)."""
+    each run_id is stored, and each stored run's content hash."""
     store = Store(db)
     try:
         counts: Counter = Counter()
@@ -286,9 +285,7 @@ def stored(db: Path) -> tuple[Counter, dict[str, str], set[str]]:
                 hashes[run.run.run_id] = run.content_sha256
             if not token:
                 break
-        held = {r for (r,) in store.database.cursor().execute(
-            "SELECT run_id FROM quarantine").fetchall()}
-        return counts, hashes, held
+        return counts, hashes
     finally:
         store.close()
 
@@ -298,10 +295,8 @@ def check_database(tally: Tally, db: Path, acknowledged: dict[str, str],
     """Count in `tally` the acknowledged runs `db` lacks, and the runs it holds twice or
     never submitted; a stored run whose content differs from its acknowledgement is
     wrong."""
-    counts, hashes, held = stored(db)
+    counts, hashes = stored(db)
     for run_id, sha in acknowledged.items():
-        if run_id in held:
-            continue
         if run_id not in counts:
             tally.lost += 1
         elif hashes[run_id] != sha:

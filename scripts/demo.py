@@ -47,8 +47,7 @@ DEMO = Path(os.environ.get("GPUBENCH_DEMO_DIR", ROOT / ".demo")).resolve()
 BIN = Path(sys.executable).parent
 REFERENCE_RUNS = ROOT / "docs" / "results" / "runs"
 # What a demo leaves in DEMO; only these are removed when the next one starts.
-STATE = ("collector.duckdb", "collector.duckdb.wal", "collector.duckdb.intake", "spool",
-         "token")
+STATE = ("collector.duckdb", "collector.duckdb.wal", "spool", "token")
 # The ports the "what now" commands start the collector and the results site on again.
 SUGGESTED_PORT = 50051
 SUGGESTED_SITE_PORT = 8080

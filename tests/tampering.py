@@ -71,8 +71,7 @@ def _link_runs(folder: Path) -> None:
 
 
 # name -> (how to tamper with a backup folder given its key, words of the refusal). The
-# backup is of runs on several GPUs, tokens "root" (admin), "lab" and a revoked one, and
-# one run in quarantine.
+# backup is of runs on several GPUs and tokens "root" (admin), "lab" and a revoked one.
 TAMPERED: dict[str, tuple[Callable[[Path, bytes], object], str]] = {
     # The folder's SQL is never run: a file the manifest does not list refuses it.
     "schema.sql added": (
@@ -83,8 +82,8 @@ TAMPERED: dict[str, tuple[Callable[[Path, bytes], object], str]] = {
                          "tokens.parquet: its SHA-256 is not the one the signed manifest lists"),
     "run figures rewritten": (lambda f, key: rewrite(f, "runs", faster),
                               "runs.parquet: its SHA-256 is not the one"),
-    "a file missing": (lambda f, key: (f / "quarantine.parquet").unlink(),
-                       "quarantine.parquet: missing or not a plain file"),
+    "a file missing": (lambda f, key: (f / "tokens.parquet").unlink(),
+                       "tokens.parquet: missing or not a plain file"),
     "a file a link": (lambda f, key: _link_runs(f), "runs.parquet: missing or not a plain file"),
     "counts changed": (lambda f, key: edit_manifest(f, runs=3),
                        "its signature does not match the backup key"),
@@ -93,12 +92,16 @@ TAMPERED: dict[str, tuple[Callable[[Path, bytes], object], str]] = {
     "unsigned": (lambda f, key: edit_manifest(f, signature=""),
                  "its signature does not match"),
     "an older, unsigned format": (lambda f, key: edit_manifest(f, format=1),
-                                  "backup format 1; this gpubench restores format 2"),
+                                  "backup format 1; this gpubench restores format 3"),
+    "an older format, of three tables": (
+        lambda f, key: edit_manifest(f, format=2, quarantined=0),
+        "backup format 2; this gpubench restores format 3: restore it with the gpubench "
+        "that took it"),
     # What only the key's holder could make: still checked against the data itself.
     "a record unlike its hash, signed": (
         lambda f, key: (rewrite(f, "runs", another_record), resign(f, key)),
         "its content_sha256 is not its record's"),
     "a run less than counted, signed": (
         lambda f, key: (rewrite(f, "runs", lambda rows: rows[1:]), resign(f, key)),
-        "run(s), but its manifest says"),
+        "token(s), but its manifest says"),
 }

@@ -141,7 +141,7 @@ def test_a_backup_taken_while_serving_restores_every_acknowledged_run_and_token(
         thread.join(30)
     assert not errors, errors
     assert len(acknowledged) > len(before_backup)  # submissions went on
-    assert re.search(r"backed up \d+ run\(s\), 3 token\(s\)", done.stderr), done.stderr
+    assert re.search(r"backed up \d+ run\(s\) and 3 token\(s\)", done.stderr), done.stderr
     process.send_signal(signal.SIGTERM)
     assert process.wait(STOP_DEADLINE_S) == 0
     source_runs, source_tokens = _everything(db)
@@ -175,7 +175,7 @@ def test_restore_refuses_an_existing_database_and_an_unfinished_backup(tmp_path:
     store.close()
     folder = tmp_path / "backup"
     first = cli("backup", str(folder), "--db", str(db)).stderr
-    assert "backed up 3 run(s), 1 token(s)" in first
+    assert "backed up 3 run(s) and 1 token(s)" in first
     assert "signed with a new backup key" in first
     # Each line within 80 columns however long the paths (words are never broken).
     assert all(len(line) <= 80 or " " not in line.strip() for line in first.splitlines()), \

@@ -13,13 +13,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import grpc
 import pytest
 from factories import make_run
-from old_journal import write_journal
 from waiting import STOP_DEADLINE_S
 
 from gpubench import record
@@ -302,36 +300,23 @@ def test_serve_refuses_plaintext_off_loopback(tmp_path: Path) -> None:
     assert not local_admin.admin_folder(tmp_path / "c.duckdb").exists()
 
 
-def _poisoned_journal(db: Path) -> tuple[str, str]:
-    """A database an earlier version left with runs in its journal, as a crash leaves
-    them: one the database refuses (3e9 training images, let in by an older validation)
-    and a good one; their run_ids."""
-    Store(db).close()
-    poisoned = make_run(config__train_images=3_000_000_000, config__image_count=0)
-    good = make_run()
-    write_journal(db, [poisoned, good], received_at=datetime(2026, 1, 1))
-    return poisoned.run_id, good.run_id
-
-
-def test_a_poisoned_journal_stops_no_command_and_its_run_is_kept(serve, tmp_path: Path) -> None:
-    """The first opening stores the earlier version's journal: the good run stored, the
-    refused one held in quarantine (told in the log), and every command works."""
+def test_serve_refuses_a_database_from_before_the_first_release(tmp_path: Path) -> None:
+    """A database whose schema a collector from before the first release made: refused
+    at start, naming the file and what to do, and left as it was."""
     db = tmp_path / "c.duckdb"
-    poisoned, good = _poisoned_journal(db)
-    listed = cli("token", "list", "--db", str(db))
-    told = " ".join(listed.stderr.split())
-    assert f"run {poisoned} (submitter old-agent" in told and "cannot be stored" in told
-    assert "does not fit" in told
-    assert not (tmp_path / "c.duckdb.intake").exists()
-    admin = cli("token", "create", "root", "--admin", "--db", str(db)).stdout.strip()
-    served = serve(db)
-    stub = served.stub()
-    stub.SubmitRun(pb.SubmitRunRequest(run=make_run()), metadata=bearer(admin), timeout=10)
-    assert stub.GetRun(pb.GetRunRequest(run_id=good), metadata=bearer(admin),
-                       timeout=10).submitter == "old-agent"
-    with pytest.raises(grpc.RpcError) as held:
-        stub.GetRun(pb.GetRunRequest(run_id=poisoned), metadata=bearer(admin), timeout=10)
-    assert "held in quarantine" in held.value.details()
-    stats = stub.Stats(pb.StatsRequest(), metadata=bearer(admin), timeout=10)
-    assert (stats.runs_stored, stats.runs_quarantined) == (2, 1)
-    assert served.stop(signal.SIGTERM) == 0
+    store = Store(db)
+    store.database.cursor().execute(
+        "DELETE FROM schema_migrations; INSERT INTO schema_migrations VALUES "
+        "('0001_runs', now()), ('0015_math_mode', now())")
+    store.close()
+    done = cli("serve", "--db", str(db), "--port", "0", check=False)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 6, done.stderr
+    assert f"{db}: made by a gpubench from before its first release (migrations " \
+        "0001_runs to 0015_math_mode)" in said
+    assert "Start a new database file (another --db)" in said
+    assert "gpubench-collector import" in said and "spool's sent/ folder" in said
+    assert "Traceback" not in done.stderr
+    assert not local_admin.admin_folder(db).exists()
+    again = cli("token", "list", "--db", str(db), check=False)
+    assert again.returncode == 6 and "before its first release" in again.stderr

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from factories import make_run
-from old_journal import write_journal
 from tampering import TAMPERED, backdoor_admin, faster, resign, rewrite
 
 from gpubench.collector import backup
@@ -25,9 +24,9 @@ CLI = [sys.executable, "-m", "gpubench.collector.cli"]
 
 @pytest.fixture(scope="module")
 def taken(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, float]]:
-    """A backup of a database with runs on three GPUs, tokens (an admin's, a user's, a
-    revoked one) and a run in quarantine (what tampering.TAMPERED expects): its folder,
-    its key, each run's epoch 2."""
+    """A backup of a database with runs on three GPUs and tokens (an admin's, a user's,
+    a revoked one), what tampering.TAMPERED expects: its folder, its key, each run's
+    epoch 2."""
     folder = tmp_path_factory.mktemp("source")
     db = folder / "c.duckdb"
     store = Store(db)
@@ -41,15 +40,6 @@ def taken(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
                 for gpu, seconds in (("Tesla T4", 16.0), ("Tesla T4", 17.0),
                                      ("NVIDIA H200", 5.0), ("NVIDIA A100-SXM4-80GB", 8.0))]
         store.submit_many(runs, "lab")
-    finally:
-        store.close()
-    # What an older collector let in, refused by the database when stored from its
-    # journal: held in quarantine.
-    write_journal(db, [make_run(config__train_images=3_000_000_000, config__image_count=0)],
-                  submitter="old")
-    store = Store(db)
-    try:
-        assert store.runs.counts()["runs_quarantined"] == 1
         backup.take(store, folder / "backup")
     finally:
         store.close()
@@ -106,7 +96,7 @@ def test_a_restore_makes_each_run_from_its_record(taken, tmp_path: Path) -> None
     resign(folder, backup.read_key(taken[1]))
     db = tmp_path / "restored.duckdb"
     manifest = backup.restore(folder, db, key=taken[1])
-    assert (manifest.runs, manifest.tokens, manifest.quarantined) == (4, 3, 1)
+    assert (manifest.runs, manifest.tokens) == (4, 3)
     store = Store(db)
     try:
         page, _ = store.runs.list(RunFilter(), page_size=100)
@@ -117,7 +107,6 @@ def test_a_restore_makes_each_run_from_its_record(taken, tmp_path: Path) -> None
         assert compare["Tesla T4"] == pytest.approx(16.5)
         assert {t.name: (t.admin, t.revoked) for t in store.tokens.all()} == {
             "root": (True, False), "lab": (False, False), "gone": (False, True)}
-        assert store.runs.counts()["runs_quarantined"] == 1
     finally:
         store.close()
     assert backup.key_path(db).read_bytes().strip() == backup.read_key(taken[1])

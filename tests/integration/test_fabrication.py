@@ -19,7 +19,6 @@ from click.testing import CliRunner
 from gpubench import record
 from gpubench.cli import cli
 from gpubench.collector import ceilings
-from gpubench.collector.store import Store
 from gpubench.v1 import collector_pb2 as pb
 from gpubench.v1 import run_pb2
 
@@ -234,24 +233,3 @@ def test_the_reference_records_are_ranked_unflagged(live: Submitters) -> None:
               for e in live.stub.Leaderboard(pb.LeaderboardRequest(model=model),
                                              metadata=live.md).entries}
     assert {live.stored(run).run.gpus[0].name for run in runs} <= {g for g, _ in ranked}
-
-
-def test_upgrading_flags_the_stored_runs_past_their_card_s_expectation(
-        tmp_path: Path) -> None:
-    # As a collector before migration 0014 stored them: a T4 at 3x what it is expected
-    # of it, unflagged, beside the real H200 run.
-    db = tmp_path / "c.duckdb"
-    real, made_up = fabrication.real_run(), fabrication.on_card("Tesla T4", 3.0)
-    store = Store(db)
-    store.submit_many([real, made_up], "lab")
-    cursor = store.database.cursor()
-    cursor.execute("UPDATE runs SET flagged = false, flag_reasons = ''")
-    cursor.execute("DELETE FROM schema_migrations WHERE name = '0014_card_expectations'")
-    store.close()
-    store = Store(db)
-    try:
-        assert "0014_card_expectations" in store.database.applied_migrations()
-        assert store.runs.get(made_up.run_id).flagged
-        assert not store.runs.get(real.run_id).flagged
-    finally:
-        store.close()

@@ -59,21 +59,6 @@ def test_the_migrated_database_stores_no_figures_to_keep_current(tmp_path: Path)
     assert "runs" in tables and "group_figures" not in tables
 
 
-def test_a_dimension_is_backfilled_from_the_stored_records() -> None:
-    con = duckdb.connect()
-    for migration in migrations.MIGRATIONS:
-        for statement in migration.statements:
-            con.execute(statement)
-    run = make_run(config__epochs=7)
-    row = rows.run_row(run, "lab")
-    stored = {**row, "received_at": rows.utc_now(), "epochs": 0}  # as before the column
-    con.execute(columns.INSERT_ROWS, columns.column_lists([stored]))
-    migrations.backfill_dimension("epochs")(con)
-    assert con.execute("SELECT epochs FROM runs").fetchall() == [(7,)]
-    added = migrations.dimension_column("epochs")
-    assert added == "ALTER TABLE runs ADD COLUMN epochs INTEGER NOT NULL DEFAULT 0"
-
-
 def test_every_dimension_has_its_wire_fields() -> None:
     """The proto is the third place a new dimension touches: its pin, its shared value
     and (unless the leaderboard pins it) its entry's value."""

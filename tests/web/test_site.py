@@ -226,4 +226,3 @@ def test_metrics_show_the_collectors_counts(live_site):
     assert 'gpubench_collector_refusals_total{reason="invalid"}' in metrics
     assert 'gpubench_collector_runs{kind="flagged"}' in metrics
     assert 'gpubench_collector_runs{kind="published"} 3.0' in metrics
-    assert "gpubench_collector_quarantined_runs 0.0" in metrics

@@ -1,9 +1,9 @@
 """Backups of a collector's database, taken while it serves, and restores of them.
 
 A backup is a folder holding data only: one Parquet file per table that holds what no
-code can compute again (runs.parquet, tokens.parquet, quarantine.parquet), and a
-manifest, gpubench-backup.json, written last: a folder without it is an unfinished
-backup and is not restored. The files are written from one snapshot of the database
+code can compute again (runs.parquet, tokens.parquet), and a manifest,
+gpubench-backup.json, written last: a folder without it is an unfinished backup and is
+not restored. The files are written from one snapshot of the database
 (collector.store.Store.export_to), so the backup holds every run acknowledged before
 it began; submissions go on meanwhile. The serving collector writes it (the Admin
 service's Backup, called over loopback with its local credential,
@@ -16,9 +16,9 @@ are kept, so a restore trusts nothing in it until the signature and every file's
 check out with the key the operator gives; then it makes the schema from the
 collector's own migrations, never from anything in the folder, and loads the tables'
 data into it: each run again from its stored record (its content_sha256 checked
-against the record, its columns computed from it as at submission), the tokens and the
-quarantine as they were. The outlier flags are computed again. The counts must match
-the manifest's. Everything happens in a new file beside the target, moved into place
+against the record, its columns computed from it as at submission), the tokens as
+they were. The outlier flags are computed again. The counts must match the
+manifest's. Everything happens in a new file beside the target, moved into place
 only once every check has passed: a restore that fails leaves no database behind.
 """
 
@@ -41,16 +41,17 @@ from typing import Any
 from gpubench.collector import migrations
 from gpubench.collector.database import database_in_use
 from gpubench.collector.errors import DatabaseLocked
-from gpubench.collector.leftovers import journal_folder
 from gpubench.collector.store import Store
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.versions import VERSION
 
 MANIFEST = "gpubench-backup.json"
-FORMAT = 2
-# The tables a backup holds, each in a file of its name (group_figures and
-# schema_migrations are derived: the restore computes them).
-TABLES = ("runs", "tokens", "quarantine")
+# The manifest's format (1 was unsigned, 2 held a third table): a backup of another
+# format is refused, with the gpubench that restores it.
+FORMAT = 3
+# The tables a backup holds, each in a file of its name (run_groups and
+# schema_migrations are derived: the restore makes them).
+TABLES = ("runs", "tokens")
 # A manifest is a few hundred bytes; anything much larger is not one.
 MANIFEST_MOST_BYTES = 1 << 20
 # A backup key: this many random bytes, written as hex.
@@ -68,7 +69,6 @@ class Manifest:
     migrations: list[str]
     runs: int
     tokens: int
-    quarantined: int
     files: dict[str, str] = field(default_factory=dict)  # file name -> SHA-256 (hex)
     key_id: str = ""  # which key signed it: the start of the key's own SHA-256
     signature: str = ""  # "hmac-sha256:" + hex, over everything above
@@ -179,7 +179,6 @@ def take(store: Store, folder: Path) -> Manifest:
         migrations=store.database.applied_migrations(),
         runs=counts["runs"],
         tokens=counts["tokens"],
-        quarantined=counts["quarantine"],
         files={f"{table}.parquet": file_sha256(folder / f"{table}.parquet") for table in TABLES},
     )
     manifest = signed(manifest, key)
@@ -210,8 +209,8 @@ def read_manifest(folder: Path) -> Manifest:
         if data.get("format") != FORMAT:
             raise BackupError(
                 f"{path}: backup format {data.get('format')!r}; this gpubench restores "
-                f"format {FORMAT} (signed backups): restore it with the gpubench that took "
-                "it, or take a new backup with this one")
+                f"format {FORMAT}: restore it with the gpubench that took it, or take a "
+                "new backup with this one")
         manifest = Manifest(**data)
         _check_types(manifest)
     except BackupError:
@@ -222,7 +221,7 @@ def read_manifest(folder: Path) -> Manifest:
 
 
 def _check_types(manifest: Manifest) -> None:
-    for name in ("runs", "tokens", "quarantined", "format"):
+    for name in ("runs", "tokens", "format"):
         value = getattr(manifest, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise TypeError(f"{name} is not a count")
@@ -305,7 +304,6 @@ def restore(folder: Path, db_path: Path, *, key: Path, replace: bool = False) ->
         raise
     for path in existing:
         _remove(path)
-    _remove(journal_folder(staging))  # empty: the store was closed
     os.replace(staging, db_path)
     own_key = key_path(db_path)
     if not own_key.exists():
@@ -352,22 +350,20 @@ def _load(folder: Path, staging: Path, manifest: Manifest, *, shown: Path) -> No
         counts = store.load_backup({table: folder / f"{table}.parquet" for table in TABLES})
     finally:
         store.close()
-    expected = {"runs": manifest.runs, "tokens": manifest.tokens,
-                "quarantine": manifest.quarantined}
+    expected = {"runs": manifest.runs, "tokens": manifest.tokens}
     if counts != expected:
         raise BackupError(f"{shown}: holds {_counted(counts)}, but its manifest says "
                           f"{_counted(expected)}; nothing restored")
 
 
 def _counted(counts: dict[str, Any]) -> str:
-    return (f"{counts['runs']} run(s), {counts['tokens']} token(s), "
-            f"{counts['quarantine']} quarantined run(s)")
+    return f"{counts['runs']} run(s), {counts['tokens']} token(s)"
 
 
 def _database_files(db_path: Path) -> list[Path]:
-    """The files of the database `db_path` that exist: the file, DuckDB's write-ahead
-    log, an earlier version's intake journal (runs it stores on opening)."""
-    candidates = [db_path, db_path.with_name(db_path.name + ".wal"), journal_folder(db_path)]
+    """The files of the database `db_path` that exist: the file and DuckDB's
+    write-ahead log."""
+    candidates = [db_path, db_path.with_name(db_path.name + ".wal")]
     return [path for path in candidates if path.exists()]
 
 

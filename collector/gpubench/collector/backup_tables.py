@@ -26,8 +26,6 @@ from gpubench.v1 import run_pb2
 # from its record, as at submission.
 RUN_FIELDS = ("run_id", "submitter", "received_at", "content_sha256", "record")
 TOKEN_FIELDS = ("name", "secret_sha256", "admin", "created_at", "revoked", "last_used_at")
-QUARANTINE_FIELDS = ("run_id", "submitter", "received_at", "content_sha256", "record",
-                     "reason", "quarantined_at")
 # Runs read and inserted at a time.
 CHUNK = 10_000
 
@@ -50,12 +48,6 @@ def load(con: duckdb.DuckDBPyConnection, files: dict[str, Path]) -> None:
     DamagedBackup naming the file and the row."""
     _load_runs(con, files["runs"])
     _copy(con, "tokens", TOKEN_FIELDS, files["tokens"])
-    _copy(con, "quarantine", QUARANTINE_FIELDS, files["quarantine"])
-    for run_id, digest, blob in con.execute(
-            "SELECT run_id, content_sha256, record FROM quarantine").fetchall():
-        if hashlib.sha256(blob).hexdigest() != digest:
-            raise DamagedBackup(f"{files['quarantine'].name}: run {run_id[:64]!r}: its "
-                                "content_sha256 is not its record's")
 
 
 def _read(con: duckdb.DuckDBPyConnection, fields: Sequence[str], path: Path) -> Any:

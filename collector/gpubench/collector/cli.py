@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpubench import record
+from gpubench.cli_vocabulary import HELP_CONTEXT
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
 from gpubench.usage import FriendlyGroup, example
 from gpubench.versions import DISTRIBUTION, VERSION
@@ -69,13 +70,14 @@ class CollectorGroup(FriendlyGroup):
     prefix = "gpubench-collector: "
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, cls=CollectorGroup)
+@click.group(context_settings=HELP_CONTEXT, cls=CollectorGroup)
 @click.version_option(VERSION, prog_name="gpubench-collector")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True, envvar="GPUBENCH_LOG_LEVEL",
-              help="Least severe log lines shown on stderr (env GPUBENCH_LOG_LEVEL): INFO shows "
-                   "what the collector does on its own (runs an earlier version left "
-                   "unstored, stored at start, ...); WARNING only problems.")
+              help="Least severe log lines shown on stderr (env GPUBENCH_LOG_LEVEL): "
+                   "WARNING shows the collector's problems (a trusted proxy it cannot look "
+                   "up, writes durable again, ...); ERROR only failures (a full disk, a "
+                   "bug).")
 def cli(log_level: str) -> None:
     """The gpubench collector: stores benchmark runs and answers comparisons over gRPC."""
     # A service's log: timestamped lines on stderr, where service managers collect them.
@@ -105,8 +107,7 @@ def cli(log_level: str) -> None:
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Also serve /metrics (Prometheus text or OpenMetrics) on this HTTP port "
                    "(0: any free port, printed at start): submissions, refusals by reason, "
-                   "runs stored, flagged and held unstored from an earlier version. Off "
-                   "unless given.")
+                   "runs stored and flagged. Off unless given.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address /metrics listens on; the figures need no token, so keep it to "
                    "the operators' network.")
@@ -352,10 +353,10 @@ def import_runs(db_path: Path, files: tuple[Path, ...], submitter: str) -> None:
 @DB_OPTION
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 def backup_command(db_path: Path, folder: Path) -> None:
-    """Copy the database into FOLDER (new, or empty): every run acknowledged so far,
-    the tokens and the quarantine, as Parquet files with a manifest of their SHA-256,
-    signed with the collector's backup key (PATH.backup-key beside the database, made
-    at the first backup: keep a copy of it apart from the backups, `restore` needs it).
+    """Copy the database into FOLDER (new, or empty): every run acknowledged so far and
+    the tokens, as Parquet files with a manifest of their SHA-256, signed with the
+    collector's backup key (PATH.backup-key beside the database, made at the first
+    backup: keep a copy of it apart from the backups, `restore` needs it).
     Works while the collector serves: it then writes the copy itself, from one
     snapshot, while submissions go on."""
     from gpubench.collector import backup
@@ -370,9 +371,7 @@ def backup_command(db_path: Path, folder: Path) -> None:
         # The live collector writes the copy itself (only it can read the file now).
         taken = target.backup(folder) if isinstance(target, LiveCollector) \
             else backup.take(target, folder)  # type: ignore[arg-type]
-    runs, tokens, held = taken.runs, taken.tokens, taken.quarantined
-    _note(f"backed up {runs} run(s), {tokens} token(s) and {held} quarantined "
-          f"run(s) into {folder}")
+    _note(f"backed up {taken.runs} run(s) and {taken.tokens} token(s) into {folder}")
     key = backup.key_path(db_path)
     if not had_key:
         _note(f"signed with a new backup key, {key}: keep a copy of it apart from the "
@@ -386,7 +385,7 @@ def backup_command(db_path: Path, folder: Path) -> None:
 @click.option("--db", "db_path", required=True,
               type=click.Path(dir_okay=False, path_type=Path),
               help="The new database file to make from the backup; refused if a database "
-                   "is there (its file, PATH.wal or PATH.intake), unless --force.")
+                   "is there (its file or PATH.wal), unless --force.")
 @click.option("--key", "key", required=True, envvar="GPUBENCH_BACKUP_KEY",
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The backup key the backup was signed with: the file DB.backup-key beside "
@@ -402,9 +401,8 @@ def restore_command(folder: Path, db_path: Path, key: Path, force: bool) -> None
     from gpubench.collector import backup
 
     manifest = backup.restore(folder, db_path, key=key, replace=force)
-    _note(f"restored {manifest.runs} run(s), {manifest.tokens} token(s) and "
-          f"{manifest.quarantined} quarantined run(s) into {db_path} (backup of "
-          f"{manifest.created_at})")
+    _note(f"restored {manifest.runs} run(s) and {manifest.tokens} token(s) into "
+          f"{db_path} (backup of {manifest.created_at})")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -226,7 +226,7 @@ def backup_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """What a backup is checked by: the rows of the tables it must carry whole."""
     return {
         table: con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-        for table in ("runs", "tokens", "quarantine")
+        for table in ("runs", "tokens")
     }
 
 

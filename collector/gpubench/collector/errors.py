@@ -34,6 +34,13 @@ class SchemaTooNew(GpubenchError):
     exit_code = ExitCode.BAD_DATA
 
 
+class SchemaUnreleased(GpubenchError):
+    """The database was made by a collector from before the first release, whose schema
+    this one does not know."""
+
+    exit_code = ExitCode.BAD_DATA
+
+
 class StorageUnavailable(GpubenchError):
     """Writes cannot be made durable now (an I/O error of the database file or its
     write-ahead log): nothing was acknowledged, and the same request may succeed later

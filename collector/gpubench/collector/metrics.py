@@ -30,9 +30,6 @@ log = logging.getLogger(__name__)
 _SINGLE = (
     (CounterMetricFamily, "gpubench_collector_submissions",
      "Runs acknowledged since the collector started.", "submissions_accepted"),
-    (GaugeMetricFamily, "gpubench_collector_quarantined_runs",
-     "Runs an earlier version acknowledged that the database refused, held in quarantine.",
-     "runs_quarantined"),
 )
 # Runs stored, by kind: (label, field).
 _RUN_KINDS = (("stored", "runs_stored"), ("flagged", "runs_flagged"),

@@ -61,8 +61,8 @@ class RunReads:
 
     def get(self, run_id: str) -> collector_pb2.StoredRun:
         """The stored run whose id is `run_id`, or starts with it (LEAST_PREFIX
-        characters at least); NotFound (which says so of a run held in quarantine), or
-        InvalidRecord when several run ids start with it."""
+        characters at least); NotFound, or InvalidRecord when several run ids start
+        with it."""
         prefix = run_id.strip().lower()
         whole = len(prefix) >= FULL_RUN_ID
         if not whole and len(prefix) < LEAST_PREFIX:
@@ -77,10 +77,6 @@ class RunReads:
                 rows = self._stored_rows(con, [rows[0][0]])
             short = _short_ids(con, [rows[0][0]]) if len(rows) == 1 else {}
         if not rows:
-            held = self._held_reason(prefix) if whole else None
-            if held is not None:
-                raise NotFound(f"run_id {run_id}: acknowledged by an earlier version but "
-                               f"not stored (held in quarantine: {held})")
             raise NotFound(f"run_id {run_id}: " + ("no such run" if whole else
                                                        "no stored run id starts with it"))
         if len(rows) > 1:
@@ -153,28 +149,18 @@ class RunReads:
                 f"{order}", [ids, *scores],
             ).fetchall()
 
-    def _held_reason(self, run_id: str) -> str | None:
-        """Why a run an earlier version acknowledged could not be stored (it is held in
-        the quarantine table: collector.leftovers); None if it is not held."""
-        with self._db.read() as con:
-            rows = con.execute("SELECT reason FROM quarantine WHERE run_id = ?",
-                               [run_id]).fetchall()
-        return rows[0][0] if rows else None
-
     def counts(self) -> dict[str, int]:
-        """The runs stored, how many of them are flagged, outliers and published, and
-        the runs an earlier version acknowledged that are held unstored (quarantine)."""
+        """The runs stored, and how many of them are flagged, outliers and published."""
         return dict(self._answers.get("counts", self._counts))
 
     def _counts(self) -> dict[str, int]:
         with self._db.read() as con, transaction(con):
-            stored, flagged, outlier, published, held = con.execute(
+            stored, flagged, outlier, published = con.execute(
                 "SELECT count(*), count(*) FILTER (WHERE flagged), count(*) FILTER (WHERE "
-                "outlier), count(*) FILTER (WHERE published), (SELECT count(*) FROM "
-                f"quarantine) FROM {outliers.scored('true')}",
+                f"outlier), count(*) FILTER (WHERE published) FROM {outliers.scored('true')}",
                 self._scores.of(con, "true", [])).fetchall()[0]
         return {"runs_stored": stored, "runs_flagged": flagged, "runs_outlier": outlier,
-                "runs_published": published, "runs_quarantined": held}
+                "runs_published": published}
 
 
 def equal_where_set(source: object, columns: tuple[str, ...]) -> tuple[list[str], list[Any]]:

@@ -1,7 +1,7 @@
 """A submission's runs-table row and its acknowledgement: pure Python, no database.
 
-The store builds a submission's row with `run_row` and answers with its `Ack`;
-an earlier version's journaled runs are made rows the same way (collector.leftovers).
+The store builds a submission's row with `run_row` and answers with its `Ack`; a
+restore makes each backed-up run's row the same way (collector.backup_tables).
 """
 
 from __future__ import annotations

@@ -340,5 +340,4 @@ class AdminService(collector_pb2_grpc.AdminServicer):
         manifest = backup.take(self._store, Path(request.folder))
         return collector_pb2.BackupResponse(
             folder=request.folder, runs=manifest.runs, tokens=manifest.tokens,
-            quarantined=manifest.quarantined,
         )

@@ -11,8 +11,7 @@ computed where they are read (collector.outliers), so its cost does not grow wit
 group. Writes take the
 database's write lock, one at a time (submissions waiting for it share the next
 transaction, and each is answered when that one has committed); reads take none
-(DuckDB's MVCC). Opening stores what an earlier version left unstored
-(collector.leftovers).
+(DuckDB's MVCC).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from typing import Any
 
 import duckdb
 
-from gpubench.collector import backup_tables, columns, leftovers, migrations, outliers
+from gpubench.collector import backup_tables, columns, migrations, outliers
 from gpubench.collector.aggregates import Aggregates
 from gpubench.collector.database import Database, backup_counts, transaction
 from gpubench.collector.durability import Durability, storage_error
@@ -71,12 +70,6 @@ class Store:
         self._turn = threading.Condition()
         self._storing = False
         self._queue: list[tuple[dict[str, Any], Future]] = []
-        try:
-            # The database's file lock is held now: nothing else reads what was left.
-            leftovers.store_left_behind(self.path, self._writing, _insert)
-        except BaseException:
-            self.database.close()  # release the file: nothing else may use it now
-            raise
 
     def close(self) -> None:
         """Checkpoint and close the database (writes in flight finish first)."""
@@ -170,8 +163,7 @@ class Store:
     def export_to(self, folder: Path, tables: Sequence[str]) -> dict[str, int]:
         """Write a copy of `tables` into `folder`, one Parquet file each
         (collector.backup_tables), from one snapshot (every run acknowledged before the
-        call; submissions go on meanwhile); how many runs, tokens and quarantined runs
-        it holds."""
+        call; submissions go on meanwhile); how many runs and tokens it holds."""
         with self.database.own_cursor() as con, self.database.read():
             con.execute("BEGIN TRANSACTION")
             counts = backup_counts(con)  # the first read fixes the snapshot
@@ -181,9 +173,8 @@ class Store:
 
     def load_backup(self, files: dict[str, Path]) -> dict[str, int]:
         """Load a backup's tables (table -> its Parquet file) into this store, new and
-        empty, in one transaction; how many runs, tokens and
-        quarantined runs it holds then. Raises backup_tables.DamagedBackup naming what
-        is wrong."""
+        empty, in one transaction; how many runs and tokens it holds then. Raises
+        backup_tables.DamagedBackup naming what is wrong."""
         with self.database.write_lock:
             con = self.database.cursor()
             with transaction(con):
@@ -254,17 +245,15 @@ class Store:
 def _insert(con: duckdb.DuckDBPyConnection, rows: Sequence[dict[str, Any]]
             ) -> list[Ack | Exception]:
     """Insert the rows not stored yet, in the caller's transaction; per row its Ack or
-    the refusal (Store.store_rows). A run_id stored already (or held from an earlier
-    version) with the same content gets its first Ack."""
+    the refusal (Store.store_rows). A run_id stored already with the same content gets
+    its first Ack."""
     ids = list(dict.fromkeys(row["run_id"] for row in rows))
     if len(ids) == 1:  # a point lookup uses the primary key's index
         where, params = "run_id = ?", ids
     else:
         where, params = "list_contains(?, run_id)", [ids]
     found = con.execute(
-        f"SELECT run_id, received_at, content_sha256 FROM runs WHERE {where} UNION ALL "
-        f"SELECT run_id, received_at, content_sha256 FROM quarantine WHERE {where}",
-        params * 2,
+        f"SELECT run_id, received_at, content_sha256 FROM runs WHERE {where}", params
     ).fetchall()
     acks: dict[str, Ack] = {r[0]: Ack(*r) for r in found}
     now = utc_now()

@@ -1,11 +1,10 @@
 """/metrics in Prometheus's text format: the site's own traffic and the collector's state.
 
 The site counts its requests and the refusals the collector answered it with. What
-only the collector knows (submissions, refusals by reason, flagged and quarantined
-runs) it reads on each scrape from the
-collector's health service and its Stats call (collector.stats), made into metric
-families by collector.metrics, as the collector's own /metrics does; a collector that
-cannot be asked shows as gpubench_collector_up 0.
+only the collector knows (submissions, refusals by reason, runs stored and flagged)
+it reads on each scrape from the collector's health service and its Stats call
+(collector.stats), made into metric families by collector.metrics, as the collector's
+own /metrics does; a collector that cannot be asked shows as gpubench_collector_up 0.
 """
 
 from __future__ import annotations
