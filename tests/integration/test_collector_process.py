@@ -1,5 +1,5 @@
 """The real `gpubench-collector` process: crash durability, graceful stop, live token
-commands, import."""
+commands, import, a database from before the first release refused."""
 
 from __future__ import annotations
 
