@@ -29,13 +29,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,7 +177,42 @@ def submissions(address: str, token: str, pid: int, args: argparse.Namespace,
             "cpu_ms": cpu / len(latencies) * 1000}
 
 
-def reads(address: str, token: str, count: int = READS
+# The results site's pages timed beside the gRPC reads (the site reads through the API).
+SITE_PAGES = {
+    "site: overview /": "/",
+    "site: runs /runs": "/runs",
+    "site: a card's page /gpu/NVIDIA H200": "/gpu/NVIDIA%20H200",
+    "site: leaderboard /leaderboard/B0": "/leaderboard/B0",
+    "site: compare /compare/B0": "/compare/B0",
+}
+
+
+def start_site(site: Path | None, address: str, token: str, workdir: Path
+               ) -> tuple[subprocess.Popen, str]:
+    """`gpubench-collector web` of a side in front of its collector at `address`, and the
+    site's base URL once it listens."""
+    token_file = Path(tempfile.mkdtemp(prefix="site-", dir=workdir)) / "token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    web = subprocess.Popen(
+        [sys.executable, "-m", "gpubench.collector.cli", "web", "--collector", address,
+         "--token-file", str(token_file), "--port", "0", "--timeout", "60"],
+        env=env_for(site), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    deadline, line = time.monotonic() + 120, ""
+    while time.monotonic() < deadline:
+        line = web.stdout.readline() if web.stdout else ""
+        found = re.search(r"(http://127\.0\.0\.1:\d+)", line)
+        if found:  # what it says from now on is read and dropped: a full pipe would stop it
+            threading.Thread(target=web.stdout.read, daemon=True).start()
+            return web, found.group(1)
+        if not line and web.poll() is not None:
+            break
+    web.kill()
+    raise SystemExit(f"the site did not start: {line!r}")
+
+
+def reads(address: str, token: str, count: int = READS, site_url: str | None = None
           ) -> dict[str, tuple[float, float, float]]:
     """Each read's time (ms): the median over `count` calls each right after a new run
     was stored in the big group (nothing kept from before it), the slowest of those, the
@@ -211,6 +249,8 @@ def reads(address: str, token: str, count: int = READS
                                       metadata=metadata, timeout=60),
         "Stats": lambda: stub.Stats(pb.StatsRequest(), metadata=metadata, timeout=60),
     }
+    for name, path in SITE_PAGES.items() if site_url else ():
+        calls[name] = lambda url=site_url + path: _get(url)
     def timed(call) -> float:
         began = time.perf_counter()
         call()
@@ -236,6 +276,14 @@ def reads(address: str, token: str, count: int = READS
     return found
 
 
+def _get(url: str) -> None:
+    """GET a site page; its status must be 200."""
+    with urllib.request.urlopen(url, timeout=120) as answer:
+        answer.read()
+        if answer.status != 200:
+            raise SystemExit(f"{url}: HTTP {answer.status}")
+
+
 def measure(site: Path | None, db: Path, token: str, args: argparse.Namespace,
             workdir: Path, *, with_reads: bool) -> dict:
     """One side on a fresh copy of its prefilled database: each target's submissions
@@ -259,7 +307,14 @@ def measure(site: Path | None, db: Path, token: str, args: argparse.Namespace,
                 spy.wait(60)
                 print(profile_shares(Path(args.py_spy)), flush=True)
             if with_reads and target == "big group":
-                found["reads"] = reads(address, token, args.reads)
+                web, url = start_site(site, address, token, workdir) if args.site else (
+                    None, None)
+                try:
+                    found["reads"] = reads(address, token, args.reads, url)
+                finally:
+                    if web is not None:
+                        web.terminate()
+                        web.wait(60)
         finally:
             server.terminate()
             server.wait(120)
@@ -392,6 +447,9 @@ def main() -> None:
     parser.add_argument("--new-only", action="store_true", help="measure this tree alone")
     parser.add_argument("--reads", type=int, default=READS,
                         help=f"calls timed per read and way (default {READS})")
+    parser.add_argument("--site", action="store_true",
+                        help="also: time the results site's pages, served by each side's "
+                             "`gpubench-collector web` in front of its collector")
     parser.add_argument("--idle", type=int, default=0,
                         help="also: this many idle connections, then new clients")
     parser.add_argument("--py-spy", metavar="FILE",

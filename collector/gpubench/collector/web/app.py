@@ -198,12 +198,12 @@ class Site:
         headers = dict(SECURITY_HEADERS)
         if wanted == "json":
             document = answer.document if answer.document is not None else \
-                frames.frame_records(answer.frame)
+                frames.frame_records(answer.data_frame())
             return JSONResponse(document, headers=headers)
-        assert answer.frame is not None
+        frame = answer.data_frame()
         headers["Content-Disposition"] = f'attachment; filename="{answer.name}.{wanted}"'
-        body: bytes | str = frames.csv_text(answer.frame) if wanted == "csv" else \
-            frames.parquet_bytes(answer.frame)
+        body: bytes | str = frames.csv_text(frame) if wanted == "csv" else \
+            frames.parquet_bytes(frame)
         return Response(body, media_type=FORMATS[wanted], headers=headers)
 
     def _not_found(self, request: Request, exc: HTTPException) -> Response:

@@ -20,11 +20,11 @@ from gpubench.v1 import collector_pb2
 
 # Clients kept for tokens that requests carried (one channel each), most recent first.
 MAX_CLIENTS = 16
-# Runs a GPU page reads at most (the newest; two pages of the collector's ListRuns): it
-# says so when the GPU has more, and /runs?gpu=... pages through them all. Each page
-# read costs the collector its groups' scores: a card with 100,000 runs must not take
-# the site's timeout (10 s) to draw.
-GPU_PAGE_RUNS = 1000
+# Runs a GPU page reads at most (the newest, one page of the collector's ListRuns): it
+# says so when the GPU has more, and /runs?gpu=... pages through them all. A popular
+# card's page then costs what a page of its runs costs, however many it has
+# (bench/collector_scale.py --site times it).
+GPU_PAGE_RUNS = 500
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,9 @@ def gpu_runs(client: Client, gpu_name: str) -> GpuRuns:
     newest first, at most GPU_PAGE_RUNS."""
     wanted = record.normalize_gpu_name(gpu_name)
     runs: list[collector_pb2.StoredRun] = []
-    for stored in client.iter_runs(gpu=wanted, page_size=500):
+    # One page (one more run than shown says whether there are more); the collector's
+    # filter is a part of the name, so a longer name's runs may come too and are left.
+    for stored in client.iter_runs(gpu=wanted, page_size=GPU_PAGE_RUNS + 1):
         names = {record.normalize_gpu_name(g.name) for g in stored.run.gpus}
         if wanted in names:
             if len(runs) >= GPU_PAGE_RUNS:

@@ -9,7 +9,7 @@ runs differ, as the CLI does).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -53,8 +53,15 @@ class Answer:
     template: str
     context: dict[str, Any]
     document: Any = None  # JSON-ready; None: the page has no JSON twin
-    frame: pd.DataFrame | None = None  # None: no CSV or Parquet download
+    # None: no CSV or Parquet download. A function making it is called only for a
+    # download or the JSON twin: a page of many runs is not flattened to be shown.
+    frame: pd.DataFrame | Callable[[], pd.DataFrame] | None = None
     name: str = "gpubench"  # the downloaded file's name, without its suffix
+
+    def data_frame(self) -> pd.DataFrame:
+        """The page's list as a DataFrame (made now where a function was given)."""
+        assert self.frame is not None
+        return self.frame() if callable(self.frame) else self.frame
 
     @property
     def formats(self) -> tuple[str, ...]:
@@ -480,7 +487,7 @@ def runs(client: Client, query: Mapping[str, str], path: str, *, format: str = "
         context["capped"] = len(listed) > SORTED_RUNS
         page = lists.paginate(sorting.apply(listed[:SORTED_RUNS]), path, query)
     context["page"] = page
-    return Answer("runs.html", context, frame=frames.runs_frame(page.rows), name=name)
+    return Answer("runs.html", context, frame=lambda: frames.runs_frame(page.rows), name=name)
 
 
 def gpu(client: Client, name: str, query: Mapping[str, str], path: str) -> Answer:
@@ -502,7 +509,7 @@ def gpu(client: Client, name: str, query: Mapping[str, str], path: str) -> Answe
         "name": wanted, "stored": stored, "card": card, "by_model": by_model,
         "sorting": sorting, "columns": RUN_LIST_COLUMNS, "query": dict(query), "path": path,
         "counts": sorted({s.run.config.gpu_count for s in stored.runs}),
-    }, frame=frames.runs_frame(stored.runs), name="gpu-runs")
+    }, frame=lambda: frames.runs_frame(stored.runs), name="gpu-runs")
 
 
 def run(client: Client, run_id: str, query: Mapping[str, str], path: str) -> Answer:
