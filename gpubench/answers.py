@@ -59,10 +59,13 @@ class Runs:
 
 def read_runs(client: RunSource, model: str, gpu: str | None = None, *,
               include_outliers: bool = False) -> Runs:
-    """The usable runs of `model` (a model's name or fingerprint: Client.model_of) on GPUs
-    whose name contains `gpu` (every GPU: None)."""
+    """The usable runs of `model` (a model's name or fingerprint: Client.model_of) on the
+    GPUs `gpu` names (stored_runs.names_gpu; every GPU: None)."""
     model, fingerprint = client.model_of(model)
-    stored = [s for s in client.iter_runs(model=model, gpu=gpu)
+    # The collector lists the runs whose GPU's name contains the name: matches_gpu keeps
+    # the GPU of that name.
+    named = record.normalize_gpu_name(gpu) if gpu else None
+    stored = [s for s in client.iter_runs(model=model, gpu=named)
               if s.run.config.model_fingerprint.startswith(fingerprint)]
     matching = [s for s in stored if gpu is None or stored_runs.matches_gpu(s.run, gpu)]
     left_out = [] if include_outliers else stored_runs.outliers(matching)
@@ -71,14 +74,10 @@ def read_runs(client: RunSource, model: str, gpu: str | None = None, *,
 
 
 def no_such_gpu(client: RunSource, model: str, gpu: str) -> NotFound:
-    """No run of `model` is on a GPU whose name contains `gpu` (a typo, most likely): the
-    error names the GPUs that have runs of it."""
-    names = sorted({stored_runs.gpu_name(stored.run) or "CPU"
-                    for stored in client.iter_runs(model=model)})
-    found = f"GPUs with runs of {model}: {', '.join(names)}" if names \
-        else f"no GPU has runs of {model} yet"
-    return NotFound(f"--gpu {gpu!r}: no run of {model} is on a GPU whose name contains it "
-                    f"({found})")
+    """`gpu` names no GPU with runs of `model` (a typo, most likely): the error names the
+    closest and every GPU that has runs of it (stored_runs.no_gpu_named)."""
+    names = {stored_runs.gpu_name(stored.run) or "CPU" for stored in client.iter_runs(model=model)}
+    return stored_runs.no_gpu_named("--gpu", gpu, names, f" of {model}")
 
 
 def card_memory(client: RunSource, name: str) -> int:

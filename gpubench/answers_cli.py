@@ -10,15 +10,22 @@ shown in lines of their own and never mixed in.
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from typing import Any
 
 import click
 
-from gpubench import answers, models, plot_data, record, sizes
+from gpubench import answers, models, plot_data, record
 from gpubench import fit as fitting
 from gpubench.cli_shared import MODEL, MODEL_HELP, output_width, query_client
+from gpubench.cli_vocabulary import (
+    MEMORY_SIZE,
+    TRAIN_IMAGES,
+    card_memory,
+    gpu_option,
+    old_spelling,
+    say_renamed,
+)
 from gpubench.usage import example
 
 
@@ -30,14 +37,10 @@ def _echo_wrapped(text: str, indent: str = "") -> None:
 
 def _runs(ctx: click.Context, model: str, gpu: str | None, include_outliers: bool
           ) -> answers.Runs:
-    """The usable runs of `model` on GPUs matching `gpu` (answers.read_runs); a `gpu` no
-    run of the model matches is NotFound, naming the GPUs that have runs."""
+    """The usable runs of `model` on the GPU `gpu` names (answers.read_runs); a `gpu` that
+    names no GPU with runs of the model is NotFound, naming the closest."""
     runs: answers.Runs = query_client(ctx).usable_runs(model, gpu, include_outliers)
     return runs
-
-
-def _gpu_option(help_text: str) -> Any:
-    return click.option("--gpu", metavar="NAME", help=help_text)
 
 
 INCLUDE_OUTLIERS = click.option("--include-outliers", is_flag=True,
@@ -56,19 +59,15 @@ def _estimate_lines(group: dict[str, Any]) -> None:
     _echo_wrapped(group["settings"], "    ")
 
 
-@click.command(epilog=example('gpubench estimate --model B7 --epochs 400 --gpu T4'))
+@click.command(epilog=example('gpubench estimate --model B7 --epochs 400 --gpu "Tesla T4"'))
 @click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
-@_gpu_option('Only GPUs whose name contains this, e.g. "Tesla T4" or "H200" '
-             "(default: every GPU with runs).")
+@gpu_option("Only this GPU (default: every GPU with runs).")
 @click.option("--epochs", type=click.IntRange(min=1), required=True,
               help="How many epochs the training runs, e.g. 400.")
-@click.option("--train-images", "images", type=click.IntRange(min=1),
+@click.option("--train-images", "images", metavar="N", type=click.IntRange(min=1),
               default=record.STANDARD_TRAIN_IMAGES, show_default=True,
-              help="Training images an epoch, as compare's --train-images counts them "
-              "(default: the benchmark's training set).")
-# Hidden: --images, the old spelling, kept for one release (it says the new one).
-@click.option("--images", "old_images", type=click.IntRange(min=1), hidden=True,
-              help="The old spelling of --train-images.")
+              help=f"Train on {TRAIN_IMAGES}; the benchmark's training set by default.")
+@old_spelling("--images", "old_images", "--train-images", type=click.IntRange(min=1))
 @INCLUDE_OUTLIERS
 @FORMAT
 @click.pass_context
@@ -84,8 +83,7 @@ def estimate(ctx: click.Context, model: str, gpu: str | None, epochs: int, image
     max); published figures are shown on lines of their own."""
     if old_images is not None:
         images = old_images
-        if sys.stderr.isatty():
-            click.echo("gpubench: note: --images is now --train-images", err=True)
+        say_renamed("gpubench", "--images", "--train-images")
     document = query_client(ctx).estimate_document(model, epochs=epochs, images=images,
                                                    gpu=gpu, include_outliers=include_outliers)
     if fmt == "json":
@@ -110,15 +108,6 @@ def estimate(ctx: click.Context, model: str, gpu: str | None, epochs: int, image
 # -- fit --------------------------------------------------------------------------------
 
 
-def _parse_memory(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return sizes.card_memory(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 def _answer_lines(found: dict[str, Any]) -> None:
     for label, result in found.items():
         _echo_wrapped(f"{label}: {result['verdict']}", "  ")
@@ -133,31 +122,36 @@ def _answer_lines(found: dict[str, Any]) -> None:
                           "aside)", "    ")
 
 
-@click.command(epilog=example('gpubench fit --model B7 --memory 16GiB'), help=(
-    "Whether a card of --memory (or the card --card names) trains the model, and at about "
-    "what batch.\n\n"
-    "From the stored runs: a run searched at or near that memory (its card's, or "
+@click.command(epilog=example('gpubench fit --model B7 --memory-limit 16GiB'), help=(
+    "Whether a GPU of --memory-limit (or the card --card names) trains the model, and at "
+    "about what batch.\n\n"
+    "From the stored runs: a run searched at or near that memory (its card's, or its "
     "--memory-limit) answers directly; otherwise the line of peak memory against batch "
     "through each run's search trials predicts the largest batch that leaves "
     f"{fitting.HEADROOM:.0%} of the card free, as the agent's search would. Says which runs "
     "the answer rests on and how sure it is; published figures are answered apart."))
 @click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
-@click.option("--memory", "memory_bytes", metavar="SIZE", callback=_parse_memory,
-              help="The card's memory with its unit, e.g. 8GiB, 16GB or 24000MiB (GiB is "
-              "1024^3 bytes, GB 1000^3; a bare G is GiB), at least "
-              f"{sizes.SMALLEST_CARD_GIB}GiB (the smallest card the benchmark knows).")
+@click.option("--memory-limit", "memory_bytes", metavar="SIZE", callback=card_memory,
+              help=f"Whether a GPU of this memory trains the model: {MEMORY_SIZE}.")
+@old_spelling("--memory", "old_memory", "--memory-limit", metavar="SIZE", callback=card_memory)
 @click.option("--card", metavar="NAME",
               help='Or a card by its name, e.g. "Tesla T4": its memory as the stored runs '
               "on one recorded it.")
-@_gpu_option("Only runs on GPUs whose name contains this (default: every GPU).")
+@gpu_option("Only runs on this GPU (default: every GPU).")
 @INCLUDE_OUTLIERS
 @FORMAT
 @click.pass_context
-def fit(ctx: click.Context, model: str, memory_bytes: int | None, card: str | None,
-        gpu: str | None, include_outliers: bool, fmt: str) -> None:
+def fit(ctx: click.Context, model: str, memory_bytes: int | None, old_memory: int | None,
+        card: str | None, gpu: str | None, include_outliers: bool, fmt: str) -> None:
     """`gpubench fit`: the largest batch a card of `memory_bytes` holds (help above)."""
+    if old_memory is not None:
+        if memory_bytes is not None:
+            raise click.UsageError("--memory-limit and --memory: give --memory-limit "
+                                   "(--memory is its old spelling)")
+        memory_bytes = old_memory
+        say_renamed("gpubench", "--memory", "--memory-limit")
     if (memory_bytes is None) == (card is None):
-        raise click.UsageError("give the card's memory (--memory 16GiB) or its name "
+        raise click.UsageError("give the GPU's memory (--memory-limit 16GiB) or its name "
                                '(--card "Tesla T4"), one of them')
     document = query_client(ctx).fit_document(model, memory=memory_bytes, card=card, gpu=gpu,
                                               include_outliers=include_outliers)
@@ -181,7 +175,7 @@ def fit(ctx: click.Context, model: str, memory_bytes: int | None, card: str | No
 
 @click.command(epilog=example('gpubench plot --model B7 --image-format svg --out charts'))
 @click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
-@_gpu_option("Only GPUs whose name contains this (default: every GPU with runs).")
+@gpu_option("Only this GPU (default: every GPU with runs).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
               show_default=True, help="The folder to write the charts into (made if "
               "missing).")

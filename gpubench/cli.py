@@ -16,7 +16,7 @@ from typing import Any
 import click
 import pandas as pd
 
-from gpubench import answers, answers_cli, comparison_key, frames, prices, record, tables
+from gpubench import answers, answers_cli, cli_gpus, comparison_key, frames, prices, record, tables
 from gpubench.cli_shared import (
     MODEL,
     MODEL_HELP,
@@ -25,6 +25,7 @@ from gpubench.cli_shared import (
     query_client,
     table_console,
 )
+from gpubench.cli_vocabulary import HELP_CONTEXT, gpu_option
 from gpubench.client import ADDRESS_ENV, DEFAULT_ADDRESS, TOKEN_ENV, Client
 from gpubench.errors import ExitCode, GpubenchError, RequestRefused, wrap_message
 from gpubench.token_file import TOKEN_FILE_ENV, TOKEN_FILE_HELP, say_token_in_argv, token_from_file
@@ -209,7 +210,7 @@ EXIT_CODES = (
 )
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
+@click.group(cls=Group, context_settings=HELP_CONTEXT,
              epilog=EXIT_CODES)
 @click.option(
     "--collector",
@@ -270,8 +271,9 @@ def cli(
 @click.option("--model", type=MODEL, required=True, help=MODEL_HELP)
 @click.option(
     "--baseline",
-    metavar="GPU",
-    help='GPU name of the 1.0x reference, e.g. "Tesla T4" (default: the slowest).',
+    metavar="NAME",
+    help='The GPU of the 1.0x reference, named as --gpu names one, e.g. "Tesla T4" '
+    "(default: the slowest).",
 )
 @click.option(
     "--baseline-count",
@@ -280,14 +282,8 @@ def cli(
     show_default=True,
     help="How many GPUs the baseline configuration has.",
 )
-@click.option(
-    "--gpu",
-    "gpus",
-    metavar="NAME",
-    multiple=True,
-    help='Compare only this GPU, named in full as NVML reports it, e.g. "NVIDIA H200" '
-    "(repeat for several; default: every GPU).",
-)
+@gpu_option("Compare only this GPU (repeat for several; default: every GPU).", name="gpus",
+            multiple=True)
 @compare_pins
 @click.option(
     "--allow-mixed",
@@ -323,7 +319,9 @@ def compare(ctx: click.Context, model: str, chart: str | None, price_options: tu
     csv). With prices, what the cards buy: images/s per 1,000 USD beside img/J."""
     # Read before the collector is asked: a bad price fails at once, naming its line.
     book = prices.load(price_options, [price_file] if price_file else [])
-    frame = query_client(ctx).compare(model, **filters)
+    client = query_client(ctx)
+    cli_gpus.check_compared(client, model, filters["gpus"], filters["baseline"])
+    frame = client.compare(model, **filters)
     published = frames.published_of(frame)
     uncatalogued = frames.uncatalogued_of(frame)
     if fmt == "json":
@@ -361,8 +359,8 @@ def runs() -> None:
     """List, show and delete stored runs."""
 
 
-@runs.command("list", epilog=example('gpubench runs list --gpu H200 --model B3'))
-@click.option("--gpu", metavar="NAME", help="GPU name contains this (case-insensitive).")
+@runs.command("list", epilog=example('gpubench runs list --gpu "NVIDIA H200" --model B3'))
+@gpu_option("Only runs on this GPU.")
 @click.option("--model", type=MODEL, help="Only this network.")
 @click.option("--backend", type=BACKEND, help="Only this Keras backend.")
 @click.option("--precision", type=PRECISION, help="Only this precision.")
@@ -389,17 +387,12 @@ def runs_list(
     fmt: str,
 ) -> None:
     """Stored runs, newest first."""
-    frame = query_client(ctx).list_runs(
-        gpu=gpu,
-        model=model if model else None,
-        backend=backend,
-        precision=precision,
-        gpu_count=gpu_count,
-        submitter=submitter,
-        since=since,
-        until=until,
-        limit=limit,
-    )
+    client = query_client(ctx)
+    filters: dict[str, Any] = {
+        "model": model or None, "backend": backend, "precision": precision,
+        "gpu_count": gpu_count, "submitter": submitter, "since": since, "until": until}
+    frame = frames.runs_frame(cli_gpus.runs_on(client, gpu, limit, **filters) if gpu
+                              else client.iter_runs(**filters, limit=limit))
     if fmt == "table" and frame.empty:
         click.echo("no runs match", err=True)
         return

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from gpubench import sizes
 from gpubench.errors import wrap_message
 
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+# What a click option decorates, given back as it was (click.option's own typing).
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 # Every command's and subcommand's context: -h as --help, help laid out at 80 columns
 # whatever the terminal's width (narrower where the terminal is).
@@ -35,7 +36,8 @@ def say_renamed(program: str, old: str, new: str) -> None:
                                 "the next release"), err=True)
 
 
-def old_spelling(old: str, name: str, new: str, **option: Any) -> Decorator:
+def old_spelling(old: str, name: str, new: str, **option: Any
+                 ) -> Callable[[Command], Command]:
     """A hidden option `old` whose value reaches the command as `name`, the old spelling
     of `new` kept for one release; the command says it (say_renamed) and uses it."""
     return click.option(old, name, hidden=True, help=f"The old spelling of {new}.", **option)
@@ -49,7 +51,8 @@ GPU_RULE = ('A GPU by its whole name as NVML reports it and runs list shows it, 
             'closest ("H200": did you mean NVIDIA H200?).')
 
 
-def gpu_option(what: str, *, name: str = "gpu", multiple: bool = False) -> Decorator:
+def gpu_option(what: str, *, name: str = "gpu", multiple: bool = False
+               ) -> Callable[[Command], Command]:
     """--gpu NAME, `what` it selects, then the rule every command applies."""
     return click.option("--gpu", name, metavar="NAME", multiple=multiple,
                         help=f"{what} {GPU_RULE}")

@@ -753,9 +753,9 @@ class Client:
 
     def usable_runs(self, model: str, gpu: str | None = None,
                     include_outliers: bool = False) -> Any:
-        """The usable runs of `model` on GPUs whose name contains `gpu`
-        (gpubench.answers.read_runs); a `gpu` no run of the model matches is NotFound,
-        naming the GPUs that have runs."""
+        """The usable runs of `model` on the GPU `gpu` names in full, any case
+        (gpubench.answers.read_runs); a `gpu` that names no GPU with runs of the model is
+        NotFound, naming the closest and the GPUs that have runs."""
         from gpubench import answers  # it imports this module
 
         runs = answers.read_runs(self, model, gpu, include_outliers=include_outliers)
@@ -782,14 +782,14 @@ class Client:
         configuration, scaled from the stored runs' epoch times (gpubench.estimate says
         how): one row per group of like runs, with the range over its runs.
 
-        `gpu` keeps GPUs whose name contains it ("T4"); `images` defaults to the
+        `gpu` keeps the GPU of that name ("Tesla T4", any case); `images` defaults to the
         benchmark's training set. Outlier runs are left out unless `include_outliers`.
         Columns: `published` (False: measured by gpubench; True: transcribed from the
         article), `gpu_config`, the comparison key's values, `runs`, `seconds_min`,
         `seconds_median`, `seconds_max` and the sentences `answer`, `basis`, `settings`.
         `df.attrs` holds the "question", what it "assumes" and the sentence for "none".
 
-        Example: ``client.estimate("B0", epochs=400, gpu="H200")``.
+        Example: ``client.estimate("B0", epochs=400, gpu="NVIDIA H200")``.
         """
         document = self.estimate_document(model, epochs=epochs, images=images, gpu=gpu,
                                           include_outliers=include_outliers)
@@ -836,7 +836,7 @@ class Client:
         published figures (`published` True): the `verdict`, the `batch` (0: none
         fits), the `basis` (searched, line or bound), the `confidence` (high, fair,
         rough or floor), how sure in a sentence (`how_sure`), how many runs it rests on
-        (`runs`) and `left_aside`. `gpu` keeps runs on GPUs whose name contains it.
+        (`runs`) and `left_aside`. `gpu` keeps runs on the GPU of that name.
         `df.attrs` holds the "question", "memory_bytes" and the sentence for "none".
 
         Example: ``client.fit("B7", memory="16GiB")``.

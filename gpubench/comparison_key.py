@@ -153,8 +153,9 @@ DIMENSIONS: tuple[Dimension, ...] = (
                                       or models.STANDARD_IMAGE_SIZE.get(model, 0)),
               title="{} px"),
     Dimension("train_images", "training images", True, lambda run: run.config.train_images,
-              "Only runs with N training images per epoch; pins comparisons to one dataset "
-              "size (the standard data set has 1709, a smoke run with --limit-images fewer).",
+              "Only runs with N training images an epoch, as runs record them; pins "
+              "comparisons to one dataset size (the benchmark's training set has 1709, a "
+              "quick check with gpubench-agent --train-images fewer).",
               metavar="N", leaderboard=STANDARD,
               standard=lambda model: record.STANDARD_TRAIN_IMAGES,
               # estimate scales a run's epoch-2 time by the images asked for over the

@@ -9,10 +9,13 @@ that changes what was timed so that no figure mixes unlike runs.
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpubench import comparison_key, record
+from gpubench.errors import NotFound
 from gpubench.v1 import collector_pb2, run_pb2
 
 
@@ -67,11 +70,49 @@ def setup_of(run: run_pb2.Run) -> Setup:
     )
 
 
+def names_gpu(name: str, wanted: str) -> bool:
+    """The --gpu rule: whether `wanted` is the GPU name `name` in full, any case and white
+    space as the collector normalises names ("tesla  t4" is the Tesla T4; "T4" names
+    none: closest_gpu_names says what it may mean)."""
+    return (record.normalize_gpu_name(name).casefold()
+            == record.normalize_gpu_name(wanted).casefold())
+
+
 def matches_gpu(run: run_pb2.Run, wanted: str) -> bool:
-    """Whether the run's GPU name contains `wanted` (case-insensitive, as the collector
-    normalises names): "T4" and "Tesla T4" both match "Tesla T4"."""
+    """Whether `wanted` names one of the run's GPUs (names_gpu)."""
+    return any(names_gpu(gpu.name, wanted) for gpu in run.gpus)
+
+
+def closest_gpu_names(wanted: str, names: Iterable[str], count: int = 3) -> list[str]:
+    """Up to `count` of `names` most like `wanted` (difflib's ratio against the whole
+    name or any run of its words, at least 0.5 and near the best), the most alike first:
+    what a --gpu that names no GPU may have meant ("Tesla T5", "H200", "rtx6000 ada")."""
     needle = record.normalize_gpu_name(wanted).casefold()
-    return needle in gpu_name(run).casefold()
+    scored = []
+    for name in set(names):
+        words = re.findall(r"\w+", record.normalize_gpu_name(name).casefold())
+        parts = {" ".join(words[start:end]) for start in range(len(words))
+                 for end in range(start + 1, len(words) + 1)}
+        score = max((difflib.SequenceMatcher(None, needle, part).ratio()
+                     for part in parts | {name.casefold()}), default=0.0)
+        if score >= 0.5:
+            scored.append((-score, name))
+    # Only those about as alike as the most alike: "H200" is the NVIDIA H200, not also
+    # the A100 its "00" resembles.
+    best = -min(scored)[0] if scored else 0.0
+    return [name for score, name in sorted(scored)[:count] if -score >= best - 0.15]
+
+
+def no_gpu_named(flag: str, wanted: str, names: Iterable[str], runs_of: str = "") -> NotFound:
+    """NotFound for a `flag` ("--gpu") whose `wanted` names none of `names`, the GPUs
+    with runs (`runs_of`: " of B7", or "" for any run): the closest names, then all."""
+    known = sorted(set(names))
+    close = closest_gpu_names(wanted, known)
+    guess = f"; did you mean {' or '.join(close)}?" if close else ""
+    found = f"GPUs with runs{runs_of}: {', '.join(known)}" if known \
+        else f"no GPU has runs{runs_of} yet"
+    return NotFound(f"{flag} {wanted!r}: no GPU with runs{runs_of} is named so{guess} "
+                    f"({found})")
 
 
 def usable(stored: collector_pb2.StoredRun, *, include_outliers: bool = False) -> bool:

@@ -127,7 +127,7 @@ def test_80_columns_when_stdout_is_no_terminal_and_width_overrides(references: A
 def test_the_answers_fit_80_columns(references: Any) -> None:
     runner = CliRunner()
     base = ["--collector", references.address, "--token", references.lab_token]
-    for command in (["fit", "--model", "B7", "--memory", "16GiB"],
+    for command in (["fit", "--model", "B7", "--memory-limit", "16GiB"],
                     ["fit", "--model", "B0", "--card", "Tesla T4"],
                     ["estimate", "--model", "B7", "--epochs", "400"],
                     ["compare", "--model", "B7", "--backend", "torch", "--precision", "float32",

@@ -78,7 +78,7 @@ def test_estimate_gives_the_range_of_repeated_runs(reference: Any, invoke: Any) 
     with Client(reference.address, reference.admin_token) as admin:
         for path in sorted(REPEATS.glob("call5-default-b0-*-b0.json")):
             admin.submit_run(record.from_json(path.read_text()))
-    done = invoke("estimate", "--model", "B0", "--gpu", "H200", "--epochs", "100")
+    done = invoke("estimate", "--model", "B0", "--gpu", "nvidia h200", "--epochs", "100")
     _fits_80(done.stdout)
     # The default run's B0 and its three repeats: one group, its range over the runs the
     # collector did not mark as outliers, and how many it did.
@@ -93,13 +93,13 @@ def test_fit_predicts_what_the_searches_under_memory_limits_found(
         invoke: Any, memory: str, batch: int) -> None:
     # gpubench-agent largest-batch --memory-limit 8GiB,16GiB,48GiB found 1, 3 and 10 for
     # B7 on the H200 (docs/results/h200-default-run.md).
-    done = invoke("fit", "--model", "B7", "--memory", memory)
+    done = invoke("fit", "--model", "B7", "--memory-limit", memory)
     assert done.exit_code == 0, done.stderr
     _fits_80(done.stdout)
     assert f"torch float32 kernels+cuda-graphs, 600 px: fits, at about batch {batch}\n" \
         in done.stdout
     assert "1x NVIDIA H200 (140.4 GiB)" in done.stdout
-    document = json.loads(invoke("fit", "--model", "B7", "--memory", memory,
+    document = json.loads(invoke("fit", "--model", "B7", "--memory-limit", memory,
                                  "--format", "json").stdout)
     [answer] = [a for key, a in document["measured"].items() if "float32" in key]
     assert (answer["basis"], answer["batch"]) == ("line", batch)
@@ -114,14 +114,14 @@ def test_fit_prefers_a_run_searched_at_that_memory(reference: Any, invoke: Any,
     run.result.largest_batch_per_gpu = 3
     with Client(reference.address, reference.admin_token) as admin:
         admin.submit_run(run)
-    done = invoke("fit", "--model", "B7", "--memory", "16GiB")
+    done = invoke("fit", "--model", "B7", "--memory-limit", "16GiB")
     assert "torch float32 keras, 600 px: fits, at about batch 3" in done.stdout
     assert "How sure: high: searched on a card of (nearly) that memory (1 run)." in done.stdout
     assert "1x NVIDIA H200 as 16 GiB (16 GiB): batch 3, searched" in done.stdout
 
 
 def test_fit_refuses_a_size_it_cannot_read(invoke: Any) -> None:
-    done = invoke("fit", "--model", "B7", "--memory", "8 bananas")
+    done = invoke("fit", "--model", "B7", "--memory-limit", "8 bananas")
     assert done.exit_code == ExitCode.USAGE and "is not a size" in done.stderr
 
 

@@ -80,7 +80,7 @@ def test_a_keras_file_runs_to_the_collector_and_compares_by_name_and_fingerprint
         assert compared.exit_code == 0, compared.output
         document = json.loads(compared.output)
         assert document["model"] == "tiny_cnn", document
-        fit = runner.invoke(cli, [*options, "fit", "--model", named, "--memory", "8GiB"],
+        fit = runner.invoke(cli, [*options, "fit", "--model", named, "--memory-limit", "8GiB"],
                             catch_exceptions=False)
         assert fit.exit_code == 0, fit.output
         assert "8" in fit.output

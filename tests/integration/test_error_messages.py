@@ -237,7 +237,7 @@ def test_both_clis_name_the_models_as_the_protocol_does() -> None:
     is taken as B0."""
     runner = CliRunner()
     for group, args in ((query, ["compare", "--model", "b9"]),
-                        (query, ["fit", "--model", "b9", "--memory", "16GiB"]),
+                        (query, ["fit", "--model", "b9", "--memory-limit", "16GiB"]),
                         (agent, ["run", "--models", "b0,b9", "--offline"]),
                         (agent, ["largest-batch", "--models", "b9"])):
         done = runner.invoke(group, args)

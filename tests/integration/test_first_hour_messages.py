@@ -56,23 +56,24 @@ def cases(scene: Scene) -> list[Case]:
     """The table."""
     fit = ["gpubench", "fit", "--model", "B7"]
     return [
-        Case("a card's memory without its unit", [*fit, "--memory", "8"], ExitCode.USAGE,
-             ("gpubench: error: --memory: '8' has no unit: write 8GiB for 8 GiB",
+        Case("a card's memory without its unit", [*fit, "--memory-limit", "8"], ExitCode.USAGE,
+             ("gpubench: error: --memory-limit: '8' has no unit: write 8GiB for 8 GiB",
               "gpubench fit --help")),
-        Case("less memory than the smallest card", [*fit, "--memory", "2GiB"], ExitCode.USAGE,
-             ("gpubench: error: --memory: '2GiB' is less memory than any card the benchmark "
-              "knows (the smallest has 3 GiB)",)),
-        Case("a card of 8 GiB is answered", [*fit, "--memory", "8GiB"], ExitCode.OK,
+        Case("less memory than the smallest card", [*fit, "--memory-limit", "2GiB"],
+             ExitCode.USAGE,
+             ("gpubench: error: --memory-limit: '2GiB' is less memory than any card the "
+              "benchmark knows (the smallest has 3 GiB)",)),
+        Case("a card of 8 GiB is answered", [*fit, "--memory-limit", "8GiB"], ExitCode.OK,
              ("B7 on a card of 8 GiB (8.59 GB)", "Published figures")),
-        Case("no such model", ["gpubench", "fit", "--model", "B8", "--memory", "16GiB"],
+        Case("no such model", ["gpubench", "fit", "--model", "B8", "--memory-limit", "16GiB"],
              ExitCode.USAGE, ("gpubench: error: --model: 'B8' is not one of B0, B3, B7 "
                               "(another EfficientNet by its keras.applications name, e.g. "
                               "EfficientNetB5) (see gpubench fit --help)",),
              never=("Usage:", "Error:")),
-        Case("a size that is no size", [*fit, "--memory", "eight"], ExitCode.USAGE,
-             ("gpubench: error: --memory: 'eight' is not a size: write e.g. 16GiB",),
+        Case("a size that is no size", [*fit, "--memory-limit", "eight"], ExitCode.USAGE,
+             ("gpubench: error: --memory-limit: 'eight' is not a size: write e.g. 16GiB",),
              never=("Usage:", "Error:")),
-        Case("no --model", ["gpubench", "fit", "--memory", "16GiB"], ExitCode.USAGE,
+        Case("no --model", ["gpubench", "fit", "--memory-limit", "16GiB"], ExitCode.USAGE,
              ("gpubench: error: missing option '--model'",), never=("Usage:", "Error:")),
         Case("the published runs listed by 8 characters",
              ["gpubench", "runs", "list", "--model", "B0"], ExitCode.OK,
@@ -85,12 +86,21 @@ def cases(scene: Scene) -> list[Case]:
         Case("--gpu naming no GPU with runs",
              ["gpubench", "estimate", "--model", "B7", "--epochs", "10", "--gpu", "Tesla T5"],
              ExitCode.NOT_FOUND,
-             ("gpubench: error: --gpu 'Tesla T5': no run of B7 is on a GPU whose name "
-              "contains it (GPUs with runs of B7: NVIDIA H200, Tesla T4)",)),
+             ("gpubench: error: --gpu 'Tesla T5': no GPU with runs of B7 is named so; did "
+              "you mean Tesla T4? (GPUs with runs of B7: NVIDIA H200, Tesla T4)",)),
+        Case("--gpu naming a GPU by a part of its name",
+             ["gpubench", "runs", "list", "--gpu", "H200"], ExitCode.NOT_FOUND,
+             ("gpubench: error: --gpu 'H200': no GPU with runs is named so; did you mean "
+              "NVIDIA H200? (GPUs with runs: NVIDIA H200, Tesla T4)",)),
         Case("--baseline naming no GPU with runs",
              ["gpubench", "compare", "--model", "B7", "--precision", "float32", "--baseline",
               "Tesla T5"], ExitCode.NOT_FOUND,
-             ("gpubench: error: baseline_gpu (--baseline): no runs of 1x Tesla T5 to compare "
+             ("gpubench: error: --baseline 'Tesla T5': no GPU with runs of B7 is named so; "
+              "did you mean Tesla T4? (GPUs with runs of B7: NVIDIA H200, Tesla T4)",)),
+        Case("--baseline naming a GPU with published figures only",
+             ["gpubench", "compare", "--model", "B7", "--precision", "float32", "--baseline",
+              "tesla t4"], ExitCode.NOT_FOUND,
+             ("gpubench: error: baseline_gpu (--baseline): no runs of 1x tesla t4 to compare "
               "against (found: 1x NVIDIA H200)",)),
         Case("a collector address written as a URL",
              ["gpubench", "--collector", f"http://{scene.address}", "runs", "list"],

@@ -173,7 +173,7 @@ def test_compare_mixed_runs_refused(invoke: Any, filled: Any, make_run: Any) -> 
 def test_compare_pins_the_data_set_with_train_images(
     invoke: Any, filled: Any, make_run: Any
 ) -> None:
-    # A smoke run: `gpubench-agent run --limit-images 240` trains on 192 images an epoch.
+    # A smoke run: `gpubench-agent run --train-images 192`.
     smoke = make_run(gpu_name=T4, epoch2_seconds=1.9, config__image_count=240,
                      train_images_per_second=192 / (1.9 * 0.82),
                      config__train_images=192, config__validation_images=48)
@@ -242,7 +242,7 @@ def test_runs_list_show_delete(invoke: Any) -> None:
     assert len(runs) == 6 and {r["submitter"] for r in runs} == {"lab"}
     assert sorted(r["epoch2_s"] for r in runs) == pytest.approx(sorted(T4_SECONDS + ADA_SECONDS))
 
-    table = invoke("runs", "list", "--gpu", "ada", "--limit", "2")
+    table = invoke("runs", "list", "--gpu", ADA.lower(), "--limit", "2")
     assert table.exit_code == 0
     assert table.stdout.count(f"2x {ADA}") == 2 and "Tesla T4" not in table.stdout
 
@@ -332,7 +332,8 @@ def test_every_flag_is_explained() -> None:
                 assert param.help, f"{name} {param.opts[0]} has no help"
     result = CliRunner().invoke(cli, ["compare", "--help"])
     assert result.exit_code == 0 and "--baseline-count" in result.stdout
-    assert "--train-images N" in result.stdout and "one dataset size" in result.stdout
+    words = " ".join(result.stdout.split())
+    assert "--train-images N" in words and "one dataset size" in words
 
 
 def test_published_figures_stand_apart_and_flagged_runs_are_marked(

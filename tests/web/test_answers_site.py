@@ -57,7 +57,8 @@ def test_fit_answers_as_the_cli_does(live_site):
     assert "How sure:" in text and "fits, at about batch" in text
     # The JSON twin is the CLI's own answer to the same question.
     _, twin, _ = live_site.get("/fit/B7?memory=16GiB&format=json")
-    assert json.loads(twin) == _cli_json(live_site, "fit", "--model", "B7", "--memory", "16GiB")
+    assert json.loads(twin) == _cli_json(live_site, "fit", "--model", "B7", "--memory-limit",
+                                         "16GiB")
     # The run searched as a 16 GiB card answers directly, with high confidence.
     answered = json.loads(twin)["measured"]
     assert any(a["basis"] == "searched" and a["batch"] == 3 and a["confidence"] == "high"
