@@ -47,6 +47,9 @@ PROTOCOL_PARAMETERS = {
 
 CLASSES = ("paper", "rock", "scissors")
 VALIDATION_SPLIT = 0.2
+# The fewest images a run may use (--limit-images), and the training images they leave.
+MIN_IMAGES = 10
+MIN_TRAIN_IMAGES = MIN_IMAGES - int(VALIDATION_SPLIT * MIN_IMAGES)
 DEFAULT_SEED = 12  # the protocol's image_dataset_from_directory(seed=12)
 DEFAULT_EPOCHS = 2
 MEASURED_EPOCH = 2  # the headline: epoch 1 carries start-up
@@ -193,9 +196,10 @@ class RunSettings:
         help="Pixels per side fed to the network, overriding the model's native size ("
              + ", ".join(f"{m} {s}" for m, s in NATIVE_IMAGE_SIZE.items())
              + "); for tests and tiny runs.")
+    # The agent takes it as --train-images, the training images an epoch that the record
+    # and compare count (images_for_training makes one the other).
     limit_images: int | None = _setting(
-        None, flag="--limit-images", kind="int", minimum=10, commands=SEARCH,
-        agent=AGENT_BOTH, agent_default="all",
+        None, flag="--limit-images", kind="int", minimum=MIN_IMAGES, commands=SEARCH,
         help="Use only this many images, or samples for a model fed synthetic inputs such "
              "as the language model's sequences (quick checks; compared only with runs of "
              "as many).")
@@ -386,6 +390,17 @@ def parse_size(text: str) -> int:
         return sizes.parse_size(text)
     except ValueError as exc:
         raise BadSettings(str(exc)) from None
+
+
+def images_for_training(train_images: int) -> int:
+    """The images a run uses (its --limit-images) for `train_images` of them to train each
+    epoch: the fewest the workload takes whose split (it holds int(VALIDATION_SPLIT x
+    images) out for validation) leaves that many to train on; 2136 for the protocol's 1709.
+    Fewer than MIN_TRAIN_IMAGES cannot be asked for."""
+    images = max(MIN_IMAGES, int(train_images / (1 - VALIDATION_SPLIT)) - 2)
+    while images - int(VALIDATION_SPLIT * images) < train_images:
+        images += 1
+    return images
 
 
 def graphs_apply(settings: RunSettings) -> bool:

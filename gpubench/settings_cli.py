@@ -7,7 +7,10 @@ workload's default") so that only what the user gave is passed on.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
+from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import click
@@ -180,7 +183,8 @@ def workload_options(command: str, *, leave_out: tuple[str, ...] = ()) -> Decora
 
 def agent_options(command: str, *, leave_out: tuple[str, ...] = ()) -> Decorator:
     """The settings the agent's `command` ("run", "largest-batch") offers, each default
-    None: only what the user gives is passed to the workload."""
+    None: only what the user gives is passed to the workload. The on/off switches are
+    hidden, kept for one release: --settings LABEL gives them all (label_switches)."""
     defaults = RunSettings.__dataclass_fields__
     options = []
     for name, setting in offered_by_agent(command).items():
@@ -189,9 +193,77 @@ def agent_options(command: str, *, leave_out: tuple[str, ...] = ()) -> Decorator
         default = setting.agent_default or defaults[name].default
         if isinstance(default, bool):
             default = "on" if default else "off"
+        if setting.off_flag:
+            setting = replace(setting, hidden=True)
         options.append(_option(name, setting, default=None, show_default=False,
                                help_text=f"{setting.help} [default: {default}]"))
     return _apply(options)
+
+
+# -- the record's settings label (gpubench.record.settings_label) as the agent takes it ---
+
+LABEL_HELP = (
+    "How the network is computed and fed, as the record's settings label names it and "
+    "gpubench compare --settings pins it: keras (Keras's own code path), or the options "
+    "on joined by +: kernels (torch: batched augmentation, fused batch norm, channels "
+    "first), data-on-device (torch), jit (XLA, torch.compile), cuda-graphs (torch, one "
+    "GPU); e.g. kernels+cuda-graphs; docs/protocol.md says what each does [default: "
+    "kernels+cuda-graphs with torch (cuda-graphs for models other than B0-B7), jit with "
+    "jax, keras with tensorflow].")
+
+
+def label_of(switches: Mapping[str, bool]) -> str:
+    """The record's label of the switches' values (record.settings_label, the one
+    definition: the wire code is read only when a label is asked for)."""
+    from gpubench import record
+
+    return record.settings_label(SimpleNamespace(**switches))  # type: ignore[arg-type]
+
+
+def _every_label() -> dict[str, dict[str, bool]]:
+    """Every settings label the record can give, with the switches that give it."""
+    from gpubench import record
+
+    names = [option for option, _ in record.SETTINGS_OPTIONS]
+    found = {}
+    for mask in range(1 << len(names)):
+        switches = {name: bool(mask >> i & 1) for i, name in enumerate(names)}
+        found[label_of(switches)] = switches
+    return found
+
+
+def label_switches(text: str) -> dict[str, bool]:
+    """The switches (RunSettings fields) a settings label gives: each option it names on,
+    every other off; its options in any order. Else BadSettings with the closest labels."""
+    labels = _every_label()
+    parts = {part.strip() for part in text.strip().lower().split("+")}
+    for label, switches in labels.items():
+        if set(label.split("+")) == parts:
+            return switches
+    close = difflib.get_close_matches(text.strip().lower(), sorted(labels), n=3)
+    guess = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise BadSettings(f"{text!r} is not a settings label: keras, or the options on joined "
+                      "by + (kernels, data-on-device, jit, cuda-graphs; each of the kernels "
+                      f"alone: batched-augmentation, fused-batchnorm, channels-first){guess}")
+
+
+def settings_label(values: Mapping[str, Any], model: str) -> str:
+    """The settings label a run of `model` with `values` (RunSettings fields, defaults
+    settled) records; "" where the settings are refused."""
+    from gpubench import record
+
+    fields = RunSettings.__dataclass_fields__
+    try:
+        settled = RunSettings(**{name: value for name, value in values.items()
+                                 if name in fields and value is not None}, model=model)
+    except GpubenchError:
+        return ""
+    return label_of({name: getattr(settled, name) for name, _ in record.SETTINGS_OPTIONS})
+
+
+def Label() -> Parsed:  # noqa: N802 - used as a click type, as click.Choice is
+    """A settings label, read as the switches it gives (label_switches)."""
+    return Parsed("LABEL", label_switches)
 
 
 def as_fields(values: Mapping[str, Any]) -> dict[str, Any]:

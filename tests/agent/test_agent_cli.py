@@ -501,7 +501,7 @@ def test_end_to_end_with_the_real_workload(tmp_path, collector) -> None:
     """The real workload (Keras on the CPU, tiny settings) through to the collector."""
     env = agent_env(tmp_path, None)
     token = collector.make_token("ci")
-    done = agent(["run", "--models", "B0", "--image-size", "32", "--limit-images", "48",
+    done = agent(["run", "--models", "B0", "--image-size", "32", "--train-images", "39",
                   "--batch", "8", "--epochs", "2", "--collector", collector.address],
                  with_token(env, token), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -607,7 +607,7 @@ def test_a_backend_that_is_not_installed_says_what_to_install(tmp_path) -> None:
     """Before: a bare ModuleNotFoundError, exit 1, and an error run spooled (and sent)."""
     env = agent_env(tmp_path, None, GPUBENCH_WORKLOAD_COMMAND=WITHOUT_TORCH, COLUMNS="80")
     done = agent(["run", "--models", "B0", "--backend", "torch", "--offline",
-                  "--image-size", "32", "--limit-images", "48", "--batch", "8"], env,
+                  "--image-size", "32", "--train-images", "39", "--batch", "8"], env,
                  timeout=300)
     said = " ".join(done.stderr.split())
     assert done.returncode == 2, done.stderr
@@ -663,7 +663,7 @@ def test_a_refused_model_is_said_once(tmp_path) -> None:
     tiny = Path(__file__).resolve().parents[1] / "workload" / "tiny_models.py"
     env = agent_env(tmp_path, None, COLUMNS="80")
     done = agent(["run", "--models", f"{tiny}:two_inputs", "--backend", "torch", "--offline",
-                  "--limit-images", "40", "--batch", "4"], env, timeout=300)
+                  "--train-images", "32", "--batch", "4"], env, timeout=300)
     said = " ".join(done.stderr.split())
     assert done.returncode == 2, done.stderr
     assert said.count("gpubench feeds models of one input and one output") == 1, said

@@ -249,3 +249,38 @@ def test_the_built_in_transformers_replay_cuda_graphs_and_other_models_when_aske
     assert RunSettings(model="ConvNeXtTiny", backend="torch", cuda_graphs=True).cuda_graphs
     assert not RunSettings(model="GPT2-small", backend="torch",
                            precision="mixed_float16").cuda_graphs
+
+
+def test_every_settings_label_gives_the_switches_that_record_it() -> None:
+    """--settings LABEL reads the record's own labels (record.settings_label): each gives
+    switches whose label is itself, in any order of its options."""
+    from gpubench import record
+    from gpubench.settings_cli import label_of, label_switches
+
+    assert len(record.SETTINGS_LABELS) == 1 << len(record.SETTINGS_OPTIONS)
+    for label in record.SETTINGS_LABELS:
+        assert label_of(label_switches(label)) == label
+        assert label_switches("+".join(reversed(label.split("+"))).upper()) == \
+            label_switches(label)
+    assert label_switches("keras") == dict.fromkeys(options.switches(), False)
+
+
+@pytest.mark.parametrize(("model", "backend", "gpus", "label"), [
+    ("B0", "torch", 1, "kernels+cuda-graphs"), ("B0", "tensorflow", 1, "keras"),
+    ("B0", "jax", 0, "jit"), ("ViT-B16", "torch", 1, "cuda-graphs"),
+])
+def test_the_default_settings_label_is_what_the_help_says(model, backend, gpus, label) -> None:
+    from gpubench.settings_cli import LABEL_HELP, settings_label
+
+    assert settings_label({"backend": backend, "gpus": gpus}, model) == label
+    assert label in LABEL_HELP
+
+
+@pytest.mark.parametrize("train", [options.MIN_TRAIN_IMAGES, 9, 31, 32, 192, 1709, 10**6])
+def test_train_images_become_the_fewest_images_that_train_so_many(train: int) -> None:
+    images = options.images_for_training(train)
+    trained = images - int(options.VALIDATION_SPLIT * images)  # as the workload splits
+    assert trained == train and images >= options.MIN_IMAGES
+    fewer = images - 1
+    assert fewer < options.MIN_IMAGES or fewer - int(options.VALIDATION_SPLIT * fewer) < train
+    assert options.images_for_training(1709) == 2136  # the protocol's whole set

@@ -20,16 +20,38 @@ import click
 from gpubench.agent.runners import DEFAULT_RUNNER, RUNNERS
 from gpubench.agent.runners import gpu_access as ways
 from gpubench.agent.runners.docker import DEFAULT_IMAGE
+from gpubench.cli_vocabulary import (
+    HELP_CONTEXT,
+    MEMORY_SIZE,
+    TRAIN_IMAGES,
+    card_memory,
+    old_spelling,
+    say_renamed,
+)
 from gpubench.errors import ExitCode, GpubenchError, wrap_message
 from gpubench.settings import (
+    MIN_IMAGES,
+    MIN_TRAIN_IMAGES,
     NATIVE_IMAGE_SIZE,
     QUICK_BATCH,
     QUICK_MODEL,
     RULE_QUICK,
     RULE_STEPS,
-    parse_size,
+    VALIDATION_SPLIT,
+    BadSettings,
+    images_for_training,
+    switches,
 )
-from gpubench.settings_cli import Model, agent_options, given_settings, model_names
+from gpubench.settings_cli import (
+    LABEL_HELP,
+    Label,
+    Model,
+    agent_options,
+    given_settings,
+    label_of,
+    model_names,
+    settings_label,
+)
 from gpubench.token_file import TOKEN_FILE_ENV, TOKEN_FILE_HELP, TOKEN_IN_ARGV, token_from_file
 from gpubench.usage import FriendlyGroup, example
 from gpubench.versions import VERSION
@@ -41,7 +63,7 @@ MODEL_WORDS = (" B0, B3, B7 (the protocol's EfficientNets), ViT-B16, GPT2-small,
 EXIT_UNAVAILABLE, EXIT_AUTH, EXIT_INTERRUPTED = (ExitCode.UNAVAILABLE, ExitCode.AUTH,
                                                  ExitCode.INTERRUPTED)
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 80}
+CONTEXT = HELP_CONTEXT
 # Lines of a failed workload command's own output shown with its error.
 TAIL_LINES = 20
 # How many of a run id's characters `status` shows.
@@ -52,7 +74,7 @@ QUICK_ON_CPU = (
     f"({NATIVE_IMAGE_SIZE[QUICK_MODEL]} px, batch "
     f"{QUICK_BATCH}): many minutes here, where a GPU takes about one. The time left shows "
     "once its first training steps are timed. A smoke run instead: --models B0 "
-    "--image-size 64 --limit-images 240 --batch 16"
+    "--image-size 64 --train-images 192 --batch 16"
 )
 
 
@@ -75,13 +97,6 @@ def handles_errors(command: Callable[..., int | None]) -> Callable[..., None]:
         sys.exit(code or EXIT_OK)
 
     return wrapper
-
-
-def _size(value: str) -> int:
-    try:
-        return parse_size(value)
-    except GpubenchError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--memory-limit'") from None
 
 
 def spool_option(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -130,11 +145,11 @@ def format_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any
         @wraps(command)
         def with_format(*args: Any, fmt: str = "table", old_json: bool = False,
                         **kwargs: Any) -> Any:
-            if old_json and sys.stderr.isatty():
-                click.echo("gpubench-agent: note: --json is now --format json", err=True)
+            if old_json:
+                say_renamed("gpubench-agent", "--json", "--format json")
             return command(*args, as_json=old_json or fmt == "json", **kwargs)
 
-        with_format = click.option("--json", "old_json", is_flag=True, hidden=True)(
+        with_format = old_spelling("--json", "old_json", "--format json", is_flag=True)(
             with_format)
         return click.option("--format", "fmt", type=click.Choice(["table", "json"]),
                             default="table", show_default=True,
@@ -142,6 +157,34 @@ def format_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any
                             )(with_format)
 
     return decorate
+
+
+def train_images_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--train-images N; the command gets `limit_images`, the images the workload uses for
+    N of them to train an epoch (None: all). --limit-images, the old spelling (the
+    images before the validation split), is kept hidden for one release."""
+
+    @wraps(command)
+    def with_images(*args: Any, train_images: int | None = None,
+                    old_limit_images: int | None = None, **kwargs: Any) -> Any:
+        if train_images is not None and old_limit_images is not None:
+            raise click.UsageError("--train-images and --limit-images: give --train-images "
+                                   "(--limit-images is its old spelling)")
+        limit = images_for_training(train_images) if train_images is not None \
+            else old_limit_images
+        if old_limit_images is not None:
+            trained = old_limit_images - int(VALIDATION_SPLIT * old_limit_images)
+            say_renamed("gpubench-agent", f"--limit-images {old_limit_images}",
+                        f"--train-images {trained}")
+        return command(*args, limit_images=limit, **kwargs)
+
+    with_images = old_spelling("--limit-images", "old_limit_images", "--train-images",
+                               type=click.IntRange(min=MIN_IMAGES))(with_images)
+    return click.option("--train-images", "train_images", metavar="N",
+                        type=click.IntRange(min=MIN_TRAIN_IMAGES),
+                        help=f"Train on {TRAIN_IMAGES}: fewer make a quick check, "
+                             "compared only with runs of as many [default: all, 1709 in "
+                             "the benchmark's set].")(with_images)
 
 
 def collector_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -245,7 +288,14 @@ def main() -> None:
 @click.option("--quick", is_flag=True,
               help="B0 only, at the article's Tesla T4 batch (128), the protocol's float32: a "
                    "comparable figure in about a minute on a large GPU.")
-@agent_options("run")
+@click.option("--settings", "label", type=Label(), metavar="LABEL", help=LABEL_HELP)
+@agent_options("run", leave_out=("memory_limit_bytes",))
+@click.option("--memory-limit", "memory_limit_bytes", metavar="SIZE", callback=card_memory,
+              default=None,
+              help=f"Train as on a GPU of less memory: {MEMORY_SIZE}; torch caps its "
+                   "allocator's share of the card, TensorFlow sets a logical device limit "
+                   "[default: the whole card].")
+@train_images_option
 @RUNNER_OPTIONS
 @compat_option
 @collector_options
@@ -259,16 +309,17 @@ def main() -> None:
               help="Seconds to wait at most, before each model, for the GPU to be idle.")
 @click.option("--idle-temperature", type=click.FloatRange(min=0), default=50.0,
               show_default=True, help="The temperature (C) the GPU should be under first.")
-@click.option("--label", default="", help="Free text stored with the runs, e.g. 'lab box'.")
+@click.option("--label", "text_label", default="",
+              help="Free text stored with the runs, e.g. 'lab box'.")
 @format_option("the run records")
 @handles_errors
 @click.pass_context
-def run(ctx: click.Context, models: list[str], quick: bool,
+def run(ctx: click.Context, models: list[str], quick: bool, label: dict[str, bool] | None,
+        limit_images: int | None,
         runner: str, image: str, gpu_access: str, skip_compat: bool, collector: str | None,
         token: str | None, ca: Path | None, tls: bool, offline: bool, spool_dir: Path | None,
-        sample_hz: float,
-        trace_path: Path | None, idle_timeout: float, idle_temperature: float, label: str,
-        as_json: bool, **settings: Any) -> int:
+        sample_hz: float, trace_path: Path | None, idle_timeout: float,
+        idle_temperature: float, text_label: str, as_json: bool, **settings: Any) -> int:
     """Run the benchmark: each model in turn, then a summary (and a comparison with
     the collector's runs). Every run is written to the spool before it is sent.
 
@@ -302,17 +353,34 @@ def run(ctx: click.Context, models: list[str], quick: bool,
             "give --collector HOST:PORT (or $GPUBENCH_COLLECTOR) and the token in "
             "--token-file or $GPUBENCH_TOKEN, or --offline"
         )
+    old_switches = _switches_given(ctx, settings)
+    if label is not None:
+        if old_switches:
+            raise click.UsageError(f"--settings and {' '.join(old_switches)}: give the "
+                                   "settings once, in --settings")
+        settings.update(label)
     _sigterm_interrupts()
     display = RunDisplay()
     given = given_settings(settings, "run")
+    if limit_images is not None:
+        given["limit_images"] = limit_images
     batch, rule = given.pop("batch", None), given.pop("batch_rule", RULE_STEPS)
     with set_up(display, gpus=given.get("gpus"), runner=runner,
                 options=RunnerOptions(image=image, gpu_access=gpu_access),
                 backend=given.get("backend"), skip_compat=skip_compat) as host:
         given.update(gpus=host.gpu_count, backend=host.backend)
+        if old_switches:
+            said = settings_label(given, models[0])
+            say_renamed("gpubench-agent", " ".join(old_switches),
+                        f"--settings {said or 'LABEL'}")
         requests = [WorkloadRequest(model, batch=batch, batch_rule=rule, settings=given)
                     for model in models]
-        check_settings(requests, host.inventory)
+        try:
+            check_settings(requests, host.inventory)
+        except BadSettings as exc:
+            if label is None:
+                raise
+            raise BadSettings(f"--settings {label_of(label)}: {exc}") from None
         if quick and host.gpu_count == 0 and not (given.get("image_size") or
                                                   given.get("limit_images")):
             display.note(QUICK_ON_CPU, style="yellow")
@@ -338,7 +406,7 @@ def run(ctx: click.Context, models: list[str], quick: bool,
                 runner=host.runner, spool=spool, inventory=host.inventory, nvml=host.nvml,
                 display=display, gpu_count=host.gpu_count, sample_hz=sample_hz,
                 idle=IdleRule(timeout=idle_timeout, max_temperature=idle_temperature),
-                label=label, trace=trace, retry=retry, log_dir=spool.root / "logs",
+                label=text_label, trace=trace, retry=retry, log_dir=spool.root / "logs",
                 client_factory=None if offline else _client_factory(
                     collector or "", token, ca, tls, retry.call_timeout, origins),
                 unreachable=unreachable,
@@ -349,6 +417,18 @@ def run(ctx: click.Context, models: list[str], quick: bool,
                 trace.close()
     _report(outcome, display, as_json, collector, token, ca, tls)
     return _exit_code(outcome)
+
+
+def _switches_given(ctx: click.Context, values: dict[str, Any]) -> list[str]:
+    """The on/off switches given on the command line, as written (--no-cuda-graphs): the
+    old spelling of --settings, kept hidden for one release."""
+    from click.core import ParameterSource
+
+    from gpubench.settings import SETTINGS
+
+    return [SETTINGS[name].flag if values.get(name) else SETTINGS[name].off_flag
+            for name in switches()
+            if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
 
 
 def _sigterm_interrupts() -> None:
@@ -435,16 +515,18 @@ def _compare(runs: list[Any], display: Any, collector: str, token: str | None,
               epilog=example('gpubench-agent largest-batch --models B7 --memory-limit 8GiB,16GiB'))
 @click.option("--models", type=Model(model_names), default="B0,B3,B7", show_default=True,
               help="Comma list of the models to search, in order:" + MODEL_WORDS)
-@click.option("--memory-limit", "limits", metavar="SIZE", multiple=True,
-              help="Search as a GPU of this size, e.g. 16GiB (repeat, or give a comma "
-                   "list: 8GiB,16GiB,48GiB) [default: the whole card].")
+@click.option("--memory-limit", "limits", metavar="SIZE", multiple=True, callback=card_memory,
+              help=f"Search as on a GPU of less memory: {MEMORY_SIZE}; repeat, or give "
+                   "a comma list: 8GiB,16GiB,48GiB [default: the whole card].")
 @agent_options("largest-batch")
+@train_images_option
 @RUNNER_OPTIONS
 @compat_option
 @format_option("the results")
 @handles_errors
-def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image: str,
-                  gpu_access: str, skip_compat: bool, as_json: bool, **settings: Any) -> int:
+def largest_batch(models: list[str], limits: tuple[int, ...], limit_images: int | None,
+                  runner: str, image: str, gpu_access: str, skip_compat: bool, as_json: bool,
+                  **settings: Any) -> int:
     """Only the batch search: the largest batch each model trains at on this GPU, or on
     a GPU of each --memory-limit. Nothing is trained to the end, recorded or sent."""
     from gpubench.agent.display import RunDisplay
@@ -452,16 +534,16 @@ def largest_batch(models: list[str], limits: tuple[str, ...], runner: str, image
     from gpubench.agent.largest import print_table, search_models
     from gpubench.agent.runners import RunnerOptions, SearchRequest
 
-    sizes = tuple(_size(part.strip()) for given in limits for part in given.split(",")
-                  if part.strip())
     given = given_settings(settings, "largest-batch")
+    if limit_images is not None:
+        given["limit_images"] = limit_images
     display = RunDisplay()
     host = set_up(display, gpus=given.get("gpus"), runner=runner,
                   options=RunnerOptions(image=image, gpu_access=gpu_access),
                   backend=given.get("backend"), skip_compat=skip_compat,
                   keep_nvml=False)  # a search samples nothing
     given.update(gpus=host.gpu_count, backend=host.backend)
-    requests = [SearchRequest(model, limits=sizes, settings=given) for model in models]
+    requests = [SearchRequest(model, limits=limits, settings=given) for model in models]
     check_settings(requests, host.inventory)
     found, failed = search_models(host.runner, requests, display)
     if as_json:

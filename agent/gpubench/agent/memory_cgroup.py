@@ -94,5 +94,5 @@ def killed_for_memory(usable_bytes: int, host_bytes: int) -> str:
             else f"the host has {host_bytes / gib:.0f} GiB" if host_bytes else "")
     return ("the kernel's out-of-memory killer ended it: the workload needed more memory "
             "than it may use" + (f" ({room})" if room else "") + ". Try a smaller run "
-            "(--image-size 64 --limit-images 240 --batch 16), or give it more memory "
+            "(--image-size 64 --train-images 192 --batch 16), or give it more memory "
             "(docker run --memory, or stop what else uses it)")
