@@ -216,10 +216,10 @@ def demo() -> int:
             settings = ["--quick"]
             compare = ["--model", "B0", "--batch-rule", "quick"]
         else:
-            step("no NVIDIA GPU here: a small CPU run of B0 (64 px, 240 images, batch 16, "
-                 "TensorFlow), labelled CPU; its figures are not comparable with GPU runs. "
-                 "About a minute: TensorFlow starts, then epoch 1 builds its kernels")
-            settings = ["--models", "B0", "--image-size", "64", "--limit-images", "240",
+            step("no NVIDIA GPU here: a small CPU run of B0 (64 px, 192 training images, "
+                 "batch 16, TensorFlow), labelled CPU; its figures are not comparable with GPU "
+                 "runs. About a minute: TensorFlow starts, then epoch 1 builds its kernels")
+            settings = ["--models", "B0", "--image-size", "64", "--train-images", "192",
                         "--batch", "16"]
             compare = ["--model", "B0", "--allow-mixed"]
         # 1: the run failed or was refused; it is reported in the summary, the demo goes on.
