@@ -230,3 +230,17 @@ def test_no_way_to_the_gpus_is_exit_2_before_training(engine, tmp_path, way: str
     assert said in message and "NVIDIA Container Toolkit" in message, message
     assert "B0 epoch" not in message
     assert not list((tmp_path / "spool").rglob("*.json"))
+
+
+def test_the_cache_volume_outlives_each_container(engine, python_image) -> None:
+    # What one workload container keeps in its cache (the photos it generated, JAX's
+    # compiled programs), the next one finds: the engine's named volume, not the
+    # container's own file system.
+    name = f"kept-{os.getpid()}-{time.monotonic_ns()}"
+    scripts = (f'echo {name} > "$GPUBENCH_CACHE/{name}"',
+               f'test "$(cat "$GPUBENCH_CACHE/{name}")" = {name} && rm "$GPUBENCH_CACHE/{name}"')
+    for script in scripts:
+        runner = DockerRunner(python_image, gpus=False, command=("sh", "-c", script))
+        with runner.start(REQUEST) as workload:
+            list(workload.events())
+            assert workload.wait().exit_code == 0, script

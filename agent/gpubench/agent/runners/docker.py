@@ -58,6 +58,11 @@ DEFAULT_IMAGE = default_image()
 WORKLOAD_COMMAND = ("python3", "-m", WORKLOAD_MODULE)
 DATA_MOUNT = "/data"
 MODEL_MOUNT = "/model"  # the folder of a --model file
+# The workload's cache (the generated photos, JAX's compiled programs): a volume of the
+# engine's that outlives each container, so that a second run on the host generates and
+# compiles nothing the first one did (`docker volume rm gpubench-cache` starts afresh).
+CACHE_VOLUME = "gpubench-cache"
+CACHE_MOUNT = "/var/cache/gpubench"
 # Seconds after SIGINT, then after SIGTERM, before the next signal (runners/local.py).
 STOP_TIMEOUTS = (0.5, 0.5)
 # The signals the agent stops on (cli.py: SIGTERM as Ctrl-C).
@@ -431,7 +436,8 @@ class DockerRunner(Runner):
             device_requests=gpu.get("device_requests", []),
             devices=gpu.get("devices", []),
             mounts=gpu.get("mounts", []),
-            environment={"PYTHONUNBUFFERED": "1", **self.environment,
+            environment={"PYTHONUNBUFFERED": "1", "GPUBENCH_CACHE": CACHE_MOUNT,
+                         **self.environment,
                          **gpu.get("environment", {})},
             volumes=volumes,
             labels={ROLE_LABEL: role},
@@ -441,11 +447,13 @@ class DockerRunner(Runner):
     def _given_folders(self, client: Any, request: WorkloadRequest | SearchRequest,
                        ) -> tuple[dict[str, dict[str, str]], list[str]]:
         """The container's folders (this runner's, the data folder, a model file's
-        folder: read-only, under fixed paths) and the workload's arguments naming them
-        there. The engine reads each folder on the host: where the agent runs in a
-        container, through that container's mounts (host_paths.py)."""
+        folder: read-only, under fixed paths; the cache volume, read-write) and the
+        workload's arguments naming them there. The engine reads each folder on the
+        host: where the agent runs in a container, through that container's mounts
+        (host_paths.py)."""
         own = self._own_container(client)
         volumes = self._volumes()
+        volumes[CACHE_VOLUME] = {"bind": CACHE_MOUNT, "mode": "rw"}
         args = request.arguments()
         if request.setting("data") and request.setting("data") != "synthetic":
             folder = str(Path(request.setting("data")).expanduser().resolve())
