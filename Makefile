@@ -16,7 +16,7 @@ help:
 	@echo "make test-e2e     the long runs: training, out of memory, the demo, chaos, tools"
 	@echo "make test-docker  build the images and run agent + collector containers"
 	@echo "make bench        collector and sampler benchmarks (figures and ratios)"
-	@echo "make chaos        the collector's fault campaign (CHAOS_ARGS=--short: minutes)"
+	@echo "make chaos        the collector's fault campaign at full size (tests/chaos)"
 	@echo "make haproxy      Debian's HAProxy unpacked into .tools/ for the edge's tests"
 	@echo "make chromium     Debian's Chromium unpacked into .tools/ for the browser test"
 	@echo "make install      the virtual environment with every extra ($(VENV))"
@@ -60,8 +60,9 @@ test: proto
 	  --dist loadfile --slowest 25 $(PYTEST_ARGS)
 
 # Everything `make test` leaves out but docker and GPU: the other trainings, real
-# out-of-memory runs, `make demo` from a clean checkout, the chaos campaign's short parts
-# and the tests of the fetched Debian tools: one at a time, as each loads the machine.
+# out-of-memory runs, `make demo` from a clean checkout, the fault campaign at its short
+# size (tests/chaos) and the tests of the fetched Debian tools: one at a time, as each
+# loads the machine.
 E2E_TESTS := not docker and not gpu and (e2e or slow and not smoke)
 .PHONY: test-e2e
 test-e2e: proto chromium promtool haproxy
@@ -96,8 +97,9 @@ chromium:
 	  $(call fetch,chromium,the site's browser test); }
 
 # HAProxy, the proxy of docker/edge/, for the edge proxy's tests
-# (tests/integration/test_edge_proxy.py) and bench/chaos_edge.py: Debian's own, the
-# version the edge image installs, even where another is on PATH.
+# (tests/integration/test_edge_proxy.py) and the fault campaign's edge parts
+# (tests/chaos/chaos_edge.py): Debian's own, the version the edge image installs, even
+# where another is on PATH.
 HAPROXY := $(TOOLS)/haproxy/usr/sbin/haproxy
 .PHONY: haproxy
 haproxy:
@@ -116,10 +118,14 @@ bench: proto
 	$(PY) bench/collector_bench.py
 	$(PY) bench/sampler_overhead.py
 
-# Kill -9, a full disk, fuzzing, tokens, poisoned records, a killed push: not in `test`.
+# The collector's fault campaign (tests/chaos/test_campaign.py): kill -9 under load, a
+# full disk, fuzzing, tokens, poisoned records, a killed push, floods, tampered backups,
+# fabricated runs, the edge. make test-e2e runs it at its short size; this, at full size,
+# with its table at the end. CHAOS_ARGS: more pytest options, e.g. "-k fabrication
+# --chaos-seed 20261202", or "--chaos-size short" (a minute or two).
 CHAOS_ARGS ?=
 chaos: proto haproxy
-	$(PY) bench/chaos.py $(CHAOS_ARGS)
+	$(PY) -m pytest tests/chaos -m chaos --chaos-size full $(CHAOS_ARGS)
 
 # The pages generated from the code (docs/api.md from the docstrings, docs/cli.md from
 # each command's --help): `make lint` checks them.

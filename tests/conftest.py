@@ -55,6 +55,18 @@ if "PYTEST_XDIST_WORKER" not in os.environ:
     tempfile.tempdir = None  # the next gettempdir() reads TMPDIR
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The fault campaign's options (tests/chaos): declared here, where pytest reads
+    options whichever folder it is given."""
+    group = parser.getgroup("chaos", "the collector's fault campaign (tests/chaos)")
+    group.addoption("--chaos-size", choices=("short", "full"), default="short",
+                    help="short (default; make test-e2e): fewer submissions, kills, cases "
+                         "and seconds, a minute or two in all; full: make chaos")
+    group.addoption("--chaos-seed", type=int, default=None, metavar="N",
+                    help="seed of the random moments and cases (default: from the clock; "
+                         "the report shows it, so that a run can be repeated)")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Remove the session's temporary folder once every test passed."""
     if SESSION_TMP is not None and exitstatus == 0:

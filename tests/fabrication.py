@@ -1,7 +1,7 @@
 """Fabricated runs made from the project's own real H200 record, scaled consistently:
 what a stranger with an ordinary token can submit to lead the leaderboard. The tests
 of the collector's checks and the fault campaign's fabrication part
-(bench/chaos_fabrication.py) submit these.
+(tests/chaos/chaos_fabrication.py) submit these.
 
 A scaled run claims `factor` times the real run's speed and keeps every figure in step
 (epoch, training and validation times, step times, images/s, energy at the same power),

@@ -1,5 +1,5 @@
 """Ways to tamper with a collector's backup folder, each with the words of its refusal:
-what the restore tests and the fault campaign (bench/chaos_attacks.py) try."""
+what the restore tests and the fault campaign (tests/chaos/chaos_attacks.py) try."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 unpacked by `make haproxy` into .tools/) in front of a real collector process and the
 results site, all on loopback.
 
-    .venv/bin/python bench/chaos_edge.py            # both parts (bench/chaos.py runs them too)
-    .venv/bin/python bench/chaos_edge.py --short
+    make chaos CHAOS_ARGS="-k edge"                       # both parts, full size
+    .venv/bin/python -m pytest tests/chaos -k edge        # both parts, short
 
 Parts:
   edge-flood     10,000 silent connections from 20 loopback addresses (127.0.0.1-20),
@@ -20,15 +20,12 @@ Bounded in count and time; loopback only.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import re
 import select
 import selectors
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
-from chaos_support import CLI, Collector, Tally, new_client_call, table
+from chaos_support import CLI, Collector, Tally, new_client_call
 from edge import HOSTNAME, MISSING, Edge, haproxy_binary, start_edge
 from source_address import Relay
 
@@ -253,8 +250,8 @@ def visitors_part(folder: Path, binary: Path, *, rounds: int, visitors: int = 10
 
 
 def edge_parts(folder: Path, *, short: bool) -> dict[str, Callable[[], Tally]]:
-    """The parts by name, for bench/chaos.py: each a callable returning its Tally (a
-    Tally saying why, where HAProxy is missing)."""
+    """The parts by name, for tests/chaos/test_campaign.py: each a callable returning its
+    Tally (a Tally saying why, where HAProxy is missing)."""
     binary = haproxy_binary()
 
     def missing(name: str) -> Tally:
@@ -269,23 +266,3 @@ def edge_parts(folder: Path, *, short: bool) -> dict[str, Callable[[], Tally]]:
                                          seconds=30 if short else 60),
         "edge-visitors": lambda: visitors_part(folder, binary, rounds=2 if short else 5),
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="The edge's parts of the fault campaign "
-                                     "(HAProxy in front of a collector and the site).")
-    parser.add_argument("--short", action="store_true", help="Fewer connections and rounds.")
-    args = parser.parse_args(argv)
-    tallies = []
-    with tempfile.TemporaryDirectory(prefix="gpubench-chaos-edge-") as tmp:
-        for name, part in edge_parts(Path(tmp), short=args.short).items():
-            began = time.monotonic()
-            tallies.append(part())
-            print(f"  {name}: {time.monotonic() - began:.0f} s", flush=True)
-    print()
-    print(table(tallies))
-    return 1 if any(t.failed for t in tallies) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

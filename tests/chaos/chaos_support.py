@@ -1,6 +1,6 @@
-"""What the fault campaign (bench/chaos.py) runs its parts with: real collector
-processes on loopback, submitters that retry until acknowledged, the tally of one
-part, what a database holds afterwards, and the table."""
+"""What the fault campaign's parts (tests/chaos/test_campaign.py) run with: real
+collector processes on loopback, submitters that retry until acknowledged, the tally of
+one part, what a database holds afterwards, and the table."""
 
 from __future__ import annotations
 
@@ -20,17 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from factories import make_run  # the test suite's realistic run records (tests/)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the realistic run records of the test suite
-
-from factories import make_run  # noqa: E402
-
-from gpubench.collector.auth import TokenBook  # noqa: E402
-from gpubench.collector.queries import RunFilter  # noqa: E402
-from gpubench.collector.store import Store  # noqa: E402
-from gpubench.v1 import collector_pb2 as pb  # noqa: E402
-from gpubench.v1 import collector_pb2_grpc  # noqa: E402
+from gpubench.collector.auth import TokenBook
+from gpubench.collector.queries import RunFilter
+from gpubench.collector.store import Store
+from gpubench.v1 import collector_pb2 as pb
+from gpubench.v1 import collector_pb2_grpc
 
 CLI = [sys.executable, "-m", "gpubench.collector.cli"]
 GPUS = ("Tesla T4", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA L4")
@@ -56,6 +52,7 @@ class Tally:
     codes: Counter = field(default_factory=Counter)
     recover_s: float | None = None  # the longest from a fault to the next acknowledgement
     note: str = ""
+    details: str = ""  # what the part shows below the campaign's table (its cases)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def code(self, name: str) -> None:
@@ -69,6 +66,35 @@ class Tally:
     @property
     def failed(self) -> bool:
         return bool(self.lost or self.duplicated or self.wrong)
+
+
+@dataclass
+class Campaign:
+    """The campaign of one pytest session: its size, its seed, and each part's tally with
+    its seconds, in the order the parts ran (tests/chaos/conftest.py shows them)."""
+
+    short: bool
+    seed: int
+    tallies: list[tuple[Tally, float]] = field(default_factory=list)
+
+    def add(self, tally: Tally, seconds: float) -> None:
+        self.tallies.append((tally, seconds))
+
+    def report(self) -> list[str]:
+        """The lines of the report: each part's seconds, the table, what the parts showed
+        below it, and the verdict."""
+        lines = [f"{'short' if self.short else 'full'} size, seed {self.seed} "
+                 f"(--chaos-seed {self.seed} repeats it)"]
+        lines += [f"  {tally.part}: {seconds:.0f} s" for tally, seconds in self.tallies]
+        tallies = [tally for tally, _ in self.tallies]
+        lines += ["", table(tallies)]
+        lines += [line for t in tallies if t.details for line in ("", t.details)]
+        failed = [t.part for t in tallies if t.failed]
+        total = sum(seconds for _, seconds in self.tallies)
+        lines += ["", f"{len(tallies)} part(s) in {total:.0f} s; "
+                  + (f"FAILED: {', '.join(failed)}" if failed
+                     else "nothing lost, duplicated or wrong")]
+        return lines
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ import re
 import textwrap
 from pathlib import Path
 
-import fabrication  # tests/fabrication.py (chaos_support puts tests/ on the path)
+import fabrication  # tests/fabrication.py
 import grpc
 from chaos_support import Collector, Tally, bearer
 
@@ -28,8 +28,8 @@ REAL_GPU = "NVIDIA H200"
 
 
 def fabrication_part(folder: Path) -> Tally:
-    """Submit every fabricated case and the flood; print the cases' table; tally what
-    was answered and what the default leaderboard and Compare showed."""
+    """Submit every fabricated case and the flood; tally what was answered and what the
+    default leaderboard and Compare showed, the cases' table in the tally's details."""
     tally = Tally("fabrication")
     collector = Collector(folder / "fabrication.duckdb")
     operator = collector.token("operator", admin=True)
@@ -81,7 +81,7 @@ def fabrication_part(folder: Path) -> Tally:
     finally:
         channel.close()
         collector.stop()
-    print(cases_table(rows), flush=True)
+    tally.details = cases_table(rows)
     return tally
 
 
