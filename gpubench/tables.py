@@ -5,12 +5,14 @@ was not measured).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pandas as pd
 from rich import box
-from rich.console import Console, ConsoleOptions
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.table import Column, Table
 from rich.text import Text
 
 from gpubench import comparison_key, figures, record
@@ -47,100 +49,110 @@ def _memory(row: dict[str, Any], gib: str = "peak_memory_median_gib") -> str:
 # -- rich tables --------------------------------------------------------------------------
 
 
-# The narrowest a column that folds its words is made: words up to this long stay whole.
+# A column that folds its words (a submitter, a message) is sure of this much room: its
+# words up to this long stay whole, a longer one folds where the columns are tight.
 FOLDED = 12
-
-# NarrowTable's layout overrides rich's private Table._calculate_column_widths and calls
-# Table._measure_column and rich._ratio.ratio_distribute, none of them rich's public API
-# (which has no say in how a too-narrow table shares its width). It was tested on these
-# rich releases, the range pyproject.toml pins; on any other, or where those internals are
-# not as written against, narrow tables stand aside (one warning, rich's own layout).
-RICH_TESTED = (15,)  # major versions: pyproject.toml's rich>=15,<16
-RICH_INTERNALS = {  # what the override uses: its parameters, as written against
-    "Table._calculate_column_widths": ("self", "console", "options"),
-    "Table._measure_column": ("self", "console", "options", "column"),
-    "_ratio.ratio_distribute": ("total", "ratios", "minimums"),
-}
+# Where the columns' words do not fit side by side even so, columns give up room down to
+# this, those that fold first: rich's own layout draws a table that needs less still.
+SQUEEZED = 4
 
 
-def rich_problems(version: str | None = None) -> list[str]:
-    """What keeps NarrowTable's layout off with the installed rich (or rich `version`):
-    an untested release, an internal missing or changed; none where it is as tested."""
-    import importlib
-    import inspect
-    from importlib.metadata import version as installed
-
-    found = []
-    version = version or installed("rich")
-    if not version.split(".")[0].isdigit() or int(version.split(".")[0]) not in RICH_TESTED:
-        found.append(f"rich {version} is not a release it was tested on "
-                     f"({', '.join(f'{major}.x' for major in RICH_TESTED)})")
-    for name, expected in RICH_INTERNALS.items():
-        module, _, attribute = name.rpartition(".")
-        try:
-            if module == "Table":
-                target = getattr(Table, attribute)
-            else:
-                target = getattr(importlib.import_module(f"rich.{module}"), attribute)
-            parameters = tuple(inspect.signature(target).parameters)
-        except (AttributeError, ImportError, TypeError, ValueError):
-            found.append(f"rich's {name} is missing")
-            continue
-        if parameters != expected:
-            found.append(f"rich's {name} takes {parameters}, not {expected}")
-    return found
+def _measured(table: Table, console: Console, options: ConsoleOptions,
+              column: Column) -> Measurement:
+    """A column's narrowest width (its longest word) and widest (its longest line), its
+    header and footer included, within its min_width and max_width."""
+    if column.width is not None:
+        return Measurement(column.width, column.width)
+    cells = [*([column.header] if table.show_header else []), *column.cells,
+             *([column.footer] if table.show_footer else [])]
+    found = [Measurement.get(console, options, cell) for cell in cells]
+    measured = Measurement(max((m.minimum for m in found), default=1),
+                           max((m.maximum for m in found), default=1))
+    return measured.clamp(column.min_width, column.max_width)
 
 
-_narrowing: list[bool] = []  # once known: whether NarrowTable's layout applies
+def _shares(room: int, wants: list[int]) -> list[int]:
+    """`room` shared out in proportion to `wants`, each share rounded up in turn so that
+    the shares add up to `room` (where the wants add up to at least that)."""
+    shares = []
+    wanted = sum(wants)
+    for want in wants:
+        share = min(want, -(-want * room // wanted)) if wanted else 0
+        shares.append(share)
+        room -= share
+        wanted -= want
+    return shares
 
 
-def narrowing() -> bool:
-    """Whether NarrowTable's layout applies with the installed rich (rich_problems); the
-    first call that finds it does not warns on stderr, once per process."""
-    if not _narrowing:
-        problems = rich_problems()
-        _narrowing.append(not problems)
-        if problems:
-            import sys
+def narrow_widths(table: Table, console: Console,
+                  options: ConsoleOptions) -> list[tuple[int, bool]] | None:
+    """Each of `table`'s columns' width at `options`' width, and whether it must fold its
+    words (break one over lines) to get there; None where rich's own layout draws the
+    table as it is: it fits at its natural widths, it pads its cells, or its unbroken
+    columns (no_wrap, a fixed width) alone take the room.
 
-            print(f"warning: tables use rich's own layout, which may cut words with '…' "
-                  f"where 80 columns are tight: {'; '.join(problems)}", file=sys.stderr)
-    return _narrowing[0]
+    Each column keeps at least its longest word (a column that folds, up to FOLDED), and
+    the room left goes to those that want more, in proportion. Where even the longest
+    words do not fit side by side, columns fold (break a word over lines) rather than
+    cut it with "…": those that fold already first, the last first, down to SQUEEZED;
+    then the others, names before figures, the widest first, down to SQUEEZED."""
+    if not table.columns or any(table.padding[1::2]):  # the cells' left and right padding
+        return None
+    separators = (len(table.columns) - 1 if table.box else 0) + (
+        2 if table.box and table.show_edge else 0)
+    room = (table.width or options.max_width) - separators
+    if room < len(table.columns):
+        return None
+    ranges = [_measured(table, console, options.update_width(room), column)
+              for column in table.columns]
+    natural = [max(r.maximum, 1) for r in ranges]
+    if sum(natural) <= room:
+        return None
+    unbroken = [column.no_wrap or column.width is not None for column in table.columns]
+    words = [n if whole else max(r.minimum, 1)
+             for n, r, whole in zip(natural, ranges, unbroken, strict=True)]
+    folds = [column.overflow == "fold" and not whole
+             for column, whole in zip(table.columns, unbroken, strict=True)]
+    least = [min(w, FOLDED) if fold else w for w, fold in zip(words, folds, strict=True)]
+    excess = sum(least) - room
+    # Too narrow for the words: the columns that fold give up more, the last first...
+    for index in reversed(range(len(least))):
+        if excess > 0 and folds[index]:
+            cut = min(excess, max(least[index] - SQUEEZED, 0))
+            least[index] -= cut
+            excess -= cut
+    # ...then the others break their words too: names (left-justified) before figures
+    # (right-justified: a figure broken over two lines is misread), the widest first.
+    while excess > 0:
+        narrowed = [i for i, whole in enumerate(unbroken)
+                    if not whole and least[i] > SQUEEZED]
+        if not narrowed:
+            return None
+        least[max(narrowed, key=lambda i: (table.columns[i].justify != "right", least[i]))] -= 1
+        excess -= 1
+    extra = _shares(room - sum(least), [n - m for n, m in zip(natural, least, strict=True)])
+    return [(m + e, m + e < w) for m, e, w in zip(least, extra, words, strict=True)]
 
 
 class NarrowTable(Table):
-    """A table that wraps its columns at spaces rather than cut them: where the columns
-    do not fit side by side at their natural widths, each keeps at least its longest word
-    and the room left goes to those that want more, in proportion. (rich's own layout
-    narrows the widest columns first, down to cutting their words with "…".) With a rich
-    it was not tested on, rich's own layout (narrowing())."""
+    """A table that wraps its columns at spaces rather than cut their words (rich's own
+    layout narrows the widest columns first, down to cutting their words with "…"): its
+    columns laid out by narrow_widths, which measures their cells with rich's public
+    Measurement.get, then drawn by rich with those widths as each Column.width, on a
+    copy (the table stays as built, to be drawn again at another width)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        narrowing()  # says so at once where the layout stands aside
-        super().__init__(*args, **kwargs)
-
-    def _calculate_column_widths(self, console: Console, options: ConsoleOptions) -> list[int]:
-        if not narrowing():
-            return super()._calculate_column_widths(console, options)
-        from rich._ratio import ratio_distribute
-
-        ranges = [self._measure_column(console, options, column) for column in self.columns]
-        natural = [r.maximum or 1 for r in ranges]
-        # A column that folds its words (long names, ids) may be narrower than its longest.
-        least = [min(r.minimum, FOLDED) if column.overflow == "fold" else r.minimum or 1
-                 for r, column in zip(ranges, self.columns, strict=True)]
-        # Too narrow still: columns that fold give up more, the last first, down to 4.
-        excess = sum(least) - options.max_width
-        for index in reversed(range(len(least))):
-            if excess > 0 and self.columns[index].overflow == "fold":
-                cut = min(excess, max(least[index] - 4, 0))
-                least[index] -= cut
-                excess -= cut
-        if sum(natural) <= options.max_width or excess > 0:
-            return super()._calculate_column_widths(console, options)
-        wants = [n - m for n, m in zip(natural, least, strict=True)]
-        extra = ratio_distribute(options.max_width - sum(least), wants)
-        return [m + e for m, e in zip(least, extra, strict=True)]
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths = narrow_widths(self, console, options)
+        if widths is None:
+            yield from super().__rich_console__(console, options)
+            return
+        laid_out = copy.copy(self)
+        laid_out.columns = [copy.copy(column) for column in self.columns]
+        for column, (width, fold) in zip(laid_out.columns, widths, strict=True):
+            column.width = width
+            if fold:
+                column.overflow = "fold"
+        yield from Table.__rich_console__(laid_out, console, options)
 
 
 def narrow_table(title: str | None = None, caption: str | None = None,
