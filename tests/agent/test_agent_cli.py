@@ -657,6 +657,7 @@ def test_a_collector_address_that_answers_http_stops_the_run_before_training(
     assert not started.exists() and not list((tmp_path / "spool").rglob("*.json"))
 
 
+@pytest.mark.slow  # the real workload loads torch to read the model: make test-e2e
 def test_a_refused_model_is_said_once(tmp_path) -> None:
     """A model gpubench cannot feed: one error, the agent's (before, the workload's error
     line came first, then the same words again)."""

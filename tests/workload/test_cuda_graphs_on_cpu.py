@@ -12,6 +12,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+# Keras on torch in a child: a framework started, make test-e2e.
+pytestmark = pytest.mark.slow
+
 SCRIPT = r"""
 import json
 import keras, torch

@@ -57,6 +57,7 @@ def test_split_of_the_protocol_size_is_1709_and_427() -> None:
     assert (dataset.train_count, dataset.validation_count) == (1709, 427)
 
 
+@pytest.mark.slow  # Keras in a child: a framework started, make test-e2e
 def test_order_and_split_match_keras_image_dataset_from_directory(image_folder) -> None:
     root = image_folder({"paper": 7, "rock": 9, "scissors": 8})
     ours = data.read_dataset(root, seed=12, validation_split=0.2)

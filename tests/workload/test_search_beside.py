@@ -61,6 +61,7 @@ def test_the_child_s_trials_are_relayed_and_its_choice_is_the_run_s() -> None:
     assert "search_done" not in kinds and "error" not in kinds
 
 
+@pytest.mark.slow  # a real search child: a framework started, make test-e2e
 def test_a_failure_in_the_child_is_the_run_s_with_its_message() -> None:
     stream = io.StringIO()
     # 64 MiB of address space: the trial processes cannot even load Python's modules,
