@@ -346,25 +346,90 @@ HELD_PER_PROCESS = 8000
 NEW_CLIENTS = 6
 
 
-def hold(port: int, count: int) -> None:
+def hold(port: int, count: int, sources: int = 0, greet: bool = True) -> None:
     """A holding process: `count` connections to 127.0.0.1:`port` that send the HTTP/2
-    greeting and then nothing (no token); says how many it holds, keeps them until its
-    input closes."""
+    greeting (or, not `greet`, nothing at all) and then nothing (no token), from
+    127.0.0.1 or, with `sources`, spread over that many addresses 127.0.1.1, 127.0.1.2,
+    ...; says how many it holds, keeps them until its input closes."""
     import resource
     import socket
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     held = []
-    for _ in range(count):
+    for i in range(count):
+        source = (f"127.0.{1 + (i % sources) // 250}.{1 + (i % sources) % 250}", 0) \
+            if sources else None
         try:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-            sock.sendall(HTTP2_GREETING)
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                            source_address=source)
+            if greet:
+                sock.sendall(HTTP2_GREETING)
         except OSError:
             continue
         held.append(sock)
     print(len(held), flush=True)
     sys.stdin.read()
+
+
+def idle_at_the_edge(site: Path | None, db: Path, token: str, workdir: Path, count: int,
+                     sources: int) -> tuple[int, list[float | None]]:
+    """`count` silent connections (TCP only: never a TLS handshake) to the edge
+    (docker/edge/haproxy.cfg, Debian's HAProxy from `make haproxy`) in front of a side's
+    collector, from `sources` addresses; then NEW_CLIENTS new clients from 127.0.0.1, each
+    a CheckAccess over TLS through the edge, timed (s; None: no answer within 45 s).
+    Returns the connections the edge's process holds and the times."""
+    import grpc
+    from edge import MISSING, haproxy_binary, start_edge
+
+    from gpubench.v1 import collector_pb2 as pb
+    from gpubench.v1 import collector_pb2_grpc
+
+    binary = haproxy_binary()
+    if binary is None:
+        raise SystemExit(f"--idle-edge: {MISSING}")
+    copy = Path(tempfile.mkdtemp(prefix="edge-", dir=workdir)) / "c.duckdb"
+    shutil.copy(db, copy)
+    server, address = start_collector(site, copy, workdir)
+    holders: list[subprocess.Popen] = []
+    try:
+        # The site is not asked for here: an address nothing listens on.
+        with start_edge(binary, copy.parent / "edge", collector=address,
+                        site="127.0.0.1:9") as edge:
+            for offset in range(0, count, HELD_PER_PROCESS):
+                holders.append(subprocess.Popen(
+                    [sys.executable, __file__, "--hold", str(edge.grpc_port),
+                     str(min(HELD_PER_PROCESS, count - offset)), str(sources), "0"],
+                    env=env_for(None), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    text=True))
+            opened = sum(int(h.stdout.readline()) for h in holders)
+            time.sleep(2)
+            held = len(os.listdir(f"/proc/{edge.process.pid}/fd"))
+            credentials = grpc.ssl_channel_credentials(edge.ca.read_bytes())
+            times: list[float | None] = []
+            for _ in range(NEW_CLIENTS):
+                channel = grpc.secure_channel(edge.grpc_address, credentials,
+                                              options=[("grpc.use_local_subchannel_pool", 1)])
+                began = time.perf_counter()
+                try:
+                    collector_pb2_grpc.CollectorStub(channel).CheckAccess(
+                        pb.CheckAccessRequest(), timeout=45,
+                        metadata=(("authorization", f"Bearer {token}"),))
+                    times.append(time.perf_counter() - began)
+                except grpc.RpcError:
+                    times.append(None)
+                finally:
+                    channel.close()
+            print(f"  the edge: {opened:,} silent connections opened from {sources} "
+                  f"addresses, HAProxy holding {held:,} descriptors", flush=True)
+            return held, times
+    finally:
+        for h in holders:
+            h.stdin.close()
+            h.wait(60)
+        server.terminate()
+        server.wait(120)
+        shutil.rmtree(copy.parent)
 
 
 def idle_connections(site: Path | None, db: Path, token: str, workdir: Path,
@@ -385,7 +450,7 @@ def idle_connections(site: Path | None, db: Path, token: str, workdir: Path,
         for offset in range(0, count, HELD_PER_PROCESS):
             holders.append(subprocess.Popen(
                 [sys.executable, __file__, "--hold", str(port),
-                 str(min(HELD_PER_PROCESS, count - offset))],
+                 str(min(HELD_PER_PROCESS, count - offset)), "0", "1"],
                 env=env_for(None), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         opened = sum(int(h.stdout.readline()) for h in holders)
         time.sleep(2)  # past the cap gRPC closes them at once: let it
@@ -452,13 +517,17 @@ def main() -> None:
                              "`gpubench-collector web` in front of its collector")
     parser.add_argument("--idle", type=int, default=0,
                         help="also: this many idle connections, then new clients")
+    parser.add_argument("--idle-edge", type=int, nargs=2, metavar=("N", "ADDRESSES"),
+                        help="also: N silent connections to the edge (HAProxy, `make "
+                             "haproxy`) in front of the new side's collector, from ADDRESSES "
+                             "addresses, then new clients through it")
     parser.add_argument("--py-spy", metavar="FILE",
                         help="also: profile the collector during the submissions into the "
                              "big group with py-spy (installed beside this Python) into FILE "
                              "and print where its time goes")
     parser.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--prefill", nargs=2, help=argparse.SUPPRESS)
-    parser.add_argument("--hold", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--hold", nargs=4, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
         address, token, threads, each, target = args.client
@@ -468,7 +537,8 @@ def main() -> None:
         prefill(*args.prefill)
         return
     if args.hold:
-        hold(*args.hold)
+        port, count, sources, greet = args.hold
+        hold(port, count, sources, bool(greet))
         return
     folder = Path(tempfile.mkdtemp(prefix="collector-scale-"))
     try:
@@ -514,8 +584,18 @@ def run(args: argparse.Namespace, folder: Path) -> None:
                 db, token = prefilled[label]
                 _, times = idle_connections(site, db, token, folder, args.idle)
                 print(f"  {label}, {args.idle:,} idle connections: new clients "
-                      + ", ".join("no answer in 45 s" if t is None else f"{t * 1000:.0f} ms"
-                                  for t in times), flush=True)
+                      + _times(times), flush=True)
+        if args.idle_edge:
+            db, token = prefilled["new"]
+            count, sources = args.idle_edge
+            _, times = idle_at_the_edge(None, db, token, folder, count, sources)
+            print(f"  new, {count:,} silent connections to the edge from {sources} "
+                  f"addresses: new clients {_times(times)}", flush=True)
+
+
+def _times(times: list[float | None]) -> str:
+    """New clients' answer times in words."""
+    return ", ".join("no answer in 45 s" if t is None else f"{t * 1000:.0f} ms" for t in times)
 
 
 def report(n: int, figures: dict[str, list[dict]]) -> None:
