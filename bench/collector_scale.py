@@ -39,7 +39,9 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -372,61 +374,85 @@ def hold(port: int, count: int, sources: int = 0, greet: bool = True) -> None:
     sys.stdin.read()
 
 
-def idle_at_the_edge(site: Path | None, db: Path, token: str, workdir: Path, count: int,
-                     sources: int) -> tuple[int, list[float | None]]:
-    """`count` silent connections (TCP only: never a TLS handshake) to the edge
-    (docker/edge/haproxy.cfg, Debian's HAProxy from `make haproxy`) in front of a side's
-    collector, from `sources` addresses; then NEW_CLIENTS new clients from 127.0.0.1, each
-    a CheckAccess over TLS through the edge, timed (s; None: no answer within 45 s).
-    Returns the connections the edge's process holds and the times."""
+def _holders(port: int, count: int, sources: int, greet: bool
+             ) -> tuple[list[subprocess.Popen], int]:
+    """Holding processes (hold) of `count` connections to 127.0.0.1:`port`, and how many
+    they opened; the connections last until each holder's input is closed."""
+    holders = [subprocess.Popen(
+        [sys.executable, __file__, "--hold", str(port),
+         str(min(HELD_PER_PROCESS, count - offset)), str(sources), str(int(greet))],
+        env=env_for(None), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for offset in range(0, count, HELD_PER_PROCESS)]
+    return holders, sum(int(h.stdout.readline()) for h in holders if h.stdout)
+
+
+def _release(holders: list[subprocess.Popen]) -> None:
+    for h in holders:
+        if h.stdin:
+            h.stdin.close()
+        h.wait(60)
+
+
+def _new_clients(channel: Callable[[], Any], token: str) -> list[float | None]:
+    """NEW_CLIENTS new clients' CheckAccess, each on a channel of its own made by
+    `channel`, timed (s; None: no answer within 45 s)."""
     import grpc
-    from edge import MISSING, haproxy_binary, start_edge
 
     from gpubench.v1 import collector_pb2 as pb
     from gpubench.v1 import collector_pb2_grpc
+
+    times: list[float | None] = []
+    for _ in range(NEW_CLIENTS):
+        opened = channel()
+        began = time.perf_counter()
+        try:
+            collector_pb2_grpc.CollectorStub(opened).CheckAccess(
+                pb.CheckAccessRequest(), timeout=45,
+                metadata=(("authorization", f"Bearer {token}"),))
+            times.append(time.perf_counter() - began)
+        except grpc.RpcError:
+            times.append(None)
+        finally:
+            opened.close()
+    return times
+
+
+# Each new client's channel its own connection (not one shared by the process).
+_OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+
+
+def idle_at_the_edge(db: Path, token: str, workdir: Path, count: int,
+                     sources: int) -> tuple[int, list[float | None]]:
+    """`count` silent connections (TCP only: never a TLS handshake) to the edge
+    (docker/edge/haproxy.cfg, Debian's HAProxy from `make haproxy`) in front of this
+    tree's collector, from `sources` addresses; then NEW_CLIENTS new clients from
+    127.0.0.1 over TLS through the edge (_new_clients). Returns the descriptors the edge's
+    process holds and the new clients' times."""
+    import grpc
+    from edge import MISSING, haproxy_binary, start_edge
 
     binary = haproxy_binary()
     if binary is None:
         raise SystemExit(f"--idle-edge: {MISSING}")
     copy = Path(tempfile.mkdtemp(prefix="edge-", dir=workdir)) / "c.duckdb"
     shutil.copy(db, copy)
-    server, address = start_collector(site, copy, workdir)
+    server, address = start_collector(None, copy, workdir)
     holders: list[subprocess.Popen] = []
     try:
         # The site is not asked for here: an address nothing listens on.
         with start_edge(binary, copy.parent / "edge", collector=address,
                         site="127.0.0.1:9") as edge:
-            for offset in range(0, count, HELD_PER_PROCESS):
-                holders.append(subprocess.Popen(
-                    [sys.executable, __file__, "--hold", str(edge.grpc_port),
-                     str(min(HELD_PER_PROCESS, count - offset)), str(sources), "0"],
-                    env=env_for(None), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    text=True))
-            opened = sum(int(h.stdout.readline()) for h in holders)
+            holders, opened = _holders(edge.grpc_port, count, sources, greet=False)
             time.sleep(2)
             held = len(os.listdir(f"/proc/{edge.process.pid}/fd"))
             credentials = grpc.ssl_channel_credentials(edge.ca.read_bytes())
-            times: list[float | None] = []
-            for _ in range(NEW_CLIENTS):
-                channel = grpc.secure_channel(edge.grpc_address, credentials,
-                                              options=[("grpc.use_local_subchannel_pool", 1)])
-                began = time.perf_counter()
-                try:
-                    collector_pb2_grpc.CollectorStub(channel).CheckAccess(
-                        pb.CheckAccessRequest(), timeout=45,
-                        metadata=(("authorization", f"Bearer {token}"),))
-                    times.append(time.perf_counter() - began)
-                except grpc.RpcError:
-                    times.append(None)
-                finally:
-                    channel.close()
+            times = _new_clients(lambda: grpc.secure_channel(
+                edge.grpc_address, credentials, options=_OWN_CONNECTION), token)
             print(f"  the edge: {opened:,} silent connections opened from {sources} "
                   f"addresses, HAProxy holding {held:,} descriptors", flush=True)
             return held, times
     finally:
-        for h in holders:
-            h.stdin.close()
-            h.wait(60)
+        _release(holders)
         server.terminate()
         server.wait(120)
         shutil.rmtree(copy.parent)
@@ -435,47 +461,24 @@ def idle_at_the_edge(site: Path | None, db: Path, token: str, workdir: Path, cou
 def idle_connections(site: Path | None, db: Path, token: str, workdir: Path,
                      count: int) -> tuple[int, list[float | None]]:
     """How many of `count` idle connections a side's collector kept open, and each of
-    NEW_CLIENTS new clients' CheckAccess time (s; None: no answer within 45 s)."""
+    NEW_CLIENTS new clients' CheckAccess time (_new_clients)."""
     import grpc
-
-    from gpubench.v1 import collector_pb2 as pb
-    from gpubench.v1 import collector_pb2_grpc
 
     copy = Path(tempfile.mkdtemp(prefix="idle-", dir=workdir)) / "c.duckdb"
     shutil.copy(db, copy)
     server, address = start_collector(site, copy, workdir)
-    port = int(address.rsplit(":", 1)[1])
-    holders = []
+    holders: list[subprocess.Popen] = []
     try:
-        for offset in range(0, count, HELD_PER_PROCESS):
-            holders.append(subprocess.Popen(
-                [sys.executable, __file__, "--hold", str(port),
-                 str(min(HELD_PER_PROCESS, count - offset)), "0", "1"],
-                env=env_for(None), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
-        opened = sum(int(h.stdout.readline()) for h in holders)
+        holders, opened = _holders(int(address.rsplit(":", 1)[1]), count, 0, greet=True)
         time.sleep(2)  # past the cap gRPC closes them at once: let it
         open_now = len(os.listdir(f"/proc/{server.pid}/fd"))
-        times: list[float | None] = []
-        for _ in range(NEW_CLIENTS):
-            channel = grpc.insecure_channel(address,
-                                            options=[("grpc.use_local_subchannel_pool", 1)])
-            began = time.perf_counter()
-            try:
-                collector_pb2_grpc.CollectorStub(channel).CheckAccess(
-                    pb.CheckAccessRequest(), timeout=45,
-                    metadata=(("authorization", f"Bearer {token}"),))
-                times.append(time.perf_counter() - began)
-            except grpc.RpcError:
-                times.append(None)
-            finally:
-                channel.close()
+        times = _new_clients(lambda: grpc.insecure_channel(address, options=_OWN_CONNECTION),
+                             token)
         print(f"  {opened:,} connections opened, the collector holding {open_now:,} "
               "descriptors", flush=True)
         return open_now, times
     finally:
-        for h in holders:
-            h.stdin.close()
-            h.wait(60)
+        _release(holders)
         server.terminate()
         server.wait(120)
         shutil.rmtree(copy.parent)
@@ -588,7 +591,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         if args.idle_edge:
             db, token = prefilled["new"]
             count, sources = args.idle_edge
-            _, times = idle_at_the_edge(None, db, token, folder, count, sources)
+            _, times = idle_at_the_edge(db, token, folder, count, sources)
             print(f"  new, {count:,} silent connections to the edge from {sources} "
                   f"addresses: new clients {_times(times)}", flush=True)
 
