@@ -45,8 +45,6 @@ _NAMED_COLUMNS = (
         ("memory_total_bytes", pa.uint64()),
         ("energy_per_epoch_joules", pa.float64()),
         ("images_per_joule", pa.float64()),
-        ("outlier", pa.bool_()),
-        ("outlier_score", pa.float64()),
         ("record", pa.binary()),
         ("settings", pa.string()),
         ("batch_rule", pa.string()),

@@ -10,8 +10,8 @@ before the first release, by a schema this code does not know: it is refused, as
 a newer collector wrote.
 
 Outlier flags and per-group figures are not stored: they are computed where they are
-read (collector.outliers), from the runs; the runs' columns `outlier` (false) and
-`outlier_score` (0) are only placeholders for the scored relation's. The one table
+read (collector.outliers), from the runs (its relation `scored` adds each run's
+`outlier` and `outlier_score`). The one table
 derived from the runs, the outlier groups with their versions (outliers.GROUPS), is
 made again whenever the database opens.
 """
@@ -72,8 +72,6 @@ MIGRATIONS: tuple[Migration, ...] = (
                 memory_total_bytes UBIGINT,              -- the card's memory (smallest of the GPUs)
                 energy_per_epoch_joules DOUBLE,          -- NULL when not measured
                 images_per_joule DOUBLE,                 -- train_images / measured epoch's energy
-                outlier BOOLEAN NOT NULL DEFAULT false,  -- computed where read, never stored
-                outlier_score DOUBLE NOT NULL DEFAULT 0, -- likewise
                 record BLOB NOT NULL,                    -- the submitted gpubench.v1.Run
                 -- What else changes what was timed, each a dimension of the comparison
                 -- key (gpubench.comparison_key) and a key of the outlier groups:

@@ -155,12 +155,13 @@ _IS_OUTLIER = (f"(abs({_Z}) > {OUTLIER_THRESHOLD!r}::DOUBLE AND "
 
 def scored(runs: str) -> str:
     """The runs matching `runs` (SQL on the runs' columns) as a relation with the runs'
-    columns, `outlier` and `outlier_score` as their groups' scores make them (false and 0
-    for a run in no group: see SCORED_RUNS). Its parameters are `runs`', then the four
-    lists of GroupScores.of for groups that hold every group of those runs."""
+    columns and two more, `outlier` and `outlier_score`, as their groups' scores make
+    them (false and 0 for a run in no group: see SCORED_RUNS). Its parameters are
+    `runs`', then the four lists of GroupScores.of for groups that hold every group of
+    those runs."""
     return f"""
-        (SELECT r.* EXCLUDE (gid) REPLACE (coalesce({_IS_OUTLIER}, false) AS outlier,
-                                           coalesce({_Z}, 0) AS outlier_score)
+        (SELECT r.* EXCLUDE (gid), coalesce({_IS_OUTLIER}, false) AS outlier,
+                coalesce({_Z}, 0) AS outlier_score
          FROM (SELECT *, {group_id()} AS gid FROM runs WHERE {runs}) r
          LEFT JOIN (SELECT unnest(?::UBIGINT[]) AS gid, unnest(?::DOUBLE[]) AS med,
                            unnest(?::DOUBLE[]) AS mad, unnest(?::DOUBLE[]) AS meanad) s

@@ -103,8 +103,6 @@ def run_row(run: run_pb2.Run, submitter: str) -> dict[str, Any]:
         "images_per_joule": (
             cfg.train_images / energy if ok and energy and cfg.train_images else None
         ),
-        "outlier": False,
-        "outlier_score": 0.0,
         "record": blob,
         "largest_batch_per_gpu": largest_batch_per_gpu(run),
         "memory_limit_bytes": cfg.memory_limit_bytes,
