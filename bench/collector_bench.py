@@ -304,8 +304,6 @@ def synthetic_runs(n: int, seed: int = 7) -> pa.Table:
         "images_per_joule": np.where(
             ok, 1709 / (np.array([r["energy_per_epoch_joules"] for r in rows]) * noise), np.nan
         ),
-        "outlier": np.zeros(n, bool),
-        "outlier_score": np.zeros(n),
         "record": [templates[k] for k in zip(gpu, model, count.tolist(), strict=True)],
         "settings": ["keras"] * n,  # the templates' configs turn no option on
     }
