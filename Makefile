@@ -51,12 +51,15 @@ proto: $(STAMP)
 
 # The default suite, spread over the cores (pytest-xdist; PYTEST_WORKERS=0 runs it in this
 # process), with its 25 slowest steps at the end. Each file's tests run in one worker, so
-# that a module's fixtures (a training run, a collector) are made once. Of the trainings
-# (marked slow) it keeps one tiny run per backend (marked smoke); it needs no fetched tool.
+# that a module's fixtures (a training run, a collector) are made once. Of the tests that
+# start a framework (marked slow) it keeps one tiny training per backend (marked smoke);
+# it needs no fetched tool. tests/gpu, every test of it marked gpu, is not even collected:
+# its modules import torch and Keras as they load (4 s in each worker).
 PYTEST_WORKERS ?= auto
 DEFAULT_TESTS := not docker and not gpu and not e2e and (smoke or not slow)
+NOT_GPU := --ignore=tests/gpu
 test: proto
-	$(PY) -m pytest -m "$(DEFAULT_TESTS)" -n $(PYTEST_WORKERS) \
+	$(PY) -m pytest -m "$(DEFAULT_TESTS)" $(NOT_GPU) -n $(PYTEST_WORKERS) \
 	  --dist loadfile --slowest 25 $(PYTEST_ARGS)
 
 # Everything `make test` leaves out but docker and GPU: the other trainings, real
@@ -66,7 +69,7 @@ test: proto
 E2E_TESTS := not docker and not gpu and (e2e or slow and not smoke)
 .PHONY: test-e2e
 test-e2e: proto chromium promtool haproxy
-	$(PY) -m pytest -m "$(E2E_TESTS)" --slowest 25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "$(E2E_TESTS)" $(NOT_GPU) --slowest 25 $(PYTEST_ARGS)
 
 # Tools the tests run, fetched into the project (git-ignored), never installed system-wide:
 # Debian's packages with the libraries this system lacks, downloaded and unpacked into
