@@ -21,7 +21,7 @@ help:
 	@echo "make chromium     Debian's Chromium unpacked into .tools/ for the browser test"
 	@echo "make install      the virtual environment with every extra ($(VENV))"
 	@echo "make proto        regenerate the wire code from protos/"
-	@echo "make docs         regenerate the pages made from the code (api.md, cli.md)"
+	@echo "make docs         regenerate api.md, cli.md and the docs' command transcripts"
 	@echo "make lint         ruff, generated docs, actionlint + zizmor, hadolint"
 	@echo "make typecheck    mypy over gpubench/, agent/ and collector/"
 
@@ -131,19 +131,23 @@ chaos: proto haproxy
 	$(PY) -m pytest tests/chaos -m chaos --chaos-size full $(CHAOS_ARGS)
 
 # The pages generated from the code (docs/api.md from the docstrings, docs/cli.md from
-# each command's --help): `make lint` checks them.
+# each command's --help) and the command transcripts of README.md and docs/*.md (what
+# each prints against a collector of the reference runs): `make lint` checks them.
 .PHONY: docs
 docs: proto
 	$(PY) scripts/api_reference.py
 	$(PY) scripts/cli_reference.py
+	$(PY) scripts/transcripts.py
 
-# ruff; docs/api.md and docs/cli.md are current; the workflows with actionlint and zizmor
-# (offline: no look-up of the actions' latest versions); the Dockerfiles with hadolint.
+# ruff; docs/api.md, docs/cli.md and the transcripts are current; the workflows with
+# actionlint and zizmor (offline: no look-up of the actions' latest versions); the
+# Dockerfiles with hadolint.
 # Each a binary from the dev extra.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) scripts/api_reference.py --check
 	$(PY) scripts/cli_reference.py --check
+	$(PY) scripts/transcripts.py --check
 	$(VENV)/bin/actionlint .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
 	$(VENV)/bin/hadolint docker/*.Dockerfile
