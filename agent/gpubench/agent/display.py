@@ -18,6 +18,7 @@ from rich.text import Text
 
 from gpubench import figures
 from gpubench.agent.eta import SuiteClock
+from gpubench.agent.signals_main import threads_leave_signals
 from gpubench.agent.telemetry import Tick
 from gpubench.events import (
     BatchChosen,
@@ -170,8 +171,9 @@ class RunDisplay:
             # No live rows where they cannot be redrawn (rich would end them with an
             # empty line): a line every heartbeat instead.
             self._stop_heartbeat = threading.Event()
-            threading.Thread(target=self._heartbeat, args=(self._stop_heartbeat,),
-                             name="display-heartbeat", daemon=True).start()
+            with threads_leave_signals():
+                threading.Thread(target=self._heartbeat, args=(self._stop_heartbeat,),
+                                 name="display-heartbeat", daemon=True).start()
             return
         self._progress = Progress(
             _SuiteColumn(lambda: self.clock),
@@ -183,7 +185,8 @@ class RunDisplay:
             console=self.console,
             transient=True,
         )
-        self._progress.start()
+        with threads_leave_signals():  # its refresh thread
+            self._progress.start()
         self._progress.add_task("", total=None, live=False)  # the suite: time left
         self._task = self._progress.add_task(f"{model}: starting", total=None, live=True)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 from gpubench.agent.nvml import GpuSample, Nvml, throttle_names
+from gpubench.agent.signals_main import threads_leave_signals
 
 DEFAULT_SAMPLE_HZ = 10.0
 
@@ -233,7 +234,8 @@ class Sampler:
         """Start sampling (returns self)."""
         if self._indices:
             self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
-            self._thread.start()
+            with threads_leave_signals():
+                self._thread.start()
         return self
 
     def stop(self) -> None:

@@ -54,6 +54,7 @@ from gpubench.collector.transport import (  # noqa: F401 - TlsFiles, is_loopback
 from gpubench.errors import GpubenchError
 from gpubench.v1 import collector_pb2_grpc
 
+SIGNAL_CHECK_S = 0.5  # how often the serving thread looks for a signal's stop
 STOP_STUCK_S = 60.0  # a graceful stop still under way then is stuck: it says where
 
 DEFAULT_RATE_LIMIT = 50.0  # submissions per second per token
@@ -175,7 +176,10 @@ def serve(
         _on_signals(stop)
         if on_ready:
             on_ready(bind_address(host, bound))
-        stop.wait()
+        # Woken now and then, not only by the event: a signal that another thread took
+        # runs its handler (which sets `stop`) only once this thread runs Python again.
+        while not stop.wait(SIGNAL_CHECK_S):
+            pass
         # A stop that takes past STOP_STUCK_S says where it is: every thread's stack on
         # stderr, for whoever must kill it.
         faulthandler.dump_traceback_later(STOP_STUCK_S, exit=False)

@@ -33,6 +33,7 @@ from gpubench.agent.runners.base import (
     events_from_lines,
 )
 from gpubench.agent.runners.host_paths import host_path
+from gpubench.agent.signals_main import threads_leave_signals
 from gpubench.errors import ExitCode, GpubenchError
 from gpubench.events import Event
 from gpubench.settings import WORKLOAD_MODULE
@@ -160,7 +161,8 @@ class DockerWorkload(Workload):
         self._pids_at = 0.0
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, name="workload-logs", daemon=True)
-        self._reader.start()
+        with threads_leave_signals():
+            self._reader.start()
 
     @property
     def container_id(self) -> str:

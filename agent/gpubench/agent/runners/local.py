@@ -35,6 +35,7 @@ from gpubench.agent.runners.base import (
     WorkloadRequest,
     events_from_lines,
 )
+from gpubench.agent.signals_main import threads_leave_signals
 from gpubench.errors import GpubenchError
 from gpubench.events import Event
 from gpubench.settings import WORKLOAD_MODULE
@@ -98,7 +99,8 @@ class LocalWorkload(Workload):
         self._stderr_thread = threading.Thread(
             target=self._copy_stderr, name="workload-stderr", daemon=True
         )
-        self._stderr_thread.start()
+        with threads_leave_signals():
+            self._stderr_thread.start()
 
     @property
     def pid(self) -> int:
