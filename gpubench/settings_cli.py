@@ -136,7 +136,7 @@ def _click_type(setting: Setting) -> Any:
     if setting.kind == "batch":
         return BatchSize()
     if setting.kind == "int":
-        return click.IntRange(min=setting.minimum) if setting.minimum is not None else int
+        return click.IntRange(min=int(setting.minimum)) if setting.minimum is not None else int
     if setting.kind == "float":
         return click.FloatRange(min=setting.minimum) if setting.minimum is not None else float
     return str

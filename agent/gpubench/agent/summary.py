@@ -120,7 +120,7 @@ def standing(run: run_pb2.Run, others: Sequence[collector_pb2.StoredRun]) -> Tab
         key = key_of(run)
         return (f"{config.model}: nothing to compare with yet: the collector holds no other "
                 f"run of {config.model} like this one ({key.backend}, "
-                f"{key.precision}, {fed_with(key.image_size, config.input_spec)}, "
+                f"{key.precision}, {fed_with(config.image_size, config.input_spec)}, "
                 f"{key.train_images} training "
                 f"{'sequences' if config.unit == models.TOKENS else 'images'}, "
                 f"settings {key.settings}, batch "

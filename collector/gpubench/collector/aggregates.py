@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import duckdb
 
@@ -30,7 +30,7 @@ from gpubench.v1 import run_pb2
 if TYPE_CHECKING:  # given by the store
     from gpubench.collector.database import Database
 
-Connection = duckdb.DuckDBPyConnection
+Connection: TypeAlias = duckdb.DuckDBPyConnection
 
 # The columns of a GPU configuration, as SQL, and the dimensions Compare keeps apart
 # (gpubench.comparison_key: each a column of the runs and a column of an outlier group).

@@ -12,6 +12,7 @@ either way.
 
 from __future__ import annotations
 
+import builtins  # LiveCollector has a method named list
 import contextlib
 import os
 import shutil
@@ -147,8 +148,8 @@ class LiveCollector:
         machine), with a deadline of BACKUP_TIMEOUT_S: a large database takes a while."""
         return self._client.backup(str(folder), timeout=BACKUP_TIMEOUT_S)
 
-    def submit_many(self, runs: list[run_pb2.Run], submitter: str
-                    ) -> list[collector_pb2.SubmitRunResponse | RequestRefused]:
+    def submit_many(self, runs: builtins.list[run_pb2.Run], submitter: str
+                    ) -> builtins.list[collector_pb2.SubmitRunResponse | RequestRefused]:
         """Submit runs one at a time (validated and stored by the live collector, as its
         own admin's: `submitter` is the direct import's); per run its answer, or the
         refusal of a run_id stored with other content."""

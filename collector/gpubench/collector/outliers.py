@@ -233,7 +233,7 @@ class GroupScores:
         with self._lock:
             kept = {gid: self._kept.get(gid) for gid, *_ in found}
         stale = [row for row in found
-                 if kept[row[0]] is None or kept[row[0]][0] != row[1]]
+                 if (held := kept[row[0]]) is None or held[0] != row[1]]
         if stale:
             # The stale groups' runs found by their model and card first (a scan of two
             # columns), then by their group id.
@@ -244,10 +244,10 @@ class GroupScores:
                  [r[0] for r in stale]]).fetchall()}
             with self._lock:
                 for gid, version, *_ in stale:
-                    kept[gid] = (version, computed.get(gid))
+                    kept[gid] = fresh = (version, computed.get(gid))
                     held = self._kept.get(gid)
                     if held is None or held[0] <= version:  # versions only move on
-                        self._kept[gid] = kept[gid]
+                        self._kept[gid] = fresh
         scores: list[list[Any]] = [[], [], [], []]
         for gid, held in kept.items():
             if held is not None and held[1] is not None:

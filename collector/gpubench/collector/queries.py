@@ -8,6 +8,7 @@ outlier flag and score are computed as it is read, from its group's runs
 from __future__ import annotations
 
 import base64
+import builtins  # RunReads has a method named list
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -138,7 +139,7 @@ class RunReads:
         return [_stored_run(r, short) for r in rows], token
 
     def _stored_rows(self, con: Any, run_ids: Sequence[str], order: str = ""
-                     ) -> list[tuple]:
+                     ) -> builtins.list[tuple]:
         """The STORED_COLUMNS of the runs `run_ids`, their outlier flags and scores
         from their groups' scores (one transaction: the scores of what it reads)."""
         ids = list(run_ids)
