@@ -67,6 +67,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "the report shows it, so that a run can be repeated)")
 
 
+GPU_TESTS = Path(__file__).resolve().parent / "gpu"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test in tests/gpu is marked gpu: make test and make test-e2e do not collect
+    that folder (its modules import torch and Keras as they load), so an unmarked test
+    there would run in neither."""
+    unmarked = [item.nodeid for item in items
+                if GPU_TESTS in item.path.parents and item.get_closest_marker("gpu") is None]
+    if unmarked:
+        raise pytest.UsageError(
+            f"{', '.join(unmarked)}: not marked gpu, yet in tests/gpu, which make test and "
+            "make test-e2e do not collect: mark it gpu, or move it to another folder")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Remove the session's temporary folder once every test passed."""
     if SESSION_TMP is not None and exitstatus == 0:
