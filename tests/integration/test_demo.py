@@ -189,6 +189,7 @@ def test_a_demo_does_not_start_afresh_while_a_collector_serves_its_database(
     assert not [line for line in (done.stdout + done.stderr).splitlines() if len(line) > 80]
 
 
+@pytest.mark.e2e  # the demo's collector, site and agent, then a Ctrl-C: make test-e2e
 def test_ctrl_c_in_the_demo_says_so_before_the_collector_stops(tmp_path: Path) -> None:
     """A Ctrl-C while the agent runs (the terminal signals the demo's whole process
     group): the demo says it was interrupted, then stops the site and the collector,

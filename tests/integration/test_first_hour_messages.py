@@ -165,6 +165,7 @@ def scene(collector_factory: Callable[..., Any], tmp_path: Path) -> Iterator[Sce
         site.wait(60)
 
 
+@pytest.mark.e2e  # 18 real commands against a collector and its site: make test-e2e
 def test_what_a_newcomer_meets_at_80_columns(scene: Scene) -> None:
     failures = []
     for case in cases(scene):
