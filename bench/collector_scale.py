@@ -27,6 +27,7 @@ interleaved run are what compare.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -39,7 +40,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -286,41 +287,60 @@ def _get(url: str) -> None:
             raise SystemExit(f"{url}: HTTP {answer.status}")
 
 
+@contextlib.contextmanager
+def served_copy(site: Path | None, db: Path, workdir: Path
+                ) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A side's collector serving a fresh copy of its database `db` (its process and
+    address); stopped and the copy removed at the end."""
+    copy = Path(tempfile.mkdtemp(prefix="copy-", dir=workdir)) / "c.duckdb"
+    shutil.copy(db, copy)
+    server, address = start_collector(site, copy, workdir)
+    try:
+        yield server, address
+    finally:
+        server.terminate()
+        server.wait(120)
+        shutil.rmtree(copy.parent)
+
+
 def measure(site: Path | None, db: Path, token: str, args: argparse.Namespace,
             workdir: Path, *, with_reads: bool) -> dict:
     """One side on a fresh copy of its prefilled database: each target's submissions
     (a copy each), and then the reads."""
     found: dict = {}
     for target in TARGETS:
-        copy = Path(tempfile.mkdtemp(prefix="scale-", dir=workdir)) / "c.duckdb"
-        shutil.copy(db, copy)
-        server, address = start_collector(site, copy, workdir)
-        spy = None
-        if args.py_spy and target == "big group":
-            spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record",
-                                    "--gil", "-r", "200", "-f", "raw", "--nonblocking",
-                                    "-o", args.py_spy, "-p", str(server.pid)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(1)  # attached
+        with served_copy(site, db, workdir) as (server, address):
+            found.update(_measure_target(server, address, site, token, args, workdir,
+                                         target, with_reads=with_reads))
+    return found
+
+
+def _measure_target(server: subprocess.Popen, address: str, site: Path | None, token: str,
+                    args: argparse.Namespace, workdir: Path, target: str, *,
+                    with_reads: bool) -> dict:
+    """One target's submissions on a served copy (profiled with --py-spy into the big
+    group), then, after the big group's, the reads."""
+    found: dict = {}
+    spy = None
+    if args.py_spy and target == "big group":
+        spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record",
+                                "--gil", "-r", "200", "-f", "raw", "--nonblocking",
+                                "-o", args.py_spy, "-p", str(server.pid)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)  # attached
+    found[target] = submissions(address, token, server.pid, args, target)
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+        print(profile_shares(Path(args.py_spy)), flush=True)
+    if with_reads and target == "big group":
+        web, url = start_site(site, address, token, workdir) if args.site else (None, None)
         try:
-            found[target] = submissions(address, token, server.pid, args, target)
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(60)
-                print(profile_shares(Path(args.py_spy)), flush=True)
-            if with_reads and target == "big group":
-                web, url = start_site(site, address, token, workdir) if args.site else (
-                    None, None)
-                try:
-                    found["reads"] = reads(address, token, args.reads, url)
-                finally:
-                    if web is not None:
-                        web.terminate()
-                        web.wait(60)
+            found["reads"] = reads(address, token, args.reads, url)
         finally:
-            server.terminate()
-            server.wait(120)
-            shutil.rmtree(copy.parent)
+            if web is not None:
+                web.terminate()
+                web.wait(60)
     return found
 
 
@@ -434,14 +454,12 @@ def idle_at_the_edge(db: Path, token: str, workdir: Path, count: int,
     binary = haproxy_binary()
     if binary is None:
         raise SystemExit(f"--idle-edge: {MISSING}")
-    copy = Path(tempfile.mkdtemp(prefix="edge-", dir=workdir)) / "c.duckdb"
-    shutil.copy(db, copy)
-    server, address = start_collector(None, copy, workdir)
     holders: list[subprocess.Popen] = []
-    try:
-        # The site is not asked for here: an address nothing listens on.
-        with start_edge(binary, copy.parent / "edge", collector=address,
-                        site="127.0.0.1:9") as edge:
+    # The site is not asked for here: an address nothing listens on.
+    with served_copy(None, db, workdir) as (_, address), \
+            start_edge(binary, workdir / f"edge-{os.getpid()}-{time.monotonic_ns()}",
+                       collector=address, site="127.0.0.1:9") as edge:
+        try:
             holders, opened = _holders(edge.grpc_port, count, sources, greet=False)
             time.sleep(2)
             held = len(os.listdir(f"/proc/{edge.process.pid}/fd"))
@@ -451,11 +469,8 @@ def idle_at_the_edge(db: Path, token: str, workdir: Path, count: int,
             print(f"  the edge: {opened:,} silent connections opened from {sources} "
                   f"addresses, HAProxy holding {held:,} descriptors", flush=True)
             return held, times
-    finally:
-        _release(holders)
-        server.terminate()
-        server.wait(120)
-        shutil.rmtree(copy.parent)
+        finally:
+            _release(holders)
 
 
 def idle_connections(site: Path | None, db: Path, token: str, workdir: Path,
@@ -464,24 +479,19 @@ def idle_connections(site: Path | None, db: Path, token: str, workdir: Path,
     NEW_CLIENTS new clients' CheckAccess time (_new_clients)."""
     import grpc
 
-    copy = Path(tempfile.mkdtemp(prefix="idle-", dir=workdir)) / "c.duckdb"
-    shutil.copy(db, copy)
-    server, address = start_collector(site, copy, workdir)
     holders: list[subprocess.Popen] = []
-    try:
-        holders, opened = _holders(int(address.rsplit(":", 1)[1]), count, 0, greet=True)
-        time.sleep(2)  # past the cap gRPC closes them at once: let it
-        open_now = len(os.listdir(f"/proc/{server.pid}/fd"))
-        times = _new_clients(lambda: grpc.insecure_channel(address, options=_OWN_CONNECTION),
-                             token)
-        print(f"  {opened:,} connections opened, the collector holding {open_now:,} "
-              "descriptors", flush=True)
-        return open_now, times
-    finally:
-        _release(holders)
-        server.terminate()
-        server.wait(120)
-        shutil.rmtree(copy.parent)
+    with served_copy(site, db, workdir) as (server, address):
+        try:
+            holders, opened = _holders(int(address.rsplit(":", 1)[1]), count, 0, greet=True)
+            time.sleep(2)  # past the cap gRPC closes them at once: let it
+            open_now = len(os.listdir(f"/proc/{server.pid}/fd"))
+            times = _new_clients(
+                lambda: grpc.insecure_channel(address, options=_OWN_CONNECTION), token)
+            print(f"  {opened:,} connections opened, the collector holding {open_now:,} "
+                  "descriptors", flush=True)
+            return open_now, times
+        finally:
+            _release(holders)
 
 
 def side_database(site: Path | None, parquet: Path, folder: Path) -> tuple[Path, str]:
