@@ -37,7 +37,6 @@ import argparse
 import difflib
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from demo import stop  # the demo's own stop of its collector: SIGTERM, then SIGKILL
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
@@ -154,12 +155,7 @@ def reference_collector(folder: Path) -> Iterator[str]:
     try:
         yield _address(server, log)
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop(server)
 
 
 def _address(server: subprocess.Popen, log: Path, timeout_s: float = 60.0) -> str:
