@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from terminal import popen_with_ctrl_c
 from waiting import STOP_DEADLINE_S, until
 
 from gpubench import record
@@ -365,16 +366,8 @@ def _lines(stream) -> queue.Queue:
 
 
 def _agent_as_in_a_terminal(*args: str, env: dict[str, str]) -> subprocess.Popen:
-    """The agent with SIGINT at its default, as in a terminal, whatever this test process
-    inherited: a runner may start tests with SIGINT ignored, and an ignored signal stays
-    ignored across exec where a handler is reset to the default. Not through preexec_fn:
-    that forks this process, which runs gRPC, with gRPC's fork handlers, and the child
-    can die in them before exec."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return subprocess.Popen([*AGENT, *args], env=env, stderr=subprocess.PIPE, text=True)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    """The agent with SIGINT at its default, as in a terminal (popen_with_ctrl_c)."""
+    return popen_with_ctrl_c([*AGENT, *args], env=env, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

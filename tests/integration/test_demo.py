@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from terminal import popen_with_ctrl_c
 
 from gpubench.collector.queries import RunFilter
 from gpubench.collector.store import Store
@@ -203,16 +204,10 @@ def test_ctrl_c_in_the_demo_says_so_before_the_collector_stops(tmp_path: Path) -
     env = {**demo_env(tmp_path), "GPUBENCH_DEMO_DIR": str(tmp_path / "demo"),
            "GPUBENCH_WORKLOAD_COMMAND": shlex.join([sys.executable, str(fake)]),
            "FAKE_WORKLOAD_MODE": "hang"}
-    # SIGINT at its default, as in a terminal, whatever this test process inherited or
-    # an earlier test left: an ignored signal stays ignored across exec (the demo and
-    # its agent would then ignore the Ctrl-C), where a handler is reset to the default.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        demo = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "demo.py")],
-                                env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    # As from a terminal: the demo and its agent must not inherit an ignored SIGINT.
+    demo = popen_with_ctrl_c([sys.executable, str(ROOT / "scripts" / "demo.py")], env=env,
+                             cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     said: list[str] = []
     try:
         assert demo.stdout is not None
